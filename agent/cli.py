@@ -1,0 +1,59 @@
+"""The `flywheel` command.
+
+Each subcommand lives in its own module and is imported only when it runs, so `flywheel --help`
+answers without importing torch, transformers or langgraph. A subcommand module exposes
+`main(argv: list[str]) -> int` and builds its own argparse parser (with `--help`).
+
+To add a subcommand, add one line to COMMANDS and a `### flywheel NAME` heading to README.md
+(tests/test_cli.py fails when either is missing).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# name -> (module that implements it, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("agent.serve", "OpenAI-compatible HTTP server over the engine (127.0.0.1)"),
+    "generate": ("agent.engine.cli", "generate text from a prompt with the engine"),
+    "bench": ("agent.engine.bench", "benchmarks: `bench engine` measures decoding speed"),
+    "tokenizer": ("agent.tokenizer", "train a byte-level BPE tokenizer from source files"),
+    "telemetry": ("telemetry.cli", "the local session log: stats, export, import, forget, rewards"),
+}
+
+
+def _usage() -> str:
+    width = max(len(name) for name in COMMANDS)
+    lines = [
+        "usage: flywheel COMMAND [ARGS...]",
+        "",
+        "A self-hostable coding agent that learns from its own use.",
+        "",
+        "commands:",
+    ]
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "Run `flywheel COMMAND --help` for the options of one command."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    if argv[0] == "--version":
+        from importlib.metadata import version
+
+        print(f"flywheel {version('flywheel')}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"flywheel: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""How an engine is set up: which model, which backend, how it speculates.
+
+One dataclass per concern, each field commented, checked in `__post_init__`. Command-line flags
+(`flywheel serve`, `flywheel generate`, `flywheel bench engine`) map straight onto these fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from agent.engine.request import BadRequest
+
+SpecMethod = Literal["none", "ngram", "mtp", "draft"]
+
+
+@dataclass
+class SpeculativeConfig:
+    method: SpecMethod = "none"  # where draft tokens come from
+    num_draft_tokens: int = 4  # draft length per verify step (the start value when adaptive)
+    adaptive: bool = True  # grow/shrink the draft length with the recent acceptance rate
+    max_draft_tokens: int = 8  # upper bound for the adaptive draft length
+    ngram_max: int = 4  # longest suffix n-gram matched by prompt lookup
+    ngram_min: int = 1  # shortest suffix n-gram matched by prompt lookup
+    draft_model: str | None = None  # checkpoint folder of the draft model (method "draft")
+
+    def __post_init__(self) -> None:
+        if self.method not in ("none", "ngram", "mtp", "draft"):
+            raise BadRequest(
+                f"unknown speculative method {self.method!r}; use none, ngram, mtp or draft"
+            )
+        if not 1 <= self.num_draft_tokens <= self.max_draft_tokens:
+            raise BadRequest(
+                f"num_draft_tokens must be in [1, max_draft_tokens={self.max_draft_tokens}], "
+                f"got {self.num_draft_tokens}"
+            )
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise BadRequest("need 1 <= ngram_min <= ngram_max")
+        if self.method == "draft" and not self.draft_model:
+            raise BadRequest("speculative method 'draft' needs draft_model=<checkpoint folder>")
+
+
+@dataclass
+class EngineConfig:
+    model: str = "default"  # "default" (the starter model), a checkpoint folder, or an http(s) URL
+    backend: Literal["auto", "local", "vllm", "openai"] = "auto"  # auto: URL -> openai, else local
+    device: str = "cpu"  # torch device for the local backend
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
+    api_key: str | None = None  # for the openai backend; None sends no Authorization header
+    served_model_name: str | None = None  # model name to ask an OpenAI-compatible server for
+    timeout_s: float = 600.0  # per-request timeout for remote backends
+
+    def __post_init__(self) -> None:
+        if self.backend == "auto":
+            self.backend = "openai" if self.model.startswith(("http://", "https://")) else "local"

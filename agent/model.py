@@ -1,0 +1,245 @@
+"""The model: a Hugging Face Llama/Qwen2 trunk plus our multi-token-prediction (MTP) heads.
+
+A checkpoint is a folder that plain `transformers` can load without Flywheel installed:
+
+    checkpoint/
+      config.json, model.safetensors, generation_config.json   the trunk (AutoModelForCausalLM)
+      tokenizer.json, tokenizer_config.json, ...                the tokenizer with chat template
+      mtp/config.json, mtp/model.safetensors                    MTP heads (optional, ours)
+      flywheel.json                                             version and lineage (optional)
+
+MTP heads follow DeepSeek-V3: head k (k = 1..D) at position i combines the previous depth's
+hidden state with the embedding of the token k positions ahead and predicts the token after it,
+
+    h_k[i] = Block_k( W_k · [ norm(h_{k-1}[i]) ; norm(emb(t[i+k])) ] )
+    p(t[i+k+1]) = softmax( lm_head( norm_k(h_k[i]) ) )
+
+with h_0 the trunk's final (normed) hidden state, and `emb` / `lm_head` shared with the trunk
+(not copied: the heads hold references, and save only their own weights). Block_k is one decoder
+layer of the trunk's own family.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from agent.engine.request import EngineError
+
+# name -> trunk shape. Parameter counts are for an 8k vocabulary with tied embeddings.
+SIZES: dict[str, dict[str, int]] = {
+    # ~0.6M: unit tests
+    "test": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128),
+    # ~3M: fast CPU experiments, draft models
+    "3m": dict(hidden_size=192, num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=2, intermediate_size=512),
+    # ~10M: the laptop-CPU size of the starter model
+    "10m": dict(hidden_size=320, num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=4, intermediate_size=864),
+    # ~40M
+    "50m": dict(hidden_size=576, num_hidden_layers=10, num_attention_heads=9, num_key_value_heads=3, intermediate_size=1536),
+}
+TRUNK_FILES = ("config.json",)
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def build_trunk(size: str, vocab_size: int, max_position_embeddings: int = 2048, seed: int = 0,
+                family: str = "llama"):
+    """A freshly initialised trunk of a named size."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    if size not in SIZES:
+        raise ValueError(f"unknown model size {size!r}; choose one of {', '.join(SIZES)}")
+    shape = SIZES[size]
+    common = dict(
+        vocab_size=vocab_size,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True,
+        rope_theta=10000.0,
+        **shape,
+    )
+    torch.manual_seed(seed)
+    if family == "llama":
+        return LlamaForCausalLM(LlamaConfig(**common))
+    if family == "qwen2":
+        return Qwen2ForCausalLM(Qwen2Config(**common))
+    raise ValueError(f"unknown family {family!r}; use llama or qwen2")
+
+
+@dataclass
+class MTPConfig:
+    depth: int = 2  # number of heads D: drafts up to D tokens per step
+    hidden_size: int = 0  # must equal the trunk's
+    family: str = "llama"  # decoder-layer family of each head's block
+
+    def __post_init__(self) -> None:
+        if self.depth < 1:
+            raise ValueError("MTP depth must be >= 1")
+
+
+class MTPHead(nn.Module):
+    def __init__(self, trunk_config, layer_idx: int) -> None:
+        super().__init__()
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm
+
+        h = trunk_config.hidden_size
+        eps = trunk_config.rms_norm_eps
+        self.norm_hidden = LlamaRMSNorm(h, eps=eps)
+        self.norm_embed = LlamaRMSNorm(h, eps=eps)
+        self.proj = nn.Linear(2 * h, h, bias=False)
+        self.block = LlamaDecoderLayer(trunk_config, layer_idx=layer_idx)
+        self.norm_out = LlamaRMSNorm(h, eps=eps)
+
+
+class MTPHeads(nn.Module):
+    """D chained heads; `embed` and `lm_head` belong to the trunk and are shared."""
+
+    def __init__(self, trunk, config: MTPConfig) -> None:
+        super().__init__()
+        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+        self.config = config
+        self.trunk_config = trunk.config
+        self.heads = nn.ModuleList(MTPHead(trunk.config, i) for i in range(config.depth))
+        self.rotary = LlamaRotaryEmbedding(config=trunk.config)
+        # Shared, not owned: kept out of state_dict so saving writes only the heads.
+        object.__setattr__(self, "_embed", trunk.get_input_embeddings())
+        object.__setattr__(self, "_lm_head", trunk.get_output_embeddings())
+
+    def state_dict(self, *args, **kwargs):  # noqa: D102 - the heads' own weights only
+        return {k: v for k, v in super().state_dict(*args, **kwargs).items() if not k.startswith("rotary.")}
+
+    def forward_head(self, k: int, hidden: torch.Tensor, next_ids: torch.Tensor,
+                     position_ids: torch.Tensor) -> torch.Tensor:
+        """Run head k (0-based) causally over a window.
+
+        hidden:       [batch, seq, hidden]  h_k-1 at positions i
+        next_ids:     [batch, seq]          t[i+k+1] (the token k+1 ahead of each position)
+        position_ids: [batch, seq]
+        returns       [batch, seq, hidden]  h_k
+        """
+        head = self.heads[k]
+        x = head.proj(torch.cat([head.norm_hidden(hidden), head.norm_embed(self._embed(next_ids))], -1))
+        seq = x.shape[1]
+        mask = torch.full((seq, seq), float("-inf"), dtype=x.dtype, device=x.device).triu(1)
+        mask = mask[None, None].expand(x.shape[0], 1, seq, seq)
+        cos_sin = self.rotary(x, position_ids)
+        out = head.block(x, attention_mask=mask, position_ids=position_ids,
+                         position_embeddings=cos_sin)
+        return out[0] if isinstance(out, tuple) else out
+
+    def logits(self, k: int, h: torch.Tensor) -> torch.Tensor:
+        return self._lm_head(self.heads[k].norm_out(h))
+
+    def save(self, folder: str | Path) -> None:
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps(asdict(self.config), indent=2))
+        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(folder / "model.safetensors"))
+
+    @classmethod
+    def load(cls, folder: str | Path, trunk) -> MTPHeads:
+        from safetensors.torch import load_file
+
+        folder = Path(folder)
+        config = MTPConfig(**json.loads((folder / "config.json").read_text()))
+        if config.hidden_size and config.hidden_size != trunk.config.hidden_size:
+            raise EngineError(
+                f"MTP heads in {folder} were trained for hidden size {config.hidden_size}, "
+                f"but the trunk has {trunk.config.hidden_size}: retrain them (flywheel train mtp)"
+            )
+        heads = cls(trunk, config)
+        missing, unexpected = heads.load_state_dict(load_file(str(folder / "model.safetensors")), strict=False)
+        missing = [m for m in missing if not m.startswith("rotary.")]
+        if missing or unexpected:
+            raise EngineError(f"MTP heads in {folder} do not match: missing {missing[:3]}, unexpected {unexpected[:3]}")
+        return heads
+
+
+@dataclass
+class Checkpoint:
+    """A loaded model: trunk, tokenizer, optional MTP heads, and a version string."""
+
+    trunk: object
+    tokenizer: object
+    heads: MTPHeads | None
+    version: str
+    path: str
+
+
+def checkpoint_version(folder: Path) -> str:
+    meta = folder / "flywheel.json"
+    if meta.exists():
+        try:
+            version = json.loads(meta.read_text()).get("version")
+            if version:
+                return str(version)
+        except (OSError, json.JSONDecodeError):
+            pass
+    weights = next((folder / f for f in WEIGHT_FILES if (folder / f).exists()), folder / "config.json")
+    stat = weights.stat()
+    digest = hashlib.sha256(f"{weights}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:10]
+    return f"{folder.name}@{digest}"
+
+
+def load_checkpoint(path: str | Path, device: str = "cpu", dtype: str = "float32") -> Checkpoint:
+    """Load a checkpoint folder, with one clear error for each way it can be broken."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise EngineError(f"model folder {str(folder)!r} does not exist")
+    missing = [f for f in TRUNK_FILES + TOKENIZER_FILES if not (folder / f).exists()]
+    if not any((folder / f).exists() for f in WEIGHT_FILES):
+        missing.append("model.safetensors")
+    if missing:
+        raise EngineError(
+            f"model folder {str(folder)!r} is missing {', '.join(missing)}; "
+            "a checkpoint needs the trunk (config + weights) and its tokenizer"
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        trunk = AutoModelForCausalLM.from_pretrained(str(folder), dtype=getattr(torch, dtype))
+    except Exception as exc:  # transformers raises many types; name the folder and the cause
+        raise EngineError(f"could not load the model in {str(folder)!r}: {exc}") from exc
+    vocab = trunk.config.vocab_size
+    if len(tokenizer) > vocab:
+        raise EngineError(
+            f"tokenizer in {str(folder)!r} has {len(tokenizer)} tokens but the model's vocabulary "
+            f"has {vocab}: the tokenizer does not belong to this model"
+        )
+    if tokenizer.eos_token_id is None:
+        raise EngineError(f"tokenizer in {str(folder)!r} has no end-of-text token")
+    trunk.to(device).eval()
+    heads = None
+    if (folder / "mtp" / "config.json").exists():
+        heads = MTPHeads.load(folder / "mtp", trunk).to(device=device, dtype=getattr(torch, dtype)).eval()
+    return Checkpoint(trunk, tokenizer, heads, checkpoint_version(folder), str(folder))
+
+
+def save_checkpoint(folder: str | Path, trunk, tokenizer, heads: MTPHeads | None = None,
+                    meta: dict | None = None) -> Path:
+    """Write a checkpoint folder (trunk + tokenizer [+ heads] [+ flywheel.json])."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    trunk.generation_config.eos_token_id = [tokenizer.eos_token_id,
+                                            tokenizer.convert_tokens_to_ids("<|end|>")]
+    trunk.generation_config.pad_token_id = tokenizer.pad_token_id
+    trunk.save_pretrained(str(folder), safe_serialization=True)
+    tokenizer.save_pretrained(str(folder))
+    if heads is not None:
+        heads.config.hidden_size = trunk.config.hidden_size
+        heads.save(folder / "mtp")
+    if meta:
+        (folder / "flywheel.json").write_text(json.dumps(meta, indent=2))
+    return folder
+
+
+def count_parameters(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())

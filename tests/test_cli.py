@@ -1,0 +1,47 @@
+"""The `flywheel` command: fast help, and every subcommand documented and helpful."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.cli import COMMANDS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_help_lists_every_command_without_heavy_imports():
+    code = (
+        "import sys, agent.cli; agent.cli.main(['--help']); "
+        "heavy = [m for m in ('torch', 'transformers', 'langgraph') if m in sys.modules]; "
+        "print('HEAVY', heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    for name in COMMANDS:
+        assert re.search(rf"^\s+{name}\s", out.stdout, re.M), name
+    assert "HEAVY []" in out.stdout
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_command_has_help(name):
+    out = subprocess.run(
+        [sys.executable, "-m", "agent.cli", name, "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "usage:" in out.stdout
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_command_is_documented_in_readme(name):
+    readme = (ROOT / "README.md").read_text()
+    assert f"### flywheel {name}" in readme, f"README.md needs a '### flywheel {name}' section"
+
+
+def test_unknown_command_fails_clearly():
+    out = subprocess.run([sys.executable, "-m", "agent.cli", "nope"], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "unknown command 'nope'" in out.stderr
