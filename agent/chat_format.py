@@ -114,7 +114,9 @@ def parse_assistant(text: str) -> tuple[str, list[ToolCall], list[str]]:
         try:
             obj = json.loads(body)
         except json.JSONDecodeError as exc:
-            errors.append(f"tool call is not valid JSON ({exc.msg} at char {exc.pos}): {body[:200]!r}")
+            errors.append(
+                f"tool call is not valid JSON ({exc.msg} at char {exc.pos}): {body[:200]!r}"
+            )
             continue
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
             errors.append(f'tool call needs {{"name": str, "arguments": object}}: {body[:200]!r}')

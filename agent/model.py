@@ -34,21 +34,50 @@ from agent.engine.request import EngineError
 # name -> trunk shape. Parameter counts are for an 8k vocabulary with tied embeddings.
 SIZES: dict[str, dict[str, int]] = {
     # ~0.6M: unit tests
-    "test": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128),
+    "test": dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+    ),
     # ~3M: fast CPU experiments, draft models
-    "3m": dict(hidden_size=192, num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=2, intermediate_size=512),
+    "3m": dict(
+        hidden_size=192,
+        num_hidden_layers=4,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        intermediate_size=512,
+    ),
     # ~10M: the laptop-CPU size of the starter model
-    "10m": dict(hidden_size=320, num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=4, intermediate_size=864),
+    "10m": dict(
+        hidden_size=320,
+        num_hidden_layers=6,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        intermediate_size=864,
+    ),
     # ~40M
-    "50m": dict(hidden_size=576, num_hidden_layers=10, num_attention_heads=9, num_key_value_heads=3, intermediate_size=1536),
+    "50m": dict(
+        hidden_size=576,
+        num_hidden_layers=10,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        intermediate_size=1536,
+    ),
 }
 TRUNK_FILES = ("config.json",)
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
-def build_trunk(size: str, vocab_size: int, max_position_embeddings: int = 2048, seed: int = 0,
-                family: str = "llama"):
+def build_trunk(
+    size: str,
+    vocab_size: int,
+    max_position_embeddings: int = 2048,
+    seed: int = 0,
+    family: str = "llama",
+):
     """A freshly initialised trunk of a named size."""
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
@@ -81,6 +110,23 @@ class MTPConfig:
             raise ValueError("MTP depth must be >= 1")
 
 
+def head_config(trunk_config):
+    """A Llama config with the trunk's shape: every head's block is a Llama decoder layer, whatever
+    the trunk's family (Qwen2 differs only in attention biases, which the heads do not need)."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=trunk_config.vocab_size,
+        hidden_size=trunk_config.hidden_size,
+        intermediate_size=trunk_config.intermediate_size,
+        num_attention_heads=trunk_config.num_attention_heads,
+        num_key_value_heads=trunk_config.num_key_value_heads,
+        rms_norm_eps=trunk_config.rms_norm_eps,
+        max_position_embeddings=trunk_config.max_position_embeddings,
+        rope_theta=getattr(trunk_config, "rope_theta", 10000.0),
+    )
+
+
 class MTPHead(nn.Module):
     def __init__(self, trunk_config, layer_idx: int) -> None:
         super().__init__()
@@ -103,18 +149,23 @@ class MTPHeads(nn.Module):
         from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
         self.config = config
-        self.trunk_config = trunk.config
-        self.heads = nn.ModuleList(MTPHead(trunk.config, i) for i in range(config.depth))
-        self.rotary = LlamaRotaryEmbedding(config=trunk.config)
+        self.trunk_config = head_config(trunk.config)
+        self.heads = nn.ModuleList(MTPHead(self.trunk_config, i) for i in range(config.depth))
+        self.rotary = LlamaRotaryEmbedding(config=self.trunk_config)
         # Shared, not owned: kept out of state_dict so saving writes only the heads.
         object.__setattr__(self, "_embed", trunk.get_input_embeddings())
         object.__setattr__(self, "_lm_head", trunk.get_output_embeddings())
 
     def state_dict(self, *args, **kwargs):  # noqa: D102 - the heads' own weights only
-        return {k: v for k, v in super().state_dict(*args, **kwargs).items() if not k.startswith("rotary.")}
+        return {
+            k: v
+            for k, v in super().state_dict(*args, **kwargs).items()
+            if not k.startswith("rotary.")
+        }
 
-    def forward_head(self, k: int, hidden: torch.Tensor, next_ids: torch.Tensor,
-                     position_ids: torch.Tensor) -> torch.Tensor:
+    def forward_head(
+        self, k: int, hidden: torch.Tensor, next_ids: torch.Tensor, position_ids: torch.Tensor
+    ) -> torch.Tensor:
         """Run head k (0-based) causally over a window.
 
         hidden:       [batch, seq, hidden]  h_k-1 at positions i
@@ -123,13 +174,16 @@ class MTPHeads(nn.Module):
         returns       [batch, seq, hidden]  h_k
         """
         head = self.heads[k]
-        x = head.proj(torch.cat([head.norm_hidden(hidden), head.norm_embed(self._embed(next_ids))], -1))
+        x = head.proj(
+            torch.cat([head.norm_hidden(hidden), head.norm_embed(self._embed(next_ids))], -1)
+        )
         seq = x.shape[1]
         mask = torch.full((seq, seq), float("-inf"), dtype=x.dtype, device=x.device).triu(1)
         mask = mask[None, None].expand(x.shape[0], 1, seq, seq)
         cos_sin = self.rotary(x, position_ids)
-        out = head.block(x, attention_mask=mask, position_ids=position_ids,
-                         position_embeddings=cos_sin)
+        out = head.block(
+            x, attention_mask=mask, position_ids=position_ids, position_embeddings=cos_sin
+        )
         return out[0] if isinstance(out, tuple) else out
 
     def logits(self, k: int, h: torch.Tensor) -> torch.Tensor:
@@ -141,7 +195,10 @@ class MTPHeads(nn.Module):
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.json").write_text(json.dumps(asdict(self.config), indent=2))
-        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(folder / "model.safetensors"))
+        save_file(
+            {k: v.contiguous() for k, v in self.state_dict().items()},
+            str(folder / "model.safetensors"),
+        )
 
     @classmethod
     def load(cls, folder: str | Path, trunk) -> MTPHeads:
@@ -155,10 +212,14 @@ class MTPHeads(nn.Module):
                 f"but the trunk has {trunk.config.hidden_size}: retrain them (flywheel train mtp)"
             )
         heads = cls(trunk, config)
-        missing, unexpected = heads.load_state_dict(load_file(str(folder / "model.safetensors")), strict=False)
+        missing, unexpected = heads.load_state_dict(
+            load_file(str(folder / "model.safetensors")), strict=False
+        )
         missing = [m for m in missing if not m.startswith("rotary.")]
         if missing or unexpected:
-            raise EngineError(f"MTP heads in {folder} do not match: missing {missing[:3]}, unexpected {unexpected[:3]}")
+            raise EngineError(
+                f"MTP heads in {folder} do not match: missing {missing[:3]}, unexpected {unexpected[:3]}"
+            )
         return heads
 
 
@@ -182,9 +243,13 @@ def checkpoint_version(folder: Path) -> str:
                 return str(version)
         except (OSError, json.JSONDecodeError):
             pass
-    weights = next((folder / f for f in WEIGHT_FILES if (folder / f).exists()), folder / "config.json")
+    weights = next(
+        (folder / f for f in WEIGHT_FILES if (folder / f).exists()), folder / "config.json"
+    )
     stat = weights.stat()
-    digest = hashlib.sha256(f"{weights}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:10]
+    digest = hashlib.sha256(f"{weights}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[
+        :10
+    ]
     return f"{folder.name}@{digest}"
 
 
@@ -219,17 +284,24 @@ def load_checkpoint(path: str | Path, device: str = "cpu", dtype: str = "float32
     trunk.to(device).eval()
     heads = None
     if (folder / "mtp" / "config.json").exists():
-        heads = MTPHeads.load(folder / "mtp", trunk).to(device=device, dtype=getattr(torch, dtype)).eval()
+        heads = (
+            MTPHeads.load(folder / "mtp", trunk)
+            .to(device=device, dtype=getattr(torch, dtype))
+            .eval()
+        )
     return Checkpoint(trunk, tokenizer, heads, checkpoint_version(folder), str(folder))
 
 
-def save_checkpoint(folder: str | Path, trunk, tokenizer, heads: MTPHeads | None = None,
-                    meta: dict | None = None) -> Path:
+def save_checkpoint(
+    folder: str | Path, trunk, tokenizer, heads: MTPHeads | None = None, meta: dict | None = None
+) -> Path:
     """Write a checkpoint folder (trunk + tokenizer [+ heads] [+ flywheel.json])."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    trunk.generation_config.eos_token_id = [tokenizer.eos_token_id,
-                                            tokenizer.convert_tokens_to_ids("<|end|>")]
+    trunk.generation_config.eos_token_id = [
+        tokenizer.eos_token_id,
+        tokenizer.convert_tokens_to_ids("<|end|>"),
+    ]
     trunk.generation_config.pad_token_id = tokenizer.pad_token_id
     trunk.save_pretrained(str(folder), safe_serialization=True)
     tokenizer.save_pretrained(str(folder))

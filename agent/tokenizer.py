@@ -46,7 +46,6 @@ def iter_source_texts(root: str | Path, max_bytes: int = 50_000_000) -> Iterator
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 8192):
     """Train a byte-level BPE and wrap it as a `PreTrainedTokenizerFast` with our chat template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     if vocab_size < 256 + len(SPECIAL_TOKENS) + 1:
         raise ValueError(f"vocab_size must be at least {256 + len(SPECIAL_TOKENS) + 1}")

@@ -18,7 +18,9 @@ def tokenizer():
     return train_tokenizer(iter_source_texts(STDLIB / "json", max_bytes=2_000_000), vocab_size=1024)
 
 
-def make_checkpoint(folder: Path, tokenizer, seed: int, size: str = "test", mtp_depth: int = 2) -> Path:
+def make_checkpoint(
+    folder: Path, tokenizer, seed: int, size: str = "test", mtp_depth: int = 2
+) -> Path:
     """A randomly initialised checkpoint (trunk + tokenizer + MTP heads) with a fixed seed."""
     import torch
 

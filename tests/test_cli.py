@@ -29,7 +29,10 @@ def test_help_lists_every_command_without_heavy_imports():
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_every_command_has_help(name):
     out = subprocess.run(
-        [sys.executable, "-m", "agent.cli", name, "--help"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "agent.cli", name, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert "usage:" in out.stdout
@@ -42,6 +45,8 @@ def test_every_command_is_documented_in_readme(name):
 
 
 def test_unknown_command_fails_clearly():
-    out = subprocess.run([sys.executable, "-m", "agent.cli", "nope"], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "nope"], capture_output=True, text=True
+    )
     assert out.returncode == 2
     assert "unknown command 'nope'" in out.stderr

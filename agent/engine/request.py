@@ -52,9 +52,7 @@ class SamplingParams:
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             raise BadRequest(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
         if not math.isfinite(self.temperature) or self.temperature < 0:
-            raise BadRequest(
-                f"temperature must be >= 0 (0 is greedy), got {self.temperature!r}"
-            )
+            raise BadRequest(f"temperature must be >= 0 (0 is greedy), got {self.temperature!r}")
         if not math.isfinite(self.top_p) or not 0 < self.top_p <= 1:
             raise BadRequest(f"top_p must be in (0, 1], got {self.top_p!r}; use 1 to disable it")
         if not isinstance(self.top_k, int) or self.top_k < 0:
