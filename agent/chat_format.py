@@ -20,6 +20,7 @@ The same template is stored in the tokenizer's config (Hugging Face `chat_templa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from typing import Any
@@ -123,10 +124,8 @@ def parse_assistant(text: str) -> tuple[str, list[ToolCall], list[str]]:
             continue
         args = obj.get("arguments", {})
         if isinstance(args, str):
-            try:
+            with contextlib.suppress(json.JSONDecodeError):
                 args = json.loads(args)
-            except json.JSONDecodeError:
-                pass
         if not isinstance(args, dict):
             errors.append(f"arguments of tool call {obj['name']!r} must be a JSON object")
             continue
