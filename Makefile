@@ -12,6 +12,10 @@ PYTEST_ARGS ?=
 .PHONY: demo test lint test-vllm test-slow setup
 
 $(STAMP): pyproject.toml
+	@# Debian packages: bubblewrap sandboxes the agent's commands (without it they need approval).
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] \
+	  && { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; } \
+	  || echo "warning: bubblewrap is missing; install it with: sudo apt-get install bubblewrap"; }
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
