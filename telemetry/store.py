@@ -267,7 +267,9 @@ CREATE INDEX training_metrics_run ON training_metrics(run_id, step);
 
 MIGRATIONS: list[Migration] = [
     Migration(1, "sessions, inline suggestions, feedback, blobs", _V1),
-    Migration(2, "agent tasks and steps, edits, outcomes, survival, rewards, models, training", _V2),
+    Migration(
+        2, "agent tasks and steps, edits, outcomes, survival, rewards, models, training", _V2
+    ),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
@@ -411,11 +413,10 @@ def open_db(path: str | os.PathLike[str], *, create: bool = True) -> sqlite_util
     (read-only, not a database), FileNotFoundError when `create` is False and it does not exist.
     """
     path = Path(path)
-    if str(path) != ":memory:":
-        if not path.exists():
-            if not create:
-                raise FileNotFoundError(f"no telemetry database at {path}")
-            path.parent.mkdir(parents=True, exist_ok=True)
+    if str(path) != ":memory:" and not path.exists():
+        if not create:
+            raise FileNotFoundError(f"no telemetry database at {path}")
+        path.parent.mkdir(parents=True, exist_ok=True)
     conn = connect(path)
     try:
         migrate(conn)
