@@ -1,0 +1,50 @@
+"""The agent harness: one langgraph loop for the editor, the command line and RL rollouts.
+
+    from agent.engine import EngineConfig, open_engine
+    from agent.harness import Harness, HarnessConfig, Workspace
+
+    harness = Harness(open_engine(EngineConfig(model="default")), Workspace("path/to/project"),
+                      HarnessConfig(max_steps=20), recorder=None, checkpoint_db="agent.db")
+    outcome = harness.start("Fix the failing test in tests/test_math.py")
+    while outcome.approval:                       # a risky action is waiting for the user
+        outcome = harness.resume(outcome.thread_id, True)
+    print(outcome.stop_reason, outcome.final, outcome.diff)
+
+Files, one concept each:
+- `graph.py`     the loop (model -> approve -> tools -> model ... -> finish), limits, approvals,
+                 checkpoints; `Harness`, `HarnessConfig`, `ApprovalPolicy`, `Outcome`
+- `state.py`     the checkpointed graph state and the stop reasons
+- `prompts.py`   system prompt, tool schemas for `Request.tools`, the compaction request
+- `tools.py`     list/read/search/outline/find_symbol/edit/write/delete/run_command/run_tests
+- `workspace.py` confined paths; filesystem or editor-buffer overlay (edits become proposals)
+- `sandbox.py`   commands under bubblewrap with time, process and output limits
+- `symbols.py`   tree-sitter definitions (Python, JS, TS, Go, Rust)
+- `repo_map.py`  the files and symbols most relevant to a task, within a token budget
+- `context.py`   what the editor adds: current file and cursor, diagnostics, recent edits
+- `recording.py` every task and step to telemetry (optional)
+
+`flywheel run` (agent/run.py) is the headless front end.
+"""
+
+from agent.harness.graph import ApprovalPolicy, Harness, HarnessConfig, Outcome, build_graph
+from agent.harness.sandbox import CommandResult, Sandbox, SandboxConfig
+from agent.harness.tools import TOOLS, ToolContext, ToolsConfig, edit_text, run_tool
+from agent.harness.workspace import Workspace, WorkspaceError
+
+__all__ = [
+    "TOOLS",
+    "ApprovalPolicy",
+    "CommandResult",
+    "Harness",
+    "HarnessConfig",
+    "Outcome",
+    "Sandbox",
+    "SandboxConfig",
+    "ToolContext",
+    "ToolsConfig",
+    "Workspace",
+    "WorkspaceError",
+    "build_graph",
+    "edit_text",
+    "run_tool",
+]
