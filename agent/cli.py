@@ -15,6 +15,8 @@ import sys
 
 # name -> (module that implements it, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("agent.run", "run an agent task headless in a workspace"),
+    "lsp": ("lsp.cli", "language server for editors (stdio; --tcp for debugging)"),
     "serve": ("agent.serve", "OpenAI-compatible HTTP server over the engine (127.0.0.1)"),
     "generate": ("agent.engine.cli", "generate text from a prompt with the engine"),
     "bench": ("agent.engine.bench", "benchmarks: `bench engine` measures decoding speed"),

@@ -1,0 +1,105 @@
+"""`flywheel lsp`: start the language server on stdio (what editors run) or TCP (debugging).
+
+    flywheel lsp                                  # stdio, the editor starts it
+    flywheel lsp --model ./ckpt --consent metrics # defaults that client settings may override
+    flywheel lsp --tcp --port 2087                # attach a client by hand; logs to stderr
+
+This is the only place that reads the environment: the telemetry database defaults to
+$FLYWHEEL_DB, else $XDG_DATA_HOME/flywheel/telemetry.db (~/.local/share when unset).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+
+def _default_db() -> str:
+    if os.environ.get("FLYWHEEL_DB"):
+        return os.environ["FLYWHEEL_DB"]
+    from telemetry.store import default_path
+
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return str(default_path(data_home))
+
+
+class _OnceFilter(logging.Filter):
+    """Let the first record with this message through; pygls logs every malformed message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message, self.seen = message, False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage() != self.message:
+            return True
+        seen, self.seen = self.seen, True
+        return not seen
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="flywheel lsp",
+        description="The Flywheel language server: inline completions, agent tasks with "
+        "reviewable edits, feedback and kept-code tracking, over LSP.",
+    )
+    transport = p.add_argument_group("transport")
+    transport.add_argument("--tcp", action="store_true", help="serve TCP instead of stdio")
+    transport.add_argument("--host", default="127.0.0.1", help="TCP address (default 127.0.0.1)")
+    transport.add_argument("--port", type=int, default=2087, help="TCP port (default 2087)")
+    model = p.add_argument_group("defaults (the client's settings override them)")
+    model.add_argument(
+        "--model", help="'default', a checkpoint folder, or an OpenAI-compatible URL"
+    )
+    model.add_argument("--consent", choices=("off", "metrics", "code"), help="telemetry consent")
+    model.add_argument("--db", help="telemetry SQLite file (default: $FLYWHEEL_DB or XDG data)")
+    debug = p.add_argument_group("debugging")
+    debug.add_argument("--log-file", help="write the server log here (default: stderr)")
+    debug.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING, ERROR")
+    debug.add_argument(
+        "--manual-clock",
+        action="store_true",
+        help="tests only: time moves by the flywheel/debug/advanceClock request",
+    )
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    level = getattr(logging, str(args.log_level).upper(), None)
+    if not isinstance(level, int):
+        print(f"flywheel lsp: unknown --log-level {args.log_level!r}", file=sys.stderr)
+        return 2
+    handler: logging.Handler = (
+        logging.FileHandler(args.log_file) if args.log_file else logging.StreamHandler(sys.stderr)
+    )
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+    # pygls logs every message body at INFO: a 5 MB didOpen must not be copied into the log.
+    logging.getLogger("pygls").setLevel(max(level, logging.WARNING))
+    logging.getLogger("pygls.server").addFilter(_OnceFilter("Unable to handle message"))
+
+    from lsp.server import configure
+
+    try:
+        server = configure(
+            model=args.model,
+            consent=args.consent,
+            db_path=args.db or _default_db(),
+            manual_clock=args.manual_clock,
+        )
+    except ValueError as exc:
+        print(f"flywheel lsp: {exc}", file=sys.stderr)
+        return 2
+    if args.tcp:
+        server.start_tcp(args.host, args.port)
+    else:
+        server.start_io()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,361 @@
+"""Inline completion: from a cursor position to one suggestion, with cancel-previous and a cache.
+
+Vocabulary:
+  suggestion    one model output offered at one cursor position (a `suggestions` row, kind
+                "inline"); it carries an id that travels in the item's `command` arguments
+  superseded    a newer request for the same document arrived: a running generation is
+                cancelled (its engine request stops within one decoding step) and recorded
+                `cancelled`; an unanswered earlier suggestion is recorded `superseded`
+  typed-through the user typed the first characters of the current suggestion: the rest is
+                offered again at once, without calling the model
+
+The prompt is fill-in-the-middle (`agent.chat_format.render_fim`): the text before the cursor
+(at most `max_prefix_chars`, preceded by up to `max_neighbour_chars` of other open documents of
+the same language, each introduced by a comment naming it) and the text after the cursor (at
+most `max_suffix_chars`). Its UTF-8 length is kept under the engine's context length minus the
+output budget: a byte-level BPE never makes more tokens than bytes.
+
+What it does not do: talk LSP (server.py converts to and from lsprotocol types) or write
+telemetry itself (it calls `record`, which the server binds to the session).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.chat_format import END, EOS, SPECIAL_TOKENS, render_fim
+from agent.engine import Cancelled, EngineError, Request, SamplingParams
+from lsp.model_host import ModelHost
+from lsp.settings import CompletionSettings, ModelSettings
+
+log = logging.getLogger("flywheel.lsp")
+
+LINE_COMMENT = {"python": "#", "shellscript": "#", "ruby": "#", "yaml": "#", "toml": "#", "r": "#"}
+STOP = ["\n\n\n"]  # a blank gap ends a suggestion; the model's end-of-text token does too
+
+
+@dataclass
+class Suggestion:
+    id: str
+    uri: str
+    version: int
+    offset: int  # cursor offset (code points) the text is inserted at
+    prefix: str  # text before the cursor when it was made (for typed-through)
+    text: str
+    created_at: float
+    resolved: bool = False  # accepted, rejected or superseded: no more lifecycle events
+
+
+@dataclass
+class Inflight:
+    token: object
+    cancel: threading.Event
+    suggestion_id: str | None = None
+
+
+@dataclass
+class Neighbour:
+    uri: str
+    text: str
+
+
+def build_prompt(
+    prefix: str,
+    suffix: str,
+    language: str,
+    neighbours: list[Neighbour],
+    settings: CompletionSettings,
+    max_prompt_bytes: int,
+) -> str:
+    """The FIM prompt for a cursor between `prefix` and `suffix`, within `max_prompt_bytes`."""
+    prefix = prefix[-settings.max_prefix_chars :] if settings.max_prefix_chars else ""
+    suffix = suffix[: settings.max_suffix_chars]
+    comment = LINE_COMMENT.get(language, "//")
+    context = ""
+    budget = settings.max_neighbour_chars
+    for n in neighbours:
+        if budget <= 0:
+            break
+        name = n.uri.rsplit("/", 1)[-1]
+        piece = f"{comment} {name}\n{n.text[:budget]}\n\n"
+        context += piece
+        budget -= len(piece)
+    prompt = render_fim(context + prefix, suffix)
+    while len(prompt.encode("utf-8")) > max_prompt_bytes and (context or prefix or suffix):
+        over = len(prompt.encode("utf-8")) - max_prompt_bytes
+        cut = max(1, over // 3)  # a character is at most 4 UTF-8 bytes; cut in coarse steps
+        if context:
+            context = context[cut:]
+        elif prefix:
+            prefix = prefix[cut:]
+        else:
+            suffix = suffix[: max(0, len(suffix) - cut)]
+        prompt = render_fim(context + prefix, suffix)
+    return prompt
+
+
+def clean_output(text: str, suffix: str) -> str:
+    """Cut at end-of-text, remove other special tokens, drop trailing blanks, and drop a tail that repeats the suffix."""
+    for token in (EOS, END):
+        cut = text.find(token)
+        if cut >= 0:
+            text = text[:cut]
+    for token in SPECIAL_TOKENS:
+        text = text.replace(token, "")
+    text = text.rstrip()
+    head = suffix.lstrip()[:200]
+    for size in range(min(len(text), len(head)), 0, -1):
+        if text.endswith(head[:size]) and size >= 4:
+            text = text[:-size].rstrip()
+            break
+    return text
+
+
+class Cache:
+    """A small LRU of (context key -> text) with an age limit."""
+
+    def __init__(self, size: int, ttl_s: float, clock: Callable[[], float]) -> None:
+        self.size, self.ttl_s, self.clock = size, ttl_s, clock
+        self._items: OrderedDict[str, tuple[str, float]] = OrderedDict()
+
+    @staticmethod
+    def key(*parts: str) -> str:
+        h = hashlib.sha256()
+        for p in parts:
+            h.update(p.encode("utf-8", "surrogatepass"))
+            h.update(b"\x00")
+        return h.hexdigest()
+
+    def get(self, key: str) -> str | None:
+        item = self._items.get(key)
+        if item is None or self.clock() - item[1] > self.ttl_s:
+            self._items.pop(key, None)
+            return None
+        self._items.move_to_end(key)
+        return item[0]
+
+    def put(self, key: str, text: str) -> None:
+        self._items[key] = (text, self.clock())
+        self._items.move_to_end(key)
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+
+@dataclass
+class CompletionService:
+    host: ModelHost
+    record: Callable[..., str | None]  # record(kind, **fields), bound to the session
+    clock: Callable[[], float] = time.monotonic
+    cache: Cache | None = None
+    suggestions: OrderedDict[str, Suggestion] = field(default_factory=OrderedDict)
+    _inflight: dict[str, Inflight] = field(default_factory=dict)
+    _last: dict[str, str] = field(default_factory=dict)  # uri -> latest suggestion id
+
+    async def complete(
+        self,
+        *,
+        uri: str,
+        version: int,
+        text: str,
+        offset: int,
+        language: str,
+        trigger: str,
+        neighbours: list[Neighbour],
+        settings: CompletionSettings,
+        model: ModelSettings,
+    ) -> Suggestion | None:
+        """One suggestion at `offset` of `text`, or None (superseded, empty, or engine error)."""
+        if self.cache is None or self.cache.size != settings.cache_size:
+            self.cache = Cache(settings.cache_size, settings.cache_ttl_s, self.clock)
+        previous = self._inflight.pop(uri, None)
+        if previous is not None:
+            previous.cancel.set()
+        me = Inflight(token=object(), cancel=threading.Event())
+        self._inflight[uri] = me
+        try:
+            return await self._complete(
+                me, uri, version, text, offset, language, trigger, neighbours, settings, model
+            )
+        finally:
+            if self._inflight.get(uri) is me:
+                del self._inflight[uri]
+
+    async def _complete(
+        self,
+        me: Inflight,
+        uri: str,
+        version: int,
+        text: str,
+        offset: int,
+        language: str,
+        trigger: str,
+        neighbours: list[Neighbour],
+        settings: CompletionSettings,
+        model: ModelSettings,
+    ) -> Suggestion | None:
+        prefix, suffix = text[:offset], text[offset:]
+        self._supersede_last(uri, prefix)
+        # Typed-through: the user typed the start of the last suggestion.
+        last = self.suggestions.get(self._last.get(uri, ""))
+        if last is not None and prefix.startswith(last.prefix) and len(prefix) > len(last.prefix):
+            typed = prefix[len(last.prefix) :]
+            if last.text.startswith(typed) and len(typed) < len(last.text):
+                return self._remember(uri, version, offset, prefix, last.text[len(typed) :], None)
+        key = Cache.key(
+            uri, prefix[-settings.max_prefix_chars :], suffix[: settings.max_suffix_chars]
+        )
+        assert self.cache is not None
+        cached = self.cache.get(key)
+        if cached is not None:
+            return self._remember(uri, version, offset, prefix, cached, None)
+        if trigger == "automatic" and settings.debounce_ms:
+            await asyncio.sleep(settings.debounce_ms / 1000)
+            if me.cancel.is_set():
+                return None
+        try:
+            engine = await self.host.get(model)
+        except EngineError:
+            return None  # the host has logged it and sent the status once
+        max_prompt = engine.context_length - settings.max_tokens - 8
+        prompt = build_prompt(prefix, suffix, language, neighbours, settings, max_prompt)
+        sid = uuid.uuid4().hex
+        me.suggestion_id = sid
+        request = Request(
+            prompt=prompt,
+            params=SamplingParams(
+                max_tokens=settings.max_tokens,
+                temperature=settings.temperature,
+                seed=settings.seed if settings.seed >= 0 else None,
+                stop=list(STOP),
+                logprobs=False,
+            ),
+            cancel=me.cancel,
+            request_id=sid,
+        )
+        started = time.perf_counter()
+        try:
+            result = await self.host.call(engine.generate, request)
+        except (Cancelled, asyncio.CancelledError) as exc:
+            self._record_cancelled(sid, uri, version, language, trigger, prefix, suffix)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return None
+        except EngineError as exc:
+            log.error("inline completion failed: %s", exc)
+            self.host.error_once(str(exc))
+            return None
+        latency_ms = (time.perf_counter() - started) * 1000
+        sample = result.completions[0]
+        if sample.finish_reason == "cancelled" or me.cancel.is_set():
+            self._record_cancelled(sid, uri, version, language, trigger, prefix, suffix)
+            return None
+        output = clean_output(sample.text, suffix)
+        m = result.metrics
+        self.record(
+            "suggestion",
+            id=sid,
+            kind="inline",
+            trigger=trigger,
+            document_uri=uri,
+            document_version=version,
+            language=language,
+            context=_context(prefix, suffix, neighbours),
+            output=output,
+            latency_ms=latency_ms,
+            ttft_ms=m.ttft_s * 1000,
+            prompt_tokens=m.prompt_tokens,
+            output_tokens=m.output_tokens,
+            drafts_proposed=m.drafts_proposed,
+            drafts_accepted=m.drafts_accepted,
+            mean_acceptance_length=m.mean_acceptance_length,
+            model_version=sample.model_version or engine.model_version,
+        )
+        if not output:
+            self.record("suggestion_event", suggestion_id=sid, event="ignored")
+            return None
+        self.cache.put(key, output)
+        return self._remember(uri, version, offset, prefix, output, sid)
+
+    def _remember(
+        self, uri: str, version: int, offset: int, prefix: str, text: str, sid: str | None
+    ) -> Suggestion:
+        if sid is None:  # a cached or typed-through repeat: the same text, a new offer
+            sid = uuid.uuid4().hex
+            self.record(
+                "suggestion",
+                id=sid,
+                kind="inline",
+                trigger="cache",
+                document_uri=uri,
+                document_version=version,
+                output=text,
+                latency_ms=0.0,
+            )
+        s = Suggestion(sid, uri, version, offset, prefix, text, self.clock())
+        self.suggestions[sid] = s
+        self._last[uri] = sid
+        while len(self.suggestions) > 256:
+            self.suggestions.popitem(last=False)
+        return s
+
+    def _supersede_last(self, uri: str, prefix: str) -> None:
+        last = self.suggestions.get(self._last.get(uri, ""))
+        if last is not None and not last.resolved:
+            last.resolved = True
+            self.record("suggestion_event", suggestion_id=last.id, event="superseded")
+
+    def _record_cancelled(
+        self,
+        sid: str,
+        uri: str,
+        version: int,
+        language: str,
+        trigger: str,
+        prefix: str,
+        suffix: str,
+    ) -> None:
+        self.record(
+            "suggestion",
+            id=sid,
+            kind="inline",
+            trigger=trigger,
+            document_uri=uri,
+            document_version=version,
+            language=language,
+            context=_context(prefix, suffix, []),
+        )
+        self.record("suggestion_event", suggestion_id=sid, event="cancelled")
+
+    def resolve(self, sid: str, event: str, accepted_chars: int | None = None) -> Suggestion | None:
+        """Record a lifecycle event from the client; None for an unknown suggestion."""
+        s = self.suggestions.get(sid)
+        if s is None:
+            return None
+        if event in ("accepted", "rejected"):
+            if s.resolved and event == "rejected":
+                return s
+            s.resolved = True
+        fields: dict[str, Any] = {}
+        if event == "accepted":
+            fields["accepted_chars"] = len(s.text)
+        elif accepted_chars is not None:
+            fields["accepted_chars"] = max(0, min(int(accepted_chars), len(s.text)))
+        self.record("suggestion_event", suggestion_id=sid, event=event, **fields)
+        return s
+
+
+def _context(prefix: str, suffix: str, neighbours: list[Neighbour]) -> dict[str, Any]:
+    return {
+        "prefix": prefix[-2000:],
+        "suffix": suffix[:500],
+        "neighbours": [n.uri for n in neighbours],
+    }

@@ -1,0 +1,169 @@
+"""The engine behind the language server: opened off the event loop, swapped on model change.
+
+What it does: opens `agent.engine.open_engine` in a worker thread the first time a feature needs
+it (so `initialize` answers at once), runs every engine call in worker threads (the event loop
+keeps reading the client while a model decodes), counts running calls to report busy/idle, and
+swaps the weights when the `model` setting changes. Every state change goes to `on_status`, which
+the server turns into a `flywheel/status` notification.
+
+What it does not do: build prompts or decide what to record. A failed load is remembered: callers
+get `EngineError` with the reason at once (no retry storm) until the model setting changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from agent.engine import Engine, EngineConfig, EngineError, Request, Result
+from lsp.settings import ModelSettings
+
+log = logging.getLogger("flywheel.lsp")
+
+
+class ModelHost:
+    def __init__(
+        self,
+        on_status: Callable[[dict[str, Any]], None],
+        on_error: Callable[[str], None],
+        workers: int = 4,
+    ) -> None:
+        self.on_status = on_status
+        self.on_error = on_error
+        self._errors_shown: set[str] = set()
+        self.engine: Engine | None = None
+        self.settings: ModelSettings | None = None
+        self.error: str | None = None
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flywheel-engine")
+        self._loading: asyncio.Future[Engine] | None = None
+        self._opening = False
+        self._running = 0
+        self._lock = threading.Lock()
+
+    @property
+    def version(self) -> str:
+        return self.engine.model_version if self.engine is not None else ""
+
+    def status(self) -> dict[str, Any]:
+        if self.error:
+            state = "error"
+        elif self._opening:
+            state = "loading"
+        elif self.engine is None:
+            state = "stopped"
+        else:
+            state = "busy" if self._running else "idle"
+        return {"state": state, "modelVersion": self.version, "message": self.error or ""}
+
+    def _report(self) -> None:
+        try:
+            self.on_status(self.status())
+        except Exception:  # a closed transport must not break a request
+            log.debug("status notification failed", exc_info=True)
+
+    async def get(self, settings: ModelSettings) -> Engine:
+        """The engine for `settings`, opened (or swapped) first if needed."""
+        if self.engine is not None and settings == self.settings:
+            return self.engine
+        if self.error and settings == self.settings:
+            raise EngineError(self.error)
+        if self._loading is None or self._loading.done() or settings != self.settings:
+            self._opening = True
+            self._loading = asyncio.ensure_future(self._open(settings))
+            self._report()
+        return await asyncio.shield(self._loading)
+
+    async def _open(self, settings: ModelSettings) -> Engine:
+        loop = asyncio.get_running_loop()
+        old, old_settings = self.engine, self.settings
+        self.settings, self.error, self._opening = settings, None, True
+        same_backend = old_settings is not None and (
+            (settings.backend, settings.device) == (old_settings.backend, old_settings.device)
+        )
+        try:
+            if old is not None and same_backend:
+                await loop.run_in_executor(self._pool, old.swap, settings.name)
+                engine = old
+            else:
+                config = EngineConfig(
+                    model=settings.name, backend=settings.backend, device=settings.device
+                )
+                engine = await loop.run_in_executor(self._pool, _open_engine, config)
+                if old is not None:
+                    self._pool.submit(old.close)
+        except Exception as exc:
+            self._opening = False
+            self.engine = None if old is None else old
+            self.error = _describe(exc, settings)
+            self.error_once(self.error)
+            self._report()
+            raise EngineError(self.error) from exc
+        self.engine, self._opening = engine, False
+        self._report()
+        return engine
+
+    def error_once(self, message: str) -> None:
+        """Log an engine error and tell the user, once per distinct message."""
+        if message in self._errors_shown:
+            return
+        self._errors_shown.add(message)
+        log.error("%s", message)
+        try:
+            self.on_error(message)
+        except Exception:
+            log.debug("error notification failed", exc_info=True)
+
+    async def call(self, fn: Callable[[Request], Any], request: Request) -> Any:
+        """Run `fn(request)` (engine.generate, ...) in a worker; cancel the request if abandoned."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            self._running += 1
+            first = self._running == 1
+        if first:
+            self._report()
+        try:
+            return await loop.run_in_executor(self._pool, fn, request)
+        except asyncio.CancelledError:
+            if request.cancel is not None:
+                request.cancel.set()
+            raise
+        finally:
+            with self._lock:
+                self._running -= 1
+                last = self._running == 0
+            if last:
+                self._report()
+
+    async def generate(self, settings: ModelSettings, request: Request) -> Result:
+        engine = await self.get(settings)
+        return await self.call(engine.generate, request)
+
+    def close(self) -> None:
+        if self.engine is not None:
+            try:
+                self.engine.close()
+            except Exception:
+                log.debug("engine close failed", exc_info=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _open_engine(config: EngineConfig) -> Engine:
+    from agent.engine import open_engine
+
+    return open_engine(config)
+
+
+def _describe(exc: BaseException, settings: ModelSettings) -> str:
+    if isinstance(exc, ImportError):
+        return (
+            f"the {settings.backend} engine backend is not available ({exc}); "
+            "install Flywheel with its dependencies or choose another model.backend"
+        )
+    return (
+        f"cannot open model {settings.name!r}: {exc}. Set flywheel.model.name to a checkpoint "
+        "folder, 'default', or an OpenAI-compatible URL"
+    )

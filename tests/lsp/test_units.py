@@ -1,0 +1,80 @@
+"""Pure parts of the server: UTF-16 positions, settings parsing, survival tracking, hunks."""
+
+from __future__ import annotations
+
+from lsprotocol import types
+
+from lsp.agent_tasks import Proposal, StaleProposal, hunks_between
+from lsp.documents import offset_at, position_at
+from lsp.feedback import SurvivalTracker
+from lsp.settings import Settings, parse_settings
+
+
+def test_utf16_positions_round_trip_through_emoji_and_cjk():
+    text = "a😀中b\n😀x"
+    assert offset_at(text, types.Position(0, 4)) == 3  # a(1) 😀(2) 中(1)
+    assert position_at(text, 3) == types.Position(0, 4)
+    assert offset_at(text, types.Position(1, 2)) == 6  # line 1 starts at 5
+    assert position_at(text, 7) == types.Position(1, 3)
+    assert offset_at(text, types.Position(0, 99)) == 4  # past the line's end: its end
+    assert offset_at(text, types.Position(9, 0)) == len(text)
+
+
+def test_settings_overlay_camel_case_and_reject_bad_values():
+    s, warnings = parse_settings(
+        {
+            "model": {"name": "/ckpt"},
+            "completion": {"debounceMs": 5, "maxTokens": "many"},
+            "telemetry": {"consent": "everything"},
+            "colour": "blue",
+        }
+    )
+    assert s.model.name == "/ckpt" and s.completion.debounce_ms == 5
+    assert s.completion.max_tokens == Settings().completion.max_tokens
+    assert s.telemetry.consent == "code"
+    assert len(warnings) == 3 and any("colour" in w for w in warnings)
+
+
+def test_survival_follows_edits_with_an_injected_clock():
+    now = [0.0]
+    tracker = SurvivalTracker(clock=lambda: now[0])
+    doc = "x = 1\nreturn a + b\n"
+    assert tracker.track("s1", "u", doc, 6, "return a + b")
+    insert = types.TextDocumentContentChangePartial(
+        range=types.Range(start=types.Position(0, 0), end=types.Position(0, 0)), text="# 😀\n"
+    )
+    swap = types.TextDocumentContentChangePartial(
+        range=types.Range(start=types.Position(2, 9), end=types.Position(2, 10)), text="-"
+    )
+    assert tracker.on_change("u", [insert, swap]) == []
+    now[0] = 29.0
+    assert tracker.due() == []
+    now[0] = 130.0
+    checks = tracker.due()
+    assert [(c.after_s, c.accepted_chars, c.surviving_chars) for c in checks] == [
+        (30, 12, 11),
+        (120, 12, 11),
+    ]
+
+
+def test_deleting_accepted_text_at_once_is_an_undo():
+    now = [0.0]
+    tracker = SurvivalTracker(clock=lambda: now[0])
+    tracker.track("s1", "u", "abc", 0, "abc")
+    delete = types.TextDocumentContentChangePartial(
+        range=types.Range(start=types.Position(0, 0), end=types.Position(0, 3)), text=""
+    )
+    assert tracker.on_change("u", [delete]) == ["s1"]
+
+
+def test_stale_proposal_is_refused():
+    base = "a\nb\nc\n"
+    proposal = Proposal("p", "u", 1, base, hunks_between(base, "a\nB\nc\n"))
+    edit, after = proposal.edit_for(0, base, 1)
+    assert after == "a\nB\nc\n" and edit.edits[0].new_text == "B\n"
+    try:
+        proposal.edit_for(0, base + "more", 2)
+    except StaleProposal as exc:
+        assert "changed since" in str(exc)
+    else:
+        raise AssertionError("a changed document must be refused")
