@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("agent.serve", "OpenAI-compatible HTTP server over the engine (127.0.0.1)"),
     "generate": ("agent.engine.cli", "generate text from a prompt with the engine"),
     "bench": ("agent.engine.bench", "benchmarks: `bench engine` measures decoding speed"),
+    "train": ("training.cli", "build data and tasks; run a training stage from a recipe"),
     "tokenizer": ("agent.tokenizer", "train a byte-level BPE tokenizer from source files"),
     "telemetry": ("telemetry.cli", "the local session log: stats, export, import, forget, rewards"),
 }

@@ -1,0 +1,227 @@
+"""The training loop and the stages, at the smallest scale that shows each behaviour."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from training.loop import TrainingError, latest_checkpoint, train
+from training.recipe import Recipe
+
+ROOT = Path(__file__).parents[2]
+
+
+def tiny(stage: str, out: Path, **overrides) -> Recipe:
+    values = dict(
+        name=f"tiny-{stage}",
+        stage=stage,
+        out=str(out),
+        model_size="test",
+        seq_len=32,
+        batch_size=4,
+        steps=6,
+        lr=3e-3,
+        warmup_steps=1,
+        log_every=1,
+        eval_every=3,
+        eval_batches=1,
+        save_every=3,
+        device="cpu",
+    )
+    values.update(overrides)
+    return Recipe(**values)
+
+
+def _records(out: Path, kind: str) -> list[dict]:
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == kind]
+
+
+def test_pretrain_loss_decreases_and_writes_a_loadable_model(tmp_path, corpus):
+    from agent.model import load_checkpoint
+
+    out = tmp_path / "run"
+    final = train(
+        tiny("pretrain", out, data=str(corpus), steps=8, save_every=8, eval_every=8), progress=False
+    )
+    losses = [r["loss"] for r in _records(out, "train")]
+    assert len(losses) == 8 and sum(losses[-3:]) / 3 < sum(losses[:3]) / 3
+    assert (out / "loss.png").stat().st_size > 0
+    ckpt = load_checkpoint(final)
+    assert json.loads((final / "flywheel.json").read_text())["stage"] == "pretrain"
+    assert ckpt.trunk.config.vocab_size >= len(ckpt.tokenizer)
+
+
+def test_resume_continues_the_step_count_and_the_curve(tmp_path, corpus):
+    out = tmp_path / "run"
+    recipe = tiny("pretrain", out, data=str(corpus), steps=6)
+    train(recipe, progress=False)
+    ckpts = out / "checkpoints"
+    uninterrupted = torch.load(ckpts / "step_0000006" / "trainer.pt", weights_only=False)["model"]
+
+    # Now the state a kill during the save at step 6 leaves: step 3 is the last complete
+    # checkpoint, a half-written temporary folder, and metrics logged after step 3.
+    shutil.rmtree(ckpts / "step_0000006")
+    (ckpts / "latest").write_text("step_0000003")
+    (ckpts / ".step_0000006.tmp").mkdir()
+    (ckpts / ".step_0000006.tmp" / "trainer.pt").write_bytes(b"half")
+    with (out / "metrics.jsonl").open("a") as handle:
+        handle.write('{"step": 5, "kind": "train", "loss": 99.0}\n{"step": 6, "ki')
+
+    train(recipe, progress=False)
+    records = _records(out, "train")
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert 99.0 not in [r["loss"] for r in records]
+    assert latest_checkpoint(ckpts).name == "step_0000006"
+    assert not list(ckpts.glob(".*.tmp"))
+    resumed = torch.load(ckpts / "step_0000006" / "trainer.pt", weights_only=False)["model"]
+    assert all(torch.allclose(uninterrupted[k], resumed[k], atol=1e-6) for k in resumed)
+
+
+def test_refuses_to_resume_another_recipes_checkpoint(tmp_path, corpus):
+    out = tmp_path / "run"
+    train(tiny("pretrain", out, data=str(corpus), steps=3), progress=False)
+    with pytest.raises(TrainingError, match="belongs to recipe 'tiny-pretrain'"):
+        train(tiny("pretrain", out, data=str(corpus), steps=6, name="other"), progress=False)
+
+
+def test_sft_mask_covers_assistant_tokens_only(tokenizer):
+    from training.stages import assistant_mask
+
+    messages = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "hi there"},
+        {
+            "role": "assistant",
+            "content": "let me look",
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "a.py"}'},
+                }
+            ],
+        },
+        {"role": "tool", "content": "x = 1"},
+        {"role": "assistant", "content": "done"},
+    ]
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    mask = assistant_mask(tokenizer, ids)
+    learned = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
+    assert learned == (
+        'let me look<|tool_call|>{"name": "read_file", "arguments": '
+        '{"path": "a.py"}}<|/tool_call|><|end|>done<|end|>'
+    )
+
+
+def test_sft_stage_trains_on_trajectories(tmp_path, tiny_checkpoint):
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": f"say {w}"},
+                {"role": "assistant", "content": f"{w} {w} {w}"},
+            ]
+        }
+        for w in ("apple", "pear", "plum", "fig")
+    ] * 10
+    data = tmp_path / "sft.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    out = tmp_path / "run"
+    train(
+        tiny(
+            "sft",
+            out,
+            init=str(tiny_checkpoint),
+            sft_data=[str(data)],
+            steps=15,
+            lr=1e-2,
+            save_every=15,
+            eval_every=15,
+        ),
+        progress=False,
+    )
+    losses = [r["loss"] for r in _records(out, "train")]
+    assert losses[-1] < losses[0] / 2
+
+
+def test_mtp_distillation_reduces_kl_with_the_trunk_frozen(tmp_path, corpus, tiny_checkpoint):
+    from agent.model import load_checkpoint
+
+    out = tmp_path / "run"
+    before = load_checkpoint(tiny_checkpoint).trunk.state_dict()
+    final = train(
+        tiny(
+            "mtp",
+            out,
+            init=str(tiny_checkpoint),
+            data=str(corpus),
+            steps=6,
+            lr=1e-2,
+            eval_every=6,
+            save_every=6,
+        ),
+        progress=False,
+    )
+    train_records = _records(out, "train")
+    first, last = train_records[0], train_records[-1]
+    assert last["kl_head0"] < first["kl_head0"] and last["kl_head1"] < first["kl_head1"]
+    ckpt = load_checkpoint(final)
+    assert ckpt.heads is not None and len(ckpt.heads.heads) == 2
+    after = ckpt.trunk.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_long_context_reports_loss_before_and_after(tmp_path, corpus, tiny_checkpoint):
+    out = tmp_path / "run"
+    final = train(
+        tiny(
+            "long_context",
+            out,
+            init=str(tiny_checkpoint),
+            data=str(corpus),
+            seq_len=64,
+            eval_seq_len=64,
+            steps=2,
+            eval_every=2,
+            save_every=2,
+        ),
+        progress=False,
+    )
+    meta = json.loads((final / "flywheel.json").read_text())
+    assert meta["long_loss_before"] > 0 and meta["eval_loss_long"] > 0
+    config = json.loads((final / "config.json").read_text())
+    assert config["rope_parameters"]["rope_type"] == "linear"
+    assert config["rope_parameters"]["factor"] == 4.0
+
+
+def test_cli_runs_a_stage_and_reports_bad_input(tmp_path, corpus):
+    from training.cli import main
+
+    recipe = ROOT / "training" / "recipes" / "pretrain.toml"
+    args = [
+        "pretrain",
+        "--recipe",
+        str(recipe),
+        "--no-progress",
+        "--set",
+        f"data={corpus}",
+        "--set",
+        f"out={tmp_path / 'run'}",
+        "--set",
+        "model_size=test",
+        "--set",
+        "seq_len=16",
+        "--set",
+        "batch_size=2",
+        "--set",
+        "steps=2",
+        "--set",
+        "eval_batches=1",
+    ]
+    assert main(args) == 0
+    assert main(["sft", "--recipe", str(recipe)]) == 1  # recipe for another stage
+    assert main(["pretrain", "--recipe", str(tmp_path / "missing.toml")]) == 1

@@ -1,0 +1,55 @@
+"""Every recipe file loads; bad recipes and overrides fail clearly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from training.recipe import RecipeError, load_recipe, parse_overrides
+
+RECIPES = sorted((Path(__file__).parents[2] / "training" / "recipes").glob("*.toml"))
+
+
+def test_there_is_a_recipe_per_stage():
+    assert {load_recipe(p).stage for p in RECIPES} == {"pretrain", "long_context", "sft", "mtp"}
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_recipe_loads_and_says_how_to_launch(path):
+    recipe = load_recipe(path)
+    assert recipe.name and recipe.out
+    assert f"flywheel train {recipe.stage}" in path.read_text().split("\nname")[0]
+
+
+@pytest.mark.parametrize("path", sorted(RECIPES[0].parent.glob("ds_*.json")), ids=lambda p: p.name)
+def test_deepspeed_configs_are_deepspeeds_own_json(path):
+    from training.loop import deepspeed_config
+
+    config = json.loads(path.read_text())
+    assert config["zero_optimization"]["stage"] in (2, 3)
+    filled = deepspeed_config(load_recipe(RECIPES[0], {"deepspeed": str(path), "batch_size": 3}))
+    assert filled["train_micro_batch_size_per_gpu"] == 3
+
+
+def test_overrides_and_errors(tmp_path):
+    assert parse_overrides(["steps=10", "lr=1e-3", "out=runs/x", 'sft_data=["a", "b"]']) == {
+        "steps": 10,
+        "lr": 0.001,
+        "out": "runs/x",
+        "sft_data": ["a", "b"],
+    }
+    recipe = load_recipe(RECIPES[0], {"steps": 7, "lr": 1})
+    assert recipe.steps == 7 and recipe.lr == 1.0
+    with pytest.raises(RecipeError, match="unknown key"):
+        load_recipe(RECIPES[0], {"stpes": 7})
+    with pytest.raises(RecipeError, match="must be int"):
+        load_recipe(RECIPES[0], {"steps": "many"})
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\nstage = "sft"\nout = "o"\n')
+    with pytest.raises(RecipeError, match="set `init`"):
+        load_recipe(bad)
+    bad.write_text("name = ")
+    with pytest.raises(RecipeError, match="not valid TOML"):
+        load_recipe(bad)

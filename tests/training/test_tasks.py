@@ -1,0 +1,128 @@
+"""Synthetic tasks: verified at generation, oracle trajectories in the chat format, fast apply."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from agent.chat_format import parse_assistant
+from training.tasks import (
+    TEMPLATES,
+    Task,
+    TaskRejected,
+    apply_hunks,
+    bugfix_tasks,
+    edit_sketch,
+    edit_tasks,
+    export,
+    fast_apply_example,
+    hunks_for,
+    load_tasks,
+    make_project,
+    mutations,
+    oracle_trajectory,
+    project_files,
+    run_tests,
+    verify,
+)
+
+EDIT_FAMILIES = {
+    "edit/rename",
+    "edit/constant",
+    "edit/add_parameter",
+    "edit/add_import",
+    "edit/remove_function",
+}
+
+
+@pytest.fixture(scope="module")
+def tasks() -> list[Task]:
+    project = make_project("totals", 3)
+    rng = random.Random(0)
+    edits = [verify(t) for t in edit_tasks(project, rng, heldout_fraction=0.5)]
+    return edits + bugfix_tasks(project, rng, heldout_fraction=0.5, limit=4)
+
+
+@pytest.mark.parametrize("template", sorted(TEMPLATES))
+def test_every_template_makes_a_passing_project(template):
+    code, output = run_tests(project_files(make_project(template, 7)))
+    assert code == 0, output
+
+
+def test_tasks_fail_before_and_pass_after(tasks):
+    assert {t.family for t in tasks} >= EDIT_FAMILIES
+    assert any(t.family.startswith("bugfix/") for t in tasks)
+    for task in tasks[:: max(1, len(tasks) // 4)]:  # spot-check: verify() already ran them all
+        assert run_tests(task.files)[0] != 0
+        assert run_tests({**task.files, **task.solution})[0] == 0
+    assert len({t.split for t in tasks}) == 1  # one project -> one split
+
+
+def test_a_task_whose_tests_pass_before_the_fix_is_rejected():
+    project = make_project("grades", 1)
+    files = project_files(project)
+    task = Task("x", "bugfix/none", project.key, "train", "fix it", files, {})
+    with pytest.raises(TaskRejected, match="already pass"):
+        verify(task)
+
+
+def test_mutations_cover_the_bug_families():
+    families = {m.family for m in mutations(make_project("ranges", 0).source)}
+    assert families == {
+        "bugfix/operator_swap",
+        "bugfix/comparison",
+        "bugfix/off_by_one",
+        "bugfix/swapped_arguments",
+    }
+
+
+def test_hunks_round_trip_and_are_unique():
+    old = "a = 1\nb = 2\nc = 1\nd = 2\n" * 3
+    new = old.replace("b = 2\nc = 1\nd = 2\na = 1", "b = 2\nc = 10\nd = 2\na = 1", 1)
+    for seed in range(5):
+        hunks = hunks_for(old, new, random.Random(seed))
+        assert all(old.count(h["search"]) == 1 for h in hunks)
+        assert apply_hunks(old, hunks) == new
+
+
+def test_oracle_trajectories_are_correct_and_varied(tasks, tokenizer):
+    shapes = set()
+    for i, task in enumerate(tasks):
+        row = oracle_trajectory(task, random.Random(i))
+        messages = row["messages"]
+        assert messages[0]["role"] == "system" and messages[1]["content"] == task.instruction
+        assert messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls")
+        assert "tests passed" in messages[-2]["content"]
+        calls = [c["function"]["name"] for m in messages for c in m.get("tool_calls", [])]
+        assert {"edit_file", "write_file"} & set(calls) and calls[-1] == "run_tests"
+        shapes.add(tuple(calls))
+        for m in messages:  # every call id is answered by one tool message
+            for call in m.get("tool_calls", []):
+                assert sum(x.get("tool_call_id") == call["id"] for x in messages) == 1
+        # the rendered assistant turns parse back to the same tool calls
+        text = tokenizer.apply_chat_template(messages, tools=row["tools"], tokenize=False)
+        turns = [t.split("<|end|>")[0] for t in text.split("<|assistant|>")[1:]]
+        parsed = [c.name for t in turns for c in parse_assistant(t)[1]]
+        assert parsed == calls and not any(parse_assistant(t)[2] for t in turns)
+    assert len(shapes) >= 3
+
+
+def test_fast_apply_example(tasks):
+    task = tasks[0]
+    row = fast_apply_example(task, random.Random(0))
+    path = next(iter(task.solution))
+    assert row["messages"][-1]["content"] == task.solution[path]
+    assert task.files[path] in row["messages"][1]["content"]
+    sketch = edit_sketch("a\nb\nc\nd\ne\n", "a\nb\nC\nd\ne\n", context=1)
+    assert sketch == "# ... existing code ...\nb\nC\nd\n# ... existing code ...\n"
+
+
+def test_export_and_load(tasks, tmp_path):
+    manifest = export(tasks, tmp_path, samples_per_task=2)
+    assert manifest["counts"]["trajectories"] == 2 * len(tasks)
+    loaded = load_tasks(tmp_path)
+    assert [t.id for t in loaded] == [t.id for t in tasks]
+    rows = [json.loads(x) for x in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
+    assert {r["task_id"] for r in rows} == {t.id for t in tasks}

@@ -1,0 +1,122 @@
+"""`flywheel train`: build data, make tasks, run a training stage from a recipe.
+
+    flywheel train data  --source /usr/lib/python3.11 --out runs/starter/data
+    flywheel train tasks --out runs/starter/tasks --projects 200
+    flywheel train pretrain --recipe training/recipes/pretrain.toml [--set steps=10] [--no-resume]
+
+STAGE is one of data, tasks, pretrain, long_context, sft, mtp. A stage's recipe must name the
+same stage. Under the `deepspeed` launcher the module runs as `--module training.cli`, and the
+launcher's `--local_rank` argument is accepted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from training.recipe import STAGES, RecipeError, load_recipe, parse_overrides
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="flywheel train", description=__doc__.split("\n")[0])
+    parser.add_argument("--local_rank", type=int, default=0, help=argparse.SUPPRESS)  # deepspeed
+    sub = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
+
+    data = sub.add_parser("data", help="build a tokenized, deduplicated corpus")
+    data.add_argument("--source", action="append", default=[], help="source folder (repeatable)")
+    data.add_argument(
+        "--export",
+        action="append",
+        default=[],
+        help="telemetry pretrain.jsonl or export folder (repeatable)",
+    )
+    data.add_argument("--out", required=True, help="corpus folder to write")
+    data.add_argument("--tokenizer", default="", help="tokenizer folder; default: train one")
+    data.add_argument("--vocab-size", type=int, default=8192, help="when training a tokenizer")
+    data.add_argument("--max-mb", type=float, default=50.0, help="read at most this much text")
+    data.add_argument("--heldout", type=float, default=0.02, help="held-out share of documents")
+
+    tasks = sub.add_parser(
+        "tasks", help="generate verified synthetic tasks and oracle trajectories"
+    )
+    tasks.add_argument("--out", required=True, help="folder for tasks/trajectories/apply JSONL")
+    tasks.add_argument("--projects", type=int, default=100, help="projects to generate")
+    tasks.add_argument("--seed", type=int, default=0)
+    tasks.add_argument("--heldout", type=float, default=0.1, help="held-out share of projects")
+    tasks.add_argument("--samples", type=int, default=2, help="oracle trajectories per task")
+
+    for stage in STAGES:
+        p = sub.add_parser(stage, help=f"run the {stage} stage from a recipe")
+        p.add_argument("--recipe", required=True, help="recipe TOML file")
+        p.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="override a recipe key (TOML value), repeatable",
+        )
+        p.add_argument("--no-resume", action="store_true", help="start over, ignoring checkpoints")
+        p.add_argument("--no-progress", action="store_true", help="no progress bar")
+        p.add_argument("--local_rank", type=int, default=0, help=argparse.SUPPRESS)
+
+    args = parser.parse_args(argv)
+    try:
+        if args.stage == "data":
+            return _data(args)
+        if args.stage == "tasks":
+            return _tasks(args)
+        return _stage(args)
+    except (RecipeError, ValueError, RuntimeError, FileNotFoundError) as exc:
+        print(f"flywheel train {args.stage}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _data(args: argparse.Namespace) -> int:
+    from training.data import CorpusConfig, build_corpus
+
+    config = CorpusConfig(
+        sources=args.source,
+        exports=args.export,
+        tokenizer=args.tokenizer,
+        vocab_size=args.vocab_size,
+        max_total_bytes=int(args.max_mb * 1e6),
+        heldout_fraction=args.heldout,
+    )
+    manifest = build_corpus(config, args.out)
+    print(json.dumps(manifest["stats"], indent=2))
+    print(f"corpus written to {args.out}")
+    return 0
+
+
+def _tasks(args: argparse.Namespace) -> int:
+    from training.tasks import export, generate_tasks
+
+    tasks = generate_tasks(
+        args.projects,
+        seed=args.seed,
+        heldout_fraction=args.heldout,
+        log=lambda line: print(line, file=sys.stderr),
+    )
+    manifest = export(tasks, args.out, seed=args.seed, samples_per_task=args.samples)
+    print(json.dumps(manifest, indent=2))
+    return 0
+
+
+def _stage(args: argparse.Namespace) -> int:
+    from training.loop import train
+
+    recipe = load_recipe(args.recipe, parse_overrides(args.set))
+    if recipe.stage != args.stage:
+        raise RecipeError(f"recipe {args.recipe} is for stage {recipe.stage}, not {args.stage}")
+    final = train(recipe, resume=not args.no_resume, progress=not args.no_progress)
+    summary = Path(final, "flywheel.json")
+    if summary.exists():
+        print(summary.read_text())
+    print(f"model written to {final}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,136 @@
+"""A training run's settings: one dataclass, loaded from a recipe file (TOML) plus overrides.
+
+A recipe file is flat TOML whose keys are `Recipe`'s fields; its header comment says how to launch
+it. Unknown keys are an error (a typo must not silently fall back to a default). Command-line
+`--set key=value` overrides are parsed as TOML values (`--set steps=10 --set lr=1e-3`).
+Relative paths in a recipe are relative to the current folder, where the command runs.
+
+DeepSpeed's own settings live in DeepSpeed's own JSON (`deepspeed = "training/recipes/ds_zero2.json"`);
+values the recipe owns (micro-batch size, accumulation, clipping) are written there as "auto"
+and filled in from the recipe, the convention of Hugging Face's DeepSpeed integration.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+STAGES = ("pretrain", "long_context", "sft", "mtp")
+_SCALARS = {"int": int, "float": float, "str": str}
+
+
+class RecipeError(ValueError):
+    """A recipe file or override is wrong; the message names the key and the fix."""
+
+
+@dataclass
+class Recipe:
+    name: str  # identifies the run; a checkpoint resumes only under the same name and stage
+    stage: str  # one of STAGES
+    out: str  # run folder: checkpoints/, metrics.jsonl, loss.png, model/
+    data: str = ""  # built corpus folder (flywheel train data); pretrain, long_context, mtp
+    sft_data: list[str] = field(default_factory=list)  # chat JSONL files (rows with "messages")
+    init: str = ""  # checkpoint folder to start from; "" = a fresh trunk (pretrain only)
+    model_size: str = "test"  # agent.model.SIZES key, for a fresh trunk
+    family: str = "llama"  # llama | qwen2, for a fresh trunk
+    seq_len: int = 256  # tokens per training sequence
+    batch_size: int = 8  # sequences per micro-batch (per process)
+    grad_accum: int = 1  # micro-batches per optimizer step
+    steps: int = 100  # optimizer steps in all (a resumed run continues up to this)
+    lr: float = 1e-3  # peak learning rate (AdamW)
+    min_lr_ratio: float = 0.1  # cosine decays to lr * this
+    warmup_steps: int = 10  # linear warm-up
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0  # max global grad norm; 0 = off
+    log_every: int = 10  # train metrics every N steps
+    eval_every: int = 50  # held-out evaluation every N steps (and at the end)
+    eval_batches: int = 4  # held-out batches per evaluation
+    save_every: int = 100  # resumable checkpoint every N steps (and at the end)
+    keep_checkpoints: int = 2  # resumable checkpoints kept (older ones are deleted)
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda
+    deepspeed: str = ""  # DeepSpeed JSON config; "" = plain torch
+    rope_type: str = "linear"  # long_context: transformers rope type (linear | yarn | dynamic)
+    rope_factor: float = 4.0  # long_context: position scaling factor
+    eval_seq_len: int = 0  # long_context: held-out length; 0 = 4x the init model's context
+    mtp_depth: int = 2  # mtp: number of heads
+    telemetry_db: str = ""  # record the run and its metrics in this telemetry database; "" = no
+
+    def __post_init__(self) -> None:
+        if self.stage not in STAGES:
+            raise RecipeError(f"stage {self.stage!r} is unknown; use one of {', '.join(STAGES)}")
+        if not self.name or not self.out:
+            raise RecipeError("a recipe needs `name` and `out`")
+        for key in (
+            "seq_len",
+            "batch_size",
+            "grad_accum",
+            "steps",
+            "log_every",
+            "eval_every",
+            "eval_batches",
+            "save_every",
+            "keep_checkpoints",
+            "mtp_depth",
+        ):
+            if getattr(self, key) < 1:
+                raise RecipeError(f"{key} must be >= 1, not {getattr(self, key)}")
+        if self.lr <= 0:
+            raise RecipeError("lr must be > 0")
+        if self.stage in ("long_context", "sft", "mtp") and not self.init:
+            raise RecipeError(f"stage {self.stage} starts from a checkpoint: set `init`")
+        if self.stage in ("pretrain", "long_context", "mtp") and not self.data:
+            raise RecipeError(f"stage {self.stage} reads a built corpus: set `data`")
+        if self.stage == "sft" and not self.sft_data:
+            raise RecipeError("stage sft needs `sft_data` (chat JSONL files)")
+        if self.rope_factor < 1:
+            raise RecipeError("rope_factor must be >= 1")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_overrides(pairs: list[str]) -> dict:
+    """['steps=10', 'lr=1e-3', 'name=x'] -> {'steps': 10, 'lr': 0.001, 'name': 'x'}."""
+    out = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise RecipeError(f"override {pair!r} is not KEY=VALUE")
+        try:
+            value = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw  # a bare string: --set out=runs/x
+        out[key.strip()] = value
+    return out
+
+
+def load_recipe(path: str | Path, overrides: dict | None = None) -> Recipe:
+    path = Path(path)
+    try:
+        values = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise RecipeError(f"cannot read recipe {str(path)!r}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise RecipeError(f"recipe {str(path)!r} is not valid TOML: {exc}") from exc
+    values.update(overrides or {})
+    known = {f.name: f for f in fields(Recipe)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise RecipeError(
+            f"recipe {str(path)!r}: unknown key(s) {', '.join(unknown)}; "
+            f"known keys: {', '.join(known)}"
+        )
+    for key, value in values.items():
+        default = Recipe.__dataclass_fields__[key].type
+        if default == "float" and isinstance(value, int):
+            values[key] = float(value)
+        elif default == "list[str]" and isinstance(value, str):
+            values[key] = [value]
+        elif default in _SCALARS and not isinstance(value, _SCALARS[default]):
+            raise RecipeError(f"recipe key {key} must be {default}, not {value!r}")
+    try:
+        return Recipe(**values)
+    except TypeError as exc:
+        raise RecipeError(f"recipe {str(path)!r}: {exc}") from exc

@@ -1,0 +1,393 @@
+"""What each stage trains and on what: a `Job` per stage, run by the one loop in `loop.py`.
+
+    pretrain      next-token loss on packed corpus windows of `seq_len`; a fresh trunk of
+                  `model_size` (tokenizer from the corpus) or `init`
+    long_context  the same loss at a longer `seq_len`, after RoPE scaling (`rope_type`,
+                  `rope_factor`, written into the trunk's config so `transformers` and vLLM load
+                  it); held-out loss at `eval_seq_len` (default 4x the init model's context) is
+                  measured before the change and after training (`long_loss_before/after`)
+    sft           next-token loss on assistant tokens only: conversations rendered with the
+                  tokenizer's chat template; a token counts when it lies between `<|assistant|>`
+                  and its `<|end|>` (both role markers excluded, `<|end|>` included: the model
+                  must learn to stop). Conversations longer than `seq_len` are cut at the end.
+    mtp           self-distillation of the MTP heads: trunk frozen; head k at position i learns
+                  the trunk's own distribution for token i+k+2, i.e. the trunk's logits at
+                  position i+k+1, with KL(trunk || head); reports top-1 agreement per head (an
+                  upper-bound proxy for speculative acceptance)
+
+A job's `batch(index)` is a pure function of (seed, rank, index), so a resumed run sees the
+same data it would have seen without the interruption.
+
+What it does not do: sequence packing for SFT (each conversation is one padded row), document-
+masked attention, mixing datasets by weight.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from agent.chat_format import ASSISTANT, END, PAD, SYSTEM, TOOL, USER
+from training.data import PackedTokens
+from training.recipe import Recipe
+
+
+class StageError(ValueError):
+    """A stage cannot start (missing data, wrong checkpoint); the message says what to do."""
+
+
+@dataclass
+class Job:
+    model: nn.Module  # the module whose trainable parameters the optimizer updates
+    trunk: nn.Module
+    tokenizer: object
+    heads: nn.Module | None
+    batch: Callable[[int], dict]  # micro-batch index -> tensors on the device
+    loss: Callable[[dict], tuple[torch.Tensor, dict]]  # batch -> (scalar loss, extra metrics)
+    evaluate: Callable[[], dict]  # held-out metrics
+    parent: str = ""  # version of the checkpoint this run started from
+    summary: dict = field(default_factory=dict)  # stage facts for flywheel.json (before/after)
+
+
+def build(recipe: Recipe, device: torch.device, rank: int = 0) -> Job:
+    return {"pretrain": _pretrain, "long_context": _long_context, "sft": _sft, "mtp": _mtp}[
+        recipe.stage
+    ](recipe, device, rank)
+
+
+def _rng(recipe: Recipe, rank: int, index: int) -> np.random.Generator:
+    return np.random.default_rng([recipe.seed, rank, index])
+
+
+def _load_init(recipe: Recipe, device: torch.device):
+    from agent.model import load_checkpoint
+
+    try:
+        ckpt = load_checkpoint(recipe.init, device=str(device))
+    except Exception as exc:
+        raise StageError(f"cannot start {recipe.stage} from {recipe.init!r}: {exc}") from exc
+    ckpt.trunk.train()
+    return ckpt
+
+
+# --- pretrain and long context ---------------------------------------------------------------
+
+
+def lm_loss(trunk: nn.Module, window: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy over a [batch, seq+1] window."""
+    logits = trunk(input_ids=window[:, :-1]).logits  # [batch, seq, vocab]
+    return F.cross_entropy(logits.float().flatten(0, 1), window[:, 1:].flatten())
+
+
+def heldout_loss(
+    trunk: nn.Module,
+    heldout: PackedTokens,
+    seq_len: int,
+    batches: int,
+    batch_size: int,
+    device: torch.device,
+) -> float:
+    starts = heldout.sequential_starts(batches * batch_size, seq_len + 1)
+    was_training = trunk.training
+    trunk.eval()
+    losses = []
+    with torch.no_grad():
+        for i in range(0, len(starts), batch_size):
+            window = heldout.windows(starts[i : i + batch_size], seq_len + 1).to(device)
+            losses.append(lm_loss(trunk, window).item())
+    trunk.train(was_training)
+    return float(np.mean(losses))
+
+
+def _corpus_job(
+    recipe: Recipe, device: torch.device, rank: int, trunk, tokenizer, parent: str
+) -> Job:
+    train = PackedTokens(recipe.data, "train")
+    heldout = PackedTokens(recipe.data, "heldout")
+    train.check_length(recipe.seq_len + 1)
+    if len(tokenizer) > trunk.config.vocab_size:
+        raise StageError(
+            f"the corpus in {recipe.data!r} was tokenized with {len(tokenizer)} "
+            f"tokens but the model has {trunk.config.vocab_size}: rebuild the "
+            "corpus with the model's tokenizer (flywheel train data --tokenizer)"
+        )
+
+    def batch(index: int) -> dict:
+        starts = train.random_starts(
+            _rng(recipe, rank, index), recipe.batch_size, recipe.seq_len + 1
+        )
+        return {"window": train.windows(starts, recipe.seq_len + 1).to(device)}
+
+    def loss(b: dict) -> tuple[torch.Tensor, dict]:
+        return lm_loss(trunk, b["window"]), {}
+
+    def evaluate() -> dict:
+        return {
+            "eval_loss": heldout_loss(
+                trunk, heldout, recipe.seq_len, recipe.eval_batches, recipe.batch_size, device
+            )
+        }
+
+    return Job(trunk, trunk, tokenizer, None, batch, loss, evaluate, parent)
+
+
+def _pretrain(recipe: Recipe, device: torch.device, rank: int) -> Job:
+    from transformers import AutoTokenizer
+
+    from agent.model import build_trunk
+
+    if recipe.init:
+        ckpt = _load_init(recipe, device)
+        trunk, tokenizer, parent = ckpt.trunk, ckpt.tokenizer, ckpt.version
+    else:
+        folder = Path(recipe.data, "tokenizer")
+        if not folder.is_dir():
+            raise StageError(
+                f"{recipe.data!r} has no tokenizer/: build the corpus with "
+                "`flywheel train data` first"
+            )
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        trunk = build_trunk(
+            recipe.model_size, len(tokenizer), recipe.seq_len, recipe.seed, recipe.family
+        ).to(device)
+        trunk.train()
+        parent = ""
+    trunk.config.max_position_embeddings = max(trunk.config.max_position_embeddings, recipe.seq_len)
+    return _corpus_job(recipe, device, rank, trunk, tokenizer, parent)
+
+
+def set_rope_scaling(trunk: nn.Module, rope_type: str, factor: float, max_positions: int) -> None:
+    """Scale RoPE positions by `factor` in the config and rebuild the rotary embedding."""
+    config = trunk.config
+    original = config.max_position_embeddings
+    params = dict(getattr(config, "rope_parameters", None) or {})
+    params.update(rope_type=rope_type, factor=float(factor))
+    if rope_type == "yarn":
+        params["original_max_position_embeddings"] = original
+    config.rope_parameters = params
+    config.max_position_embeddings = max_positions
+    rotary_cls = type(trunk.model.rotary_emb)
+    device = next(trunk.parameters()).device
+    trunk.model.rotary_emb = rotary_cls(config=config).to(device)
+
+
+def _long_context(recipe: Recipe, device: torch.device, rank: int) -> Job:
+    ckpt = _load_init(recipe, device)
+    trunk = ckpt.trunk
+    base = trunk.config.max_position_embeddings
+    eval_len = recipe.eval_seq_len or 4 * base
+    heldout = PackedTokens(recipe.data, "heldout")
+    batch_size = max(1, recipe.batch_size * recipe.seq_len // eval_len)
+
+    def long_loss() -> float:
+        return heldout_loss(trunk, heldout, eval_len, recipe.eval_batches, batch_size, device)
+
+    before = long_loss()
+    set_rope_scaling(trunk, recipe.rope_type, recipe.rope_factor, max(recipe.seq_len, eval_len))
+    job = _corpus_job(recipe, device, rank, trunk, ckpt.tokenizer, ckpt.version)
+    short_eval = job.evaluate
+
+    def evaluate() -> dict:
+        return {**short_eval(), "eval_loss_long": long_loss()}
+
+    job.evaluate = evaluate
+    job.summary = {"base_context": base, "eval_seq_len": eval_len, "long_loss_before": before}
+    return job
+
+
+# --- SFT -------------------------------------------------------------------------------------
+
+
+def assistant_mask(tokenizer, ids: list[int]) -> list[int]:
+    """1 for tokens the model must learn to write: assistant turns' bodies and their `<|end|>`.
+
+    >>> # <|user|> hi <|end|> <|assistant|> ok <|end|>  ->  0 0 0 0 1 1
+    """
+    to_id = tokenizer.convert_tokens_to_ids
+    assistant, end = to_id(ASSISTANT), to_id(END)
+    others = {to_id(t) for t in (SYSTEM, USER, TOOL)}
+    mask, inside = [], False
+    for token in ids:
+        if token == assistant:
+            inside = True
+            mask.append(0)
+        elif token in others:
+            inside = False
+            mask.append(0)
+        else:
+            mask.append(1 if inside else 0)
+            if token == end:
+                inside = False
+    return mask
+
+
+def encode_conversation(tokenizer, row: dict, max_len: int) -> tuple[list[int], list[int]]:
+    text = tokenizer.apply_chat_template(row["messages"], tools=row.get("tools"), tokenize=False)
+    ids = tokenizer.encode(text, add_special_tokens=False)[:max_len]
+    return ids, assistant_mask(tokenizer, ids)
+
+
+def read_conversations(paths: list[str]) -> list[dict]:
+    rows = []
+    for path in paths:
+        file = Path(path)
+        if not file.exists():
+            raise StageError(
+                f"SFT data {path!r} does not exist; make it with `flywheel train "
+                "tasks` or `flywheel telemetry export`"
+            )
+        for number, line in enumerate(file.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise StageError(f"{path}:{number} is not JSON: {exc.msg}") from exc
+            if not isinstance(row, dict) or not isinstance(row.get("messages"), list):
+                raise StageError(f"{path}:{number} has no `messages` list")
+            rows.append(row)
+    if not rows:
+        raise StageError(f"no conversations in {', '.join(paths)}")
+    return rows
+
+
+def _sft(recipe: Recipe, device: torch.device, rank: int) -> Job:
+    ckpt = _load_init(recipe, device)
+    trunk, tokenizer = ckpt.trunk, ckpt.tokenizer
+    rows = read_conversations(recipe.sft_data)
+    train = [r for r in rows if r.get("split") != "heldout"]
+    heldout = [r for r in rows if r.get("split") == "heldout"]
+    if not heldout:  # no split in the data: hold out every 20th conversation
+        heldout = train[::20]
+        train = [r for i, r in enumerate(train) if i % 20] or heldout
+    encode = [encode_conversation(tokenizer, r, recipe.seq_len + 1) for r in train]
+    encode_eval = [encode_conversation(tokenizer, r, recipe.seq_len + 1) for r in heldout]
+    encode = [e for e in encode if sum(e[1]) > 0]
+    if not encode:
+        raise StageError("no conversation has an assistant turn within seq_len tokens")
+    pad = tokenizer.convert_tokens_to_ids(PAD)
+
+    def collate(examples: list[tuple[list[int], list[int]]]) -> dict:
+        length = max(len(ids) for ids, _ in examples)
+        ids = torch.full((len(examples), length), pad, dtype=torch.long)  # [batch, seq+1]
+        mask = torch.zeros((len(examples), length), dtype=torch.bool)  # [batch, seq+1]
+        for row, (tokens, keep) in enumerate(examples):
+            ids[row, : len(tokens)] = torch.tensor(tokens)
+            mask[row, : len(keep)] = torch.tensor(keep, dtype=torch.bool)
+        return {"ids": ids.to(device), "mask": mask.to(device)}
+
+    def batch(index: int) -> dict:
+        pick = _rng(recipe, rank, index).integers(0, len(encode), size=recipe.batch_size)
+        return collate([encode[i] for i in pick])
+
+    def loss(b: dict) -> tuple[torch.Tensor, dict]:
+        logits = trunk(input_ids=b["ids"][:, :-1]).logits  # [batch, seq, vocab]
+        labels = b["ids"][:, 1:].masked_fill(~b["mask"][:, 1:], -100)
+        return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100), {
+            "assistant_tokens": int(b["mask"][:, 1:].sum())
+        }
+
+    def evaluate() -> dict:
+        trunk.eval()
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for i in range(
+                0, min(len(encode_eval), recipe.eval_batches * recipe.batch_size), recipe.batch_size
+            ):
+                b = collate(encode_eval[i : i + recipe.batch_size])
+                n = int(b["mask"][:, 1:].sum())
+                if n:
+                    total += loss(b)[0].item() * n
+                    count += n
+        trunk.train()
+        return {"eval_loss": total / max(count, 1)}
+
+    job = Job(trunk, trunk, tokenizer, None, batch, loss, evaluate, ckpt.version)
+    job.summary = {"train_conversations": len(encode), "heldout_conversations": len(encode_eval)}
+    return job
+
+
+# --- MTP self-distillation -------------------------------------------------------------------
+
+
+def mtp_distillation(trunk: nn.Module, heads, ids: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """Mean over heads of KL(trunk || head), with per-head KL and top-1 agreement.
+
+    ids: [batch, seq]. Head k (0-based) at position i sees h_{k-1}[i] and token i+k+1 and
+    predicts token i+k+2, whose trunk distribution is the trunk's output at position i+k+1.
+    With seq = 6 and k = 1: positions i = 0..3, next_ids = ids[:, 2:6], teacher = logits[:, 2:6].
+    """
+    with torch.no_grad():
+        out = trunk(input_ids=ids, output_hidden_states=True)
+        teacher = out.logits.float()  # [batch, seq, vocab]
+        hidden = out.hidden_states[-1]  # [batch, seq, hidden], after the final norm
+    seq = ids.shape[1]
+    losses, info = [], {}
+    for k in range(len(heads.heads)):
+        length = seq - k - 1
+        if length < 1:
+            break
+        hidden = hidden[:, :length]
+        positions = torch.arange(length, device=ids.device)[None].expand(ids.shape[0], -1)
+        hidden = heads.forward_head(k, hidden, ids[:, k + 1 : k + 1 + length], positions)
+        student = heads.logits(k, hidden).float()  # [batch, length, vocab]
+        target = teacher[:, k + 1 : k + 1 + length]
+        kl = F.kl_div(
+            F.log_softmax(student, -1).flatten(0, 1),
+            F.log_softmax(target, -1).flatten(0, 1),
+            log_target=True,
+            reduction="batchmean",
+        )
+        losses.append(kl)
+        info[f"kl_head{k}"] = kl.item()
+        info[f"top1_head{k}"] = (student.argmax(-1) == target.argmax(-1)).float().mean().item()
+    return torch.stack(losses).mean(), info
+
+
+def _mtp(recipe: Recipe, device: torch.device, rank: int) -> Job:
+    from agent.model import MTPConfig, MTPHeads
+
+    ckpt = _load_init(recipe, device)
+    trunk = ckpt.trunk
+    trunk.eval()
+    for p in trunk.parameters():
+        p.requires_grad_(False)
+    heads = ckpt.heads
+    if heads is None or len(heads.heads) != recipe.mtp_depth:
+        torch.manual_seed(recipe.seed)
+        heads = MTPHeads(trunk, MTPConfig(depth=recipe.mtp_depth, family=recipe.family))
+    heads.to(device).train()
+    train = PackedTokens(recipe.data, "train")
+    heldout = PackedTokens(recipe.data, "heldout")
+
+    def batch(index: int) -> dict:
+        starts = train.random_starts(_rng(recipe, rank, index), recipe.batch_size, recipe.seq_len)
+        return {"ids": train.windows(starts, recipe.seq_len).to(device)}
+
+    def loss(b: dict) -> tuple[torch.Tensor, dict]:
+        return mtp_distillation(trunk, heads, b["ids"])
+
+    def evaluate() -> dict:
+        starts = heldout.sequential_starts(recipe.eval_batches * recipe.batch_size, recipe.seq_len)
+        sums: dict[str, list[float]] = {}
+        heads.eval()
+        with torch.no_grad():
+            for i in range(0, len(starts), recipe.batch_size):
+                value, info = mtp_distillation(
+                    trunk,
+                    heads,
+                    heldout.windows(starts[i : i + recipe.batch_size], recipe.seq_len).to(device),
+                )
+                for key, v in {"eval_loss": value.item(), **info}.items():
+                    sums.setdefault(key if key == "eval_loss" else f"eval_{key}", []).append(v)
+        heads.train()
+        return {k: float(np.mean(v)) for k, v in sums.items()}
+
+    return Job(heads, trunk, ckpt.tokenizer, heads, batch, loss, evaluate, ckpt.version)
