@@ -253,11 +253,27 @@ def checkpoint_version(folder: Path) -> str:
     return f"{folder.name}@{digest}"
 
 
+# The built-in default: the starter model shipped inside the package (see `make starter`).
+STARTER_DIR = Path(__file__).resolve().parent / "starter"
+
+
+def resolve_model(model: str | Path) -> Path:
+    """The checkpoint folder that `--model` names: "default" is the shipped starter model."""
+    if str(model) == "default":
+        if not (STARTER_DIR / "config.json").exists():
+            raise EngineError(
+                f"the built-in starter model is not in this install ({STARTER_DIR} is empty): "
+                "train it with `make starter`, or pass --model with a checkpoint folder or a URL"
+            )
+        return STARTER_DIR
+    return Path(model).expanduser()
+
+
 def load_checkpoint(path: str | Path, device: str = "cpu", dtype: str = "float32") -> Checkpoint:
-    """Load a checkpoint folder, with one clear error for each way it can be broken."""
+    """Load a checkpoint folder ("default": the starter), with one clear error per way it can break."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = Path(path).expanduser()
+    folder = resolve_model(path)
     if not folder.is_dir():
         raise EngineError(f"model folder {str(folder)!r} does not exist")
     missing = [f for f in TRUNK_FILES + TOKENIZER_FILES if not (folder / f).exists()]
