@@ -1,7 +1,8 @@
 """Agent tasks in the editor (ask, fix a diagnostic, explain) and the review of their edits.
 
 Vocabulary:
-  task       one instruction run to an answer; its steps stream to the client as they happen
+  task       one instruction run by the agent harness (`agent.harness.Harness`) to an answer; its
+             steps stream to the client as they happen
   proposal   the edits a task (or a client's `flywheel.reviewEdit`) wants in one document, made
              against one document version and text (the *base*); nothing is applied until the
              user accepts
@@ -10,19 +11,21 @@ Vocabulary:
   stale      the document changed since the proposal, other than by the proposal's own accepted
              hunks: accepting is refused with a clear message, never applied at a guessed place
 
+How a task runs: the server builds a harness `Workspace` whose overlay is the open editor buffers
+(unsaved text wins over the disk), so the agent's writes become proposals instead of files. Two
+adapters tie the harness to the server without changing it:
+  TaskEngine    the model, with the task's cancel event: cancelling stops the running turn and
+                refuses the next one (the harness then stops the task)
+  TaskRecorder  the server's telemetry recorder as the harness sees it: the task joins the
+                editor's session under the server's task id, a user cancel is recorded as
+                `cancelled`, and the harness's whole-file `edit` rows are left to the server,
+                which records each proposal with its hunks and their outcomes
+
 How a hunk lands: the proposal keeps `expected_text` (the base with its accepted hunks applied).
 Accepting hunk i checks that the document's text equals `expected_text`, moves the hunk's base
 offsets by the length change of the accepted hunks before it, and returns the edit with the
-document's current version, for `workspace/applyEdit`.
-
-Tasks run through the agent harness (`agent.harness`) when it provides `run_task`; until then a
-single model turn answers, and SEARCH/REPLACE blocks in the answer become the proposal:
-
-    <<<<<<< SEARCH
-    old lines
-    =======
-    new lines
-    >>>>>>> REPLACE
+document's current version (None for a file the editor does not have open: the file on disk),
+for `workspace/applyEdit`.
 
 What it does not do: talk LSP (server.py sends the notifications and the workspace edits).
 """
@@ -30,24 +33,18 @@ What it does not do: talk LSP (server.py sends the notifications and the workspa
 from __future__ import annotations
 
 import difflib
-import re
+import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from lsprotocol import types
 
+from agent.engine import Cancelled, Request, Result
+from agent.harness import ApprovalPolicy
 from lsp.documents import range_of
 
 HUNK_STATES = ("pending", "accepted", "rejected", "failed")
-EDIT_BLOCK = re.compile(
-    r"<<<<<<< SEARCH\n(?P<search>.*?)\n?=======\n(?P<replace>.*?)\n?>>>>>>> REPLACE", re.DOTALL
-)
-SYSTEM_PROMPT = (
-    "You are Flywheel, a coding assistant inside the user's editor. Answer briefly. To change "
-    "the current file, write SEARCH/REPLACE blocks:\n<<<<<<< SEARCH\nexact old lines\n=======\n"
-    "new lines\n>>>>>>> REPLACE"
-)
 
 
 class StaleProposal(Exception):
@@ -81,7 +78,7 @@ class Hunk:
 class Proposal:
     id: str
     uri: str
-    version: int  # the document version the hunks were made against
+    version: int | None  # the document version the hunks were made against (None: the disk)
     base_text: str
     hunks: list[Hunk]
     task_id: str | None = None
@@ -109,7 +106,9 @@ class Proposal:
             raise ValueError(f"proposal {self.id} has hunks 0..{len(self.hunks) - 1}, not {idx!r}")
         return self.hunks[idx]
 
-    def edit_for(self, idx: int, text: str, version: int) -> tuple[types.TextDocumentEdit, str]:
+    def edit_for(
+        self, idx: int, text: str, version: int | None
+    ) -> tuple[types.TextDocumentEdit, str]:
         """The edit that applies hunk `idx` to the document now at (`text`, `version`).
 
         Returns the edit and the text after it; raises StaleProposal or ValueError.
@@ -153,20 +152,6 @@ def hunks_between(old: str, new: str) -> list[Hunk]:
     return hunks
 
 
-def apply_search_replace(text: str, answer: str) -> tuple[str, list[str]]:
-    """Apply every SEARCH/REPLACE block of `answer` to `text`; return (new text, errors)."""
-    errors: list[str] = []
-    for match in EDIT_BLOCK.finditer(answer):
-        search, replace = match.group("search"), match.group("replace")
-        count = text.count(search) if search else 0
-        if count != 1:
-            what = "not found" if count == 0 else f"found {count} times"
-            errors.append(f"SEARCH block {what}: {search[:80]!r}")
-            continue
-        text = text.replace(search, replace, 1)
-    return text, errors
-
-
 @dataclass
 class ProposalBook:
     """Open proposals by id (the most recent 64 are kept)."""
@@ -174,7 +159,7 @@ class ProposalBook:
     proposals: dict[str, Proposal] = field(default_factory=dict)
 
     def create(
-        self, uri: str, version: int, base_text: str, new_text: str, task_id: str | None
+        self, uri: str, version: int | None, base_text: str, new_text: str, task_id: str | None
     ) -> Proposal | None:
         hunks = hunks_between(base_text, new_text)
         if not hunks:
@@ -192,16 +177,6 @@ class ProposalBook:
         return proposal
 
 
-def task_messages(kind: str, instruction: str, uri: str, text: str, selection: str) -> list[dict]:
-    """The chat for a single-turn task over one document."""
-    name = uri.rsplit("/", 1)[-1]
-    body = f"File {name}:\n```\n{text[:6000]}\n```\n"
-    if selection:
-        body += f"Selected:\n```\n{selection[:2000]}\n```\n"
-    body += instruction
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": body}]
-
-
 def instruction_for(kind: str, args: dict[str, Any], selection: str) -> str:
     if kind == "fix":
         diag = args.get("diagnostic") or {}
@@ -211,3 +186,117 @@ def instruction_for(kind: str, args: dict[str, Any], selection: str) -> str:
         return "Explain what the selected code does." if selection else "Explain this file."
     question = args.get("question")
     return question if isinstance(question, str) and question.strip() else "Explain this code."
+
+
+def approval_policy(setting: str) -> ApprovalPolicy:
+    """The harness's approval policy for the `agent.approval` setting.
+
+    Edits in the editor are proposals the user reviews hunk by hunk anyway, so `edits` asks only
+    before what a review cannot undo (deletes, protected paths, commands outside the sandbox).
+    """
+    if setting == "never":
+        return ApprovalPolicy(commands="never", delete=False, protected=())
+    if setting == "always":
+        return ApprovalPolicy(commands="always", delete=True, protected=("*",))
+    return ApprovalPolicy()
+
+
+class TaskEngine:
+    """The engine as one task sees it: `cancel()` stops the running turn and refuses the next."""
+
+    def __init__(self, engine: Any, cancel: threading.Event) -> None:
+        self.engine = engine
+        self.cancelled = cancel
+        self._current: Request | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def model_version(self) -> str:
+        return self.engine.model_version
+
+    @property
+    def context_length(self) -> int:
+        return self.engine.context_length
+
+    def generate(self, request: Request) -> Result:
+        with self._lock:
+            if self.cancelled.is_set():
+                raise Cancelled("the user cancelled the task")
+            self._current = request
+        try:
+            return self.engine.generate(request)
+        finally:
+            with self._lock:
+                self._current = None
+
+    def stream(self, request: Request) -> Any:
+        return self.engine.stream(request)
+
+    def swap(self, model: str) -> str:
+        raise RuntimeError("a task cannot swap the model; change the flywheel.model setting")
+
+    def close(self) -> None:
+        """The server owns the engine; a task never closes it."""
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled.set()
+            if self._current is not None and self._current.cancel is not None:
+                self._current.cancel.set()
+
+
+class TaskRecorder:
+    """The server's recorder as the harness sees it (see the module docstring)."""
+
+    def __init__(
+        self, recorder: Any, session_id: str | None, task_id: str, cancel: threading.Event
+    ) -> None:
+        self.recorder = recorder
+        self.session_id = session_id
+        self.task_id = task_id
+        self.cancelled = cancel
+
+    @property
+    def enabled(self) -> bool:
+        return self.recorder is not None and self.session_id is not None
+
+    def record(self, kind: str, /, **fields: Any) -> str | None:
+        if not self.enabled:
+            return None
+        if kind == "session_start":
+            return self.session_id
+        if kind in ("session_end", "edit"):
+            return None
+        if kind == "task_start":
+            fields["id"] = self.task_id
+        if kind == "task_end" and self.cancelled.is_set():
+            fields["status"] = "cancelled"
+        return self.recorder.record(kind, **fields)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return self.recorder.flush(timeout=timeout) if self.enabled else False
+
+
+def step_note(event: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """A harness event (`on_event`) as (role, text, extra fields) for `flywheel/taskStep`."""
+    kind = event.get("kind")
+    if kind == "assistant":
+        calls = [{"name": c.get("name"), "arguments": c.get("arguments")} for c in event["calls"]]
+        return "assistant", event.get("content") or "", {"kind": kind, "calls": calls}
+    if kind == "tool":
+        text = str(event.get("result", ""))
+        if len(text) > 4000:
+            text = text[:4000] + f"\n[... {len(text) - 4000} more characters]"
+        extra = {"kind": kind, "name": event.get("name"), "isError": bool(event.get("is_error"))}
+        return "tool", text, extra
+    if kind == "approval":
+        decisions = event.get("approvals") or {}
+        allowed = sum(1 for v in decisions.values() if v)
+        return "user", f"approved {allowed} of {len(decisions)} actions", {"kind": kind}
+    if kind == "compact":
+        return "assistant", f"[compacted the history] {event.get('summary', '')}", {"kind": kind}
+    if kind == "stop":
+        detail = event.get("detail") or ""
+        text = f"stopped: {event.get('reason')}" + (f": {detail}" if detail else "")
+        return "system", text, {"kind": kind, "reason": event.get("reason")}
+    return "system", str(event), {"kind": str(kind)}

@@ -7,7 +7,9 @@ host, the telemetry recorder and session, open suggestions, proposals, tracked s
 Custom protocol (all names under `flywheel/`; the clients in lsp/clients use them):
   server -> client notifications
     flywheel/status       {state: loading|idle|busy|error|stopped, modelVersion, message}
-    flywheel/taskStep     {taskId, index, role, text}                 each step as it happens
+    flywheel/taskStep     {taskId, index, role, text, kind, ...}      each harness step as it
+                          happens; kind: instruction | assistant (+calls) | tool (+name,
+                          isError) | approval_request (+calls) | approval | compact | stop
     flywheel/proposal     {proposalId, taskId, uri, version, hunks: [{index, range, original,
                            newText, state}]}                         edits awaiting review
   client -> server notifications
@@ -15,6 +17,13 @@ Custom protocol (all names under `flywheel/`; the clients in lsp/clients use the
     flywheel/completionPartiallyAccepted  {suggestionId, acceptedChars}
     flywheel/completionRejected           {suggestionId}
   workspace/executeCommand commands: see COMMANDS below.
+  server -> client requests
+    window/showMessageRequest  an agent action needs approval: "Allow" | "Deny" | "Stop the task"
+                               (no answer within agent.approvalTimeoutS: denied)
+
+Agent tasks run the agent harness (agent.harness.Harness) in a worker thread over a workspace
+whose overlay is the open buffers; its writes come back as proposals (agent_tasks.py), sent as
+`flywheel/proposal` and applied hunk by hunk with versioned `workspace/applyEdit`.
 
 What it does not do: block the event loop on the model (engine calls run in worker threads) or
 fail a request because telemetry failed (the recorder never raises).
@@ -31,21 +40,29 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import asdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
+from pygls import uris
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
-from agent.engine import Cancelled, EngineError, Request, SamplingParams
+from agent.engine import EngineError
+from agent.harness import Harness, HarnessConfig, Outcome, Workspace
+from agent.harness.context import Diagnostic, EditorContext
+from agent.harness.recording import STATUS_OF_STOP
 from lsp.agent_tasks import (
     ProposalBook,
     StaleProposal,
-    apply_search_replace,
+    TaskEngine,
+    TaskRecorder,
+    approval_policy,
     instruction_for,
-    task_messages,
+    step_note,
 )
 from lsp.completion import CompletionService, Neighbour
 from lsp.documents import looks_binary, offset_at
@@ -58,6 +75,7 @@ log = logging.getLogger("flywheel.lsp")
 REQUEST_FAILED = -32803  # LSP's RequestFailed: the request was valid but could not be done
 MAX_DOCUMENT_CHARS = 20_000_000  # larger documents are kept but get no suggestions
 SURVIVAL_POLL_S = 5.0  # how often the real clock checks survival (the manual clock: on advance)
+TASK_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="flywheel-task")  # harness runs
 
 COMMANDS = {
     "flywheel.acceptCompletion": "[suggestionId] the client accepted an inline suggestion",
@@ -98,6 +116,8 @@ class FlywheelServer(LanguageServer):
         self.survival = SurvivalTracker(self.now)
         self.proposals = ProposalBook()
         self.tasks: dict[str, threading.Event] = {}  # running task id -> cancel
+        self.task_engines: dict[str, TaskEngine] = {}  # running task id -> its engine adapter
+        self.approvals: dict[str, asyncio.Future] = {}  # task id -> the approval being asked
         self.last_task: dict[str, tuple[str, float]] = {}  # uri -> (task id, finished at)
         self.changed: dict[str, asyncio.Event] = {}  # uri -> set on its next didChange
         self._said: set[str] = set()
@@ -288,6 +308,9 @@ def did_open(ls: FlywheelServer, params: types.DidOpenTextDocumentParams) -> Non
     text = params.text_document.text
     if looks_binary(text):
         log.info("%s looks binary: no suggestions for it", params.text_document.uri)
+    event = ls.changed.pop(params.text_document.uri, None)
+    if event is not None:  # an accepted hunk opened the file in the editor
+        event.set()
 
 
 @SERVER.feature(types.TEXT_DOCUMENT_DID_CHANGE)
@@ -590,6 +613,117 @@ async def _progress(ls: FlywheelServer, token: str, kind: str, message: str) -> 
             ls.work_done_progress.report(token, types.WorkDoneProgressReport(message=message))
 
 
+def _task_root(ls: FlywheelServer, uri: str | None) -> Path:
+    """The task's workspace: the client's root folder, else the folder of the document."""
+    root = ls.workspace.root_path
+    doc_path = _path_of(uri) if uri else None
+    if root and Path(root).is_dir():
+        root_path = Path(root).resolve()
+        if doc_path is None or root_path == doc_path or root_path in doc_path.parents:
+            return root_path
+    if doc_path is not None and doc_path.parent.is_dir():
+        return doc_path.parent
+    raise JsonRpcException(
+        "Flywheel needs a workspace folder for agent tasks: open a folder (rootUri) or run the "
+        "task from a saved file",
+        code=REQUEST_FAILED,
+    )
+
+
+def _path_of(uri: str) -> Path | None:
+    if not uri.startswith("file:"):
+        return None
+    return Path(uris.to_fs_path(uri) or "").resolve()
+
+
+@dataclass
+class _Buffer:
+    uri: str
+    version: int | None
+    text: str
+
+
+def _buffers(ls: FlywheelServer, root: Path) -> dict[str, _Buffer]:
+    """Open documents under `root` (relative path -> uri, version, text); unsaved text wins."""
+    out: dict[str, _Buffer] = {}
+    for uri, doc in list(ls.workspace.text_documents.items()):
+        path = _path_of(uri)
+        if path is None or root not in path.parents:
+            continue
+        text = doc.source
+        if len(text) > MAX_DOCUMENT_CHARS or looks_binary(text):
+            continue
+        out[path.relative_to(root).as_posix()] = _Buffer(uri, doc.version, text)
+    return out
+
+
+def _editor_context(
+    data: dict[str, Any], rel: str | None, text: str, selection: str, open_files: list[str]
+) -> EditorContext:
+    line = None
+    rng = data.get("range")
+    if isinstance(rng, dict) and isinstance(rng.get("start"), dict):
+        line = rng["start"].get("line")
+    diagnostics = []
+    diag = data.get("diagnostic")
+    if rel and isinstance(diag, dict):
+        start = (diag.get("range") or {}).get("start") or {}
+        dline = start.get("line") if isinstance(start.get("line"), int) else 0
+        line = dline if line is None else line
+        severity = {1: "error", 2: "warning", 3: "info", 4: "hint"}.get(
+            diag.get("severity"), "error"
+        )
+        diagnostics.append(Diagnostic(rel, dline + 1, severity, str(diag.get("message", ""))))
+    return EditorContext(
+        current_file=rel,
+        cursor_line=line + 1 if isinstance(line, int) and rel else None,
+        selection=selection or None,
+        diagnostics=diagnostics,
+        open_files=tuple(open_files),
+    )
+
+
+def _step(ls: FlywheelServer, task_id: str, index: int, role: str, text: str, **extra) -> None:
+    ls.protocol.notify(
+        "flywheel/taskStep",
+        {"taskId": task_id, "index": index, "role": role, "text": text, **extra},
+    )
+
+
+APPROVE, DENY, STOP = "Allow", "Deny", "Stop the task"
+
+
+async def _ask_approval(ls: FlywheelServer, task_id: str, approval: dict[str, Any]) -> Any:
+    """Ask the user (window/showMessageRequest) about the calls waiting; return the decision."""
+    calls = approval.get("calls") or []
+    lines = []
+    for c in calls:
+        args = json.dumps(c.get("arguments"), ensure_ascii=False)
+        lines.append(f"- {c.get('name')} {args[:200]} ({c.get('reason')})")
+    params = types.ShowMessageRequestParams(
+        type=types.MessageType.Warning,
+        message="Flywheel wants to:\n" + "\n".join(lines),
+        actions=[types.MessageActionItem(t) for t in (APPROVE, DENY, STOP)],
+    )
+    waiting = asyncio.ensure_future(ls.window_show_message_request_async(params))
+    ls.approvals[task_id] = waiting
+    try:
+        item = await asyncio.wait_for(waiting, timeout=ls.settings.agent.approval_timeout_s)
+    except asyncio.CancelledError:
+        if ls.tasks.get(task_id) is not None and ls.tasks[task_id].is_set():
+            return {"stop": True}  # cancelTask while waiting
+        raise
+    except (TimeoutError, JsonRpcException) as exc:
+        log.info("no approval for task %s (%s): denied", task_id, exc or "timed out")
+        return False
+    finally:
+        ls.approvals.pop(task_id, None)
+    title = getattr(item, "title", None)
+    if title == STOP:
+        return {"stop": True}
+    return title == APPROVE
+
+
 async def _run_task(ls: FlywheelServer, kind: str, args: tuple[Any, ...]) -> dict[str, Any]:
     data = _args(args) if kind != "ask" or args else {}
     uri = data.get("uri")
@@ -597,6 +731,10 @@ async def _run_task(ls: FlywheelServer, kind: str, args: tuple[Any, ...]) -> dic
     text = doc.source if doc is not None else ""
     selection = _selection(text, data.get("range"))
     instruction = instruction_for(kind, data, selection)
+    root = _task_root(ls, uri)
+    buffers = _buffers(ls, root)
+    rel = next((r for r, b in buffers.items() if b.uri == uri), None)
+    context = _editor_context(data, rel, text, selection, sorted(buffers))
     task_id = uuid.uuid4().hex
     previous = ls.last_task.get(uri or "")
     if previous and ls.now() - previous[1] <= ls.settings.agent.followup_window_s:
@@ -604,76 +742,108 @@ async def _run_task(ls: FlywheelServer, kind: str, args: tuple[Any, ...]) -> dic
     cancel = threading.Event()
     ls.tasks[task_id] = cancel
     token = f"flywheel-task-{task_id}"
-    ls.record("task_start", id=task_id, instruction=instruction, model_version=ls.host.version)
     await _progress(ls, token, "begin", instruction[:80])
-    steps = 0
+    loop = asyncio.get_running_loop()
+    index = 1
+    _step(ls, task_id, 0, "user", instruction, kind="instruction")
 
-    def step(role: str, content: str, **fields: Any) -> None:
-        nonlocal steps
-        ls.record("step", task_id=task_id, idx=steps, role=role, content=content, **fields)
-        ls.protocol.notify(
-            "flywheel/taskStep", {"taskId": task_id, "index": steps, "role": role, "text": content}
-        )
-        steps += 1
+    def send(event: dict[str, Any]) -> None:  # on the event loop
+        nonlocal index
+        role, note, extra = step_note(event)
+        _step(ls, task_id, index, role, note, **extra)
+        index += 1
+        asyncio.ensure_future(_progress(ls, token, "report", f"step {index - 1}: {note[:60]}"))
 
-    status, answer, proposal = "failed", "", None
+    def on_event(event: dict[str, Any]) -> None:  # in the task's worker thread
+        loop.call_soon_threadsafe(send, event)
+
+    status, answer, stop_reason = "failed", "", None
+    proposals: list[Any] = []
+    skipped: list[str] = []
     try:
-        messages = task_messages(kind, instruction, uri or "", text, selection)
-        step("user", messages[-1]["content"])
-        engine = await ls.host.get(ls.settings.model)
-        request = Request(
-            messages=messages,
-            params=SamplingParams(max_tokens=ls.settings.agent.max_tokens, temperature=0.0),
+        engine = TaskEngine(await ls.host.get(ls.settings.model), cancel)
+        ls.task_engines[task_id] = engine
+        agent = ls.settings.agent
+        config = HarnessConfig(
+            max_steps=agent.max_steps,
+            turn_max_tokens=agent.max_tokens,
+            editor=ls.editor or "editor",
+            approval=approval_policy(agent.approval),
         )
-        request.cancel = cancel
-        await _progress(ls, token, "report", "thinking")
-        started = time.perf_counter()
-        result = await ls.host.call(engine.generate, request)
-        sample = result.completions[0]
-        if sample.finish_reason == "cancelled" or cancel.is_set():
-            raise Cancelled("cancelled by the user")
-        answer = sample.text
-        step(
-            "assistant",
-            answer,
-            token_ids=sample.token_ids,
-            logprobs=sample.logprobs,
-            policy_version=sample.model_version,
-            duration_ms=(time.perf_counter() - started) * 1000,
-            prompt_tokens=result.metrics.prompt_tokens,
-            output_tokens=result.metrics.output_tokens,
-        )
-        if doc is not None:
-            new_text, errors = apply_search_replace(text, answer)
-            if errors:
-                step("tool", "", tool_name="edit", is_error=1, error="; ".join(errors))
-            proposal = _propose(ls, uri, doc.version or 0, text, new_text, task_id, "agent_edit")
-        status = "done"
-    except (Cancelled, asyncio.CancelledError) as exc:
-        status = "cancelled"
-        if isinstance(exc, asyncio.CancelledError):
-            cancel.set()
-            ls.record("task_end", task_id=task_id, status=status, final_message=answer)
-            raise
+        recorder = TaskRecorder(ls.recorder, ls.session_id, task_id, cancel)
+        overlay = {r: b.text for r, b in buffers.items()}
+
+        def start() -> tuple[Harness, Outcome]:
+            harness = Harness(
+                engine, Workspace(root, buffers=overlay), config, recorder=recorder,
+                on_event=on_event,
+            )  # fmt: skip
+            return harness, harness.start(instruction, editor=context, thread_id=task_id)
+
+        harness, outcome = await loop.run_in_executor(TASK_POOL, start)
+        while outcome.approval is not None:
+            _step(ls, task_id, index, "system", "waiting for approval", kind="approval_request",
+                  calls=outcome.approval.get("calls", []))  # fmt: skip
+            index += 1
+            decision = await _ask_approval(ls, task_id, outcome.approval)
+            outcome = await loop.run_in_executor(
+                TASK_POOL, harness.resume, outcome.thread_id, decision
+            )
+        stop_reason = outcome.stop_reason
+        answer = outcome.final or outcome.detail
+        if cancel.is_set() or stop_reason == "denied":
+            status = "cancelled"
+        else:
+            status = STATUS_OF_STOP.get(stop_reason or "", "failed")
+        if stop_reason == "engine_error":
+            ls.host.error_once(outcome.detail)
+        if status != "cancelled":
+            for path, new in outcome.proposals.items():
+                if new is None:
+                    skipped.append(f"{path}: the agent deleted it; delete it yourself if you agree")
+                    continue
+                buf = buffers.get(path)
+                if buf is not None:
+                    base, version, doc_uri = buf.text, buf.version, buf.uri
+                else:
+                    full = root / path
+                    base = full.read_text(errors="surrogateescape") if full.is_file() else ""
+                    version, doc_uri = None, full.as_uri()
+                proposal = _propose(ls, doc_uri, version, base, new, task_id, "agent_edit")
+                if proposal is not None:
+                    proposals.append(proposal)
+    except asyncio.CancelledError:
+        cancel.set()
+        raise
     except EngineError as exc:
         ls.host.error_once(str(exc))
         answer = f"the model failed: {exc}"
+        ls.record("task_start", id=task_id, instruction=instruction, model_version=ls.host.version)
+        ls.record("task_end", task_id=task_id, status="failed", final_message=answer)
     finally:
         ls.tasks.pop(task_id, None)
+        ls.task_engines.pop(task_id, None)
         if uri:
             ls.last_task[uri] = (task_id, ls.now())
         await _progress(ls, token, "end", status)
-    ls.record("task_end", task_id=task_id, status=status, final_message=answer)
     return {
         "taskId": task_id,
         "status": status,
+        "stopReason": stop_reason,
         "answer": answer,
-        "proposal": proposal.as_json() if proposal else None,
+        "proposals": [p.as_json() for p in proposals],
+        "skipped": skipped,
     }
 
 
 def _propose(
-    ls: FlywheelServer, uri: str, version: int, base: str, new: str, task_id: str | None, kind: str
+    ls: FlywheelServer,
+    uri: str,
+    version: int | None,
+    base: str,
+    new: str,
+    task_id: str | None,
+    kind: str,
 ) -> Any:
     proposal = ls.proposals.create(uri, version, base, new, task_id)
     if proposal is None:
@@ -716,21 +886,31 @@ async def explain(ls: FlywheelServer, *args: Any) -> dict[str, Any]:
     return await _run_task(ls, "explain", args)
 
 
+def _cancel(ls: FlywheelServer, task_id: Any) -> bool:
+    """Stop a running task: its model turn, its next turn, and an approval it waits for."""
+    event = ls.tasks.get(task_id) if isinstance(task_id, str) else None
+    if event is None:
+        return False
+    event.set()
+    engine = ls.task_engines.get(task_id)
+    if engine is not None:
+        engine.cancel()
+    waiting = ls.approvals.get(task_id)
+    if waiting is not None:
+        waiting.cancel()
+    return True
+
+
 @SERVER.command("flywheel.cancelTask")
 def cancel_task(ls: FlywheelServer, *args: Any) -> dict[str, Any]:
-    event = ls.tasks.get(args[0]) if args and isinstance(args[0], str) else None
-    if event is not None:
-        event.set()
-    return {"cancelled": event is not None}
+    return {"cancelled": _cancel(ls, args[0] if args else None)}
 
 
 @SERVER.feature(types.WINDOW_WORK_DONE_PROGRESS_CANCEL)
 def progress_cancel(ls: FlywheelServer, params: types.WorkDoneProgressCancelParams) -> None:
     token = str(params.token)
     if token.startswith("flywheel-task-"):
-        event = ls.tasks.get(token.removeprefix("flywheel-task-"))
-        if event is not None:
-            event.set()
+        _cancel(ls, token.removeprefix("flywheel-task-"))
 
 
 @SERVER.command("flywheel.reviewEdit")
@@ -752,19 +932,31 @@ def review_edit(ls: FlywheelServer, *args: Any) -> dict[str, Any]:
     return {"proposal": proposal.as_json() if proposal else None}
 
 
+def _current_text(ls: FlywheelServer, proposal: Any) -> tuple[str, int | None, bool]:
+    """The proposal's document now: (text, version or None for the disk, whether it exists)."""
+    if proposal.uri in ls.workspace.text_documents:
+        doc = ls.workspace.get_text_document(proposal.uri)
+        return doc.source, doc.version or 0, True
+    path = _path_of(proposal.uri) if proposal.version is None else None
+    if path is not None and path.is_file():
+        return path.read_text(errors="surrogateescape"), None, True
+    if path is not None and proposal.base_text == "":
+        return "", None, False  # a new file: the first accepted hunk creates it
+    raise JsonRpcException(
+        f"{proposal.uri} is closed; reopen it and ask again", code=REQUEST_FAILED
+    )
+
+
 async def _accept(ls: FlywheelServer, proposal: Any, idx: int) -> dict[str, Any]:
-    if proposal.uri not in ls.workspace.text_documents:
-        raise JsonRpcException(
-            f"{proposal.uri} is closed; reopen it and ask again", code=REQUEST_FAILED
-        )
-    doc = ls.workspace.get_text_document(proposal.uri)
-    if doc.source != proposal.expected_text and proposal.awaiting_change:
+    text, version, exists = _current_text(ls, proposal)
+    if text != proposal.expected_text and proposal.awaiting_change:
         event = ls.changed.setdefault(proposal.uri, asyncio.Event())
         with contextlib.suppress(TimeoutError):  # our previous hunk's didChange is on its way
             await asyncio.wait_for(event.wait(), timeout=5)
+        text, version, exists = _current_text(ls, proposal)
     proposal.awaiting_change = False
     try:
-        edit, after = proposal.edit_for(idx, doc.source, doc.version or 0)
+        edit, after = proposal.edit_for(idx, text, version)
     except StaleProposal as exc:
         for h in proposal.hunks:
             if h.state == "pending":
@@ -773,9 +965,15 @@ async def _accept(ls: FlywheelServer, proposal: Any, idx: int) -> dict[str, Any]
         raise JsonRpcException(str(exc), code=REQUEST_FAILED) from None
     except ValueError as exc:
         raise JsonRpcInvalidParams(str(exc)) from None
+    changes: list[Any] = [edit]
+    if not exists:
+        create = types.CreateFile(
+            uri=proposal.uri, options=types.CreateFileOptions(ignore_if_exists=True)
+        )
+        changes.insert(0, create)
     result = await ls.workspace_apply_edit_async(
         types.ApplyWorkspaceEditParams(
-            edit=types.WorkspaceEdit(document_changes=[edit]), label="Flywheel: accept hunk"
+            edit=types.WorkspaceEdit(document_changes=changes), label="Flywheel: accept hunk"
         )
     )
     hunk = proposal.hunks[idx]
@@ -788,7 +986,7 @@ async def _accept(ls: FlywheelServer, proposal: Any, idx: int) -> dict[str, Any]
         )
     hunk.state = "accepted"
     proposal.expected_text = after
-    proposal.awaiting_change = ls.workspace.get_text_document(proposal.uri).source != after
+    proposal.awaiting_change = _current_text(ls, proposal)[0] != after
     ls.record("hunk_outcome", edit_id=proposal.id, idx=idx, outcome="accepted")
     return {"proposalId": proposal.id, "index": idx, "state": "accepted"}
 

@@ -70,16 +70,22 @@ class TelemetrySettings:
 
 @dataclass
 class AgentSettings:
-    approval: str = "edits"  # always: ask before every tool | edits: before writes | never
-    max_steps: int = 12  # tool-call rounds per task
+    # when the agent asks first (window/showMessageRequest): always: before every write, edit,
+    # delete and command | edits: before deletes, protected paths (.git/, .env*, keys) and
+    # commands outside the sandbox (edits are reviewed hunk by hunk anyway) | never
+    approval: str = "edits"
+    max_steps: int = 12  # model turns per task
     max_tokens: int = 512  # tokens per model turn
     followup_window_s: float = 120.0  # asking again this soon after a task marks it dissatisfying
+    approval_timeout_s: float = 600.0  # an unanswered approval request is denied after this
 
     def __post_init__(self) -> None:
         if self.approval not in APPROVAL_POLICIES:
             raise ValueError(f"agent.approval must be one of {', '.join(APPROVAL_POLICIES)}")
         if self.max_steps < 1 or self.max_tokens < 1:
             raise ValueError("agent.maxSteps and agent.maxTokens must be >= 1")
+        if not self.approval_timeout_s > 0:
+            raise ValueError("agent.approvalTimeoutS must be > 0")
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from lsprotocol import types
+from pygls import uris
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from lsp.documents import offset_at
@@ -32,6 +33,11 @@ def server_command(*args: str) -> list[str]:
     if "lsp" in COMMANDS:
         return [sys.executable, "-m", "agent.cli", "lsp", *args]
     return [sys.executable, "-m", "lsp.cli", *args]
+
+
+def replay_command(*args: str) -> list[str]:
+    """`flywheel lsp ARGS` with a replay engine as the model (tests/lsp/replay_server.py)."""
+    return [sys.executable, "-m", "tests.lsp.replay_server", *args]
 
 
 # Sampling (not greedy): a random tiny model's greedy output is only special tokens.
@@ -50,6 +56,8 @@ class Editor:
         self.notes: dict[str, list[Any]] = defaultdict(list)
         self._waiters: dict[str, list[asyncio.Future]] = defaultdict(list)
         self.apply_edit_ok = True
+        self.approval_answer: str | None = "Allow"  # the button pressed on showMessageRequest
+        self.approval_asks: list[str] = []
         for method in ("flywheel/status", "flywheel/taskStep", "flywheel/proposal"):
             client.feature(method)(self._collector(method))
 
@@ -57,6 +65,13 @@ class Editor:
             return self._apply_edit(params)
 
         client.feature(types.WORKSPACE_APPLY_EDIT)(apply_edit)
+
+        def show_request(ls: LanguageClient, params: types.ShowMessageRequestParams):
+            self.approval_asks.append(params.message)
+            answer = self.approval_answer
+            return None if answer is None else types.MessageActionItem(title=answer)
+
+        client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(show_request)
 
     def _collector(self, method: str):
         def collect(ls: LanguageClient, params: Any) -> None:
@@ -78,8 +93,14 @@ class Editor:
         if not self.apply_edit_ok:
             return types.ApplyWorkspaceEditResult(applied=False, failure_reason="user said no")
         for change in params.edit.document_changes or []:
+            if isinstance(change, types.CreateFile):
+                self.open(change.uri, "")
+                continue
             uri = change.text_document.uri
-            if change.text_document.version != self.versions[uri]:
+            if change.text_document.version is None:  # the file as it is: open it, as editors do
+                if uri not in self.texts:
+                    self.open(uri, Path(uris.to_fs_path(uri)).read_text())
+            elif change.text_document.version != self.versions[uri]:
                 return types.ApplyWorkspaceEditResult(applied=False, failure_reason="version")
             for edit in change.edits:
                 self.change(uri, edit.range, edit.new_text)
@@ -138,7 +159,9 @@ def capabilities(progress: bool = True) -> types.ClientCapabilities:
         workspace=types.WorkspaceClientCapabilities(
             apply_edit=True,
             configuration=True,
-            workspace_edit=types.WorkspaceEditClientCapabilities(document_changes=True),
+            workspace_edit=types.WorkspaceEditClientCapabilities(
+                document_changes=True, resource_operations=[types.ResourceOperationKind.Create]
+            ),
         ),
         window=types.WindowClientCapabilities(work_done_progress=progress),
         text_document=types.TextDocumentClientCapabilities(
@@ -159,12 +182,13 @@ async def start_editor(
     model: str,
     options: dict[str, Any] | None = None,
     extra_args: tuple[str, ...] = (),
+    root: Path | None = None,
 ) -> Editor:
+    """Start a server (`model` "replay": the replay launcher) and initialize it for `root`."""
     db = tmp_path / "telemetry.db"
+    command = replay_command if model == "replay" else server_command
     config = ClientServerConfig(
-        server_command=server_command(
-            "--model", model, "--db", str(db), "--manual-clock", *extra_args
-        )
+        server_command=command("--model", model, "--db", str(db), "--manual-clock", *extra_args)
     )
     client = await config.start()
     editor = Editor(client, db)
@@ -172,7 +196,7 @@ async def start_editor(
         types.InitializeParams(
             capabilities=capabilities(),
             client_info=types.ClientInfo(name="pytest-editor"),
-            root_uri=tmp_path.as_uri(),
+            root_uri=(root or tmp_path).as_uri(),
             initialization_options=options or {"completion": {"debounceMs": 0, "maxTokens": 12}},
         )
     )

@@ -1,8 +1,8 @@
-"""Agent tasks, reviewable proposals (hunk by hunk, stale refused), feedback and survival."""
+"""Reviewable proposals (hunk by hunk, stale refused) and survival of accepted code.
+
+Agent tasks, which make proposals through the harness, are in test_agent_tasks.py."""
 
 from __future__ import annotations
-
-import ast
 
 import pytest
 from lsprotocol import types
@@ -66,67 +66,6 @@ async def test_stale_proposal_is_refused_not_misapplied(editor, tmp_path):
     assert err.value.code == -32803 and "changed since" in err.value.message
     assert ed.texts[uri] == before
     assert {h["outcome"] for h in await ed.rows("hunks", edit_id=pid)} == {"failed"}
-
-
-async def test_ask_streams_steps_and_records_the_task(editor, tmp_path):
-    ed, uri = editor, (tmp_path / "ask.py").as_uri()
-    ed.open(uri, BASE)
-    result = await ed.command(
-        "flywheel.ask",
-        {
-            "uri": uri,
-            "question": "why?",
-            "range": {"start": {"line": 1, "character": 4}, "end": {"line": 1, "character": 16}},
-        },
-    )
-    assert result["status"] == "done"
-    tid = result["taskId"]
-    steps = [n for n in ed.notes["flywheel/taskStep"] if n["taskId"] == tid]
-    assert [s["role"] for s in steps][:2] == ["user", "assistant"]
-    assert "return a - b" in steps[0]["text"] and steps[0]["text"].endswith("why?")
-    progress = ed.client.progress_reports[f"flywheel-task-{tid}"]
-    assert type(progress[0]).__name__ == "WorkDoneProgressBegin"
-    assert type(progress[-1]).__name__ == "WorkDoneProgressEnd"
-    (task,) = await ed.rows("tasks", id=tid)
-    assert task["status"] == "done" and task["instruction"] == "why?"
-    assert len(await ed.rows("steps", task_id=tid)) >= 2
-
-    # Asking again at once marks the first answer as dissatisfying.
-    again = await ed.command("flywheel.ask", {"uri": uri, "question": "why, really?"})
-    assert again["status"] == "done"
-    outcomes = await ed.rows("outcomes", task_id=tid)
-    assert [o["dissatisfied_followup"] for o in outcomes] == [1]
-
-    assert (await ed.command("flywheel.rate", {"taskId": tid, "rating": -1, "comment": "meh"}))[
-        "recorded"
-    ]
-    (fb,) = await ed.rows("feedback", task_id=tid)
-    assert fb["rating"] == -1 and fb["comment"] == "meh"
-
-
-async def test_code_actions_offer_fix_and_ask(editor, tmp_path):
-    ed, uri = editor, (tmp_path / "act.py").as_uri()
-    ed.open(uri, BASE)
-    diag = types.Diagnostic(
-        range=types.Range(start=types.Position(1, 4), end=types.Position(1, 16)), message="wrong op"
-    )
-    actions = await ed.client.text_document_code_action_async(
-        types.CodeActionParams(
-            text_document=types.TextDocumentIdentifier(uri=uri),
-            range=diag.range,
-            context=types.CodeActionContext(diagnostics=[diag]),
-        )
-    )
-    titles = [a.title for a in actions]
-    assert titles == ["Fix with Flywheel: wrong op", "Ask Flywheel about selection"]
-    # The test client's converter reads CodeAction | Command back as a Command whose `command` is
-    # the action's command printed as a Python literal (an lsprotocol union quirk).
-    fix = ast.literal_eval(actions[0].command)
-    assert fix["command"] == "flywheel.fixDiagnostic"
-    result = await ed.command(fix["command"], *fix["arguments"])
-    assert result["status"] == "done"
-    (task,) = await ed.rows("tasks", id=result["taskId"])
-    assert task["instruction"] == "Fix this problem: wrong op"
 
 
 async def test_survival_checks_and_undo(editor, tmp_path):

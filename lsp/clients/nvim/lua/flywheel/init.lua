@@ -1,0 +1,408 @@
+--- Flywheel for Neovim: a thin client of `flywheel lsp`.
+---
+---   require("flywheel").setup({})             -- defaults below; needs Neovim 0.11+ (0.12 for ghost text)
+---
+--- What it does: starts the server with vim.lsp.config/vim.lsp.enable, turns on Neovim's native
+--- inline completion (0.12: vim.lsp.inline_completion; its items carry a command that reports
+--- acceptance), adds commands and keymaps for agent tasks and the review of their proposals, shows
+--- each task step as it happens (a scratch buffer, `:FlywheelSteps`) and previews pending hunks in
+--- the buffer (removed lines highlighted, new lines as virtual lines).
+---
+--- What it does not do: compute anything. Every decision (prompts, hunks, staleness, telemetry)
+--- is the server's; this file renders and sends commands.
+---
+--- Commands: :FlywheelAsk [question] (with a range: about the selection), :FlywheelFix (the
+--- diagnostic under the cursor), :FlywheelAcceptHunk, :FlywheelRejectHunk, :FlywheelNextHunk,
+--- :FlywheelPrevHunk, :FlywheelAcceptAll, :FlywheelRejectAll, :FlywheelRate {1|0|-1} [comment],
+--- :FlywheelCancel, :FlywheelSteps, :FlywheelStatus.
+
+local M = {}
+
+M.defaults = {
+  cmd = { "flywheel", "lsp" }, -- how to start the server
+  filetypes = nil, -- nil: every filetype
+  root_markers = { ".git", "pyproject.toml", "package.json", "go.mod", "Cargo.toml" },
+  root_dir = nil, -- a folder or a function(bufnr, on_dir) as in vim.lsp.config; overrides root_markers
+  settings = {}, -- the server's settings (lsp/settings.py), sent as initializationOptions
+  inline_completion = true, -- enable native ghost text where Neovim has it (0.12)
+  keymaps = {
+    accept_completion = "<C-l>", -- insert mode: accept the ghost text
+    ask = "<leader>fa", -- normal: ask; visual: ask about the selection
+    accept_hunk = "<leader>fy",
+    reject_hunk = "<leader>fn",
+    next_hunk = "]f",
+    prev_hunk = "[f",
+    rate_up = "<leader>f+",
+    rate_down = "<leader>f-",
+  },
+}
+
+M.ns = vim.api.nvim_create_namespace("flywheel.proposals")
+
+--- What the plugin knows; tests and statuslines read it.
+M.state = {
+  status = { state = "stopped", modelVersion = "" },
+  steps = {}, -- every flywheel/taskStep, in order
+  tasks = {}, -- taskId -> the executeCommand result once finished (status, answer, proposals)
+  proposals = {}, -- proposalId -> proposal (hunks with their state, updated as the user reviews)
+  last_task = nil, -- the most recent task id (for :FlywheelRate)
+  running = nil, -- the running task id
+}
+
+local function client(bufnr)
+  return vim.lsp.get_clients({ bufnr = bufnr or 0, name = "flywheel" })[1]
+    or vim.lsp.get_clients({ name = "flywheel" })[1]
+end
+
+local function notify(msg, level)
+  vim.notify("Flywheel: " .. msg, level or vim.log.levels.INFO)
+end
+
+local function execute(command, arguments, on_result)
+  local c = client()
+  if not c then
+    notify("the server is not running here (is `flywheel` on PATH?)", vim.log.levels.ERROR)
+    return
+  end
+  c:request("workspace/executeCommand", { command = command, arguments = arguments }, function(err, result)
+    if err then
+      notify(err.message or vim.inspect(err), vim.log.levels.ERROR)
+    end
+    if on_result then
+      on_result(err, result)
+    end
+  end)
+end
+
+-- Steps --------------------------------------------------------------------------------------
+
+local steps_buf
+
+local function steps_buffer()
+  if not (steps_buf and vim.api.nvim_buf_is_valid(steps_buf)) then
+    steps_buf = vim.api.nvim_create_buf(false, true)
+    vim.api.nvim_buf_set_name(steps_buf, "flywheel://steps")
+    vim.bo[steps_buf].filetype = "markdown"
+  end
+  return steps_buf
+end
+
+local function on_step(_, params)
+  table.insert(M.state.steps, params)
+  M.state.running = params.kind ~= "stop" and params.taskId or nil
+  local head = ("## %s step %d (%s)"):format(params.role, params.index, params.kind or "")
+  local lines = { head }
+  vim.list_extend(lines, vim.split(params.text or "", "\n", { plain = true }))
+  for _, call in ipairs(params.calls or {}) do
+    table.insert(lines, ("-> %s %s"):format(call.name, vim.json.encode(call.arguments or vim.empty_dict())))
+  end
+  local buf = steps_buffer()
+  vim.api.nvim_buf_set_lines(buf, -1, -1, false, lines)
+  vim.api.nvim_echo({ { ("Flywheel: %s %s"):format(params.role, (params.text or ""):sub(1, 60)) } }, false, {})
+end
+
+-- Proposals and their preview -------------------------------------------------------------------
+
+local function line_count(text)
+  local _, n = text:gsub("\n", "")
+  return n
+end
+
+local function buffer_of(uri)
+  local bufnr = vim.uri_to_bufnr(uri)
+  return vim.api.nvim_buf_is_loaded(bufnr) and bufnr or nil
+end
+
+--- Draw every pending hunk of every proposal in its buffer.
+function M.render()
+  for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
+    vim.api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
+  end
+  for _, p in pairs(M.state.proposals) do
+    local bufnr = buffer_of(p.uri)
+    if bufnr then
+      local last = vim.api.nvim_buf_line_count(bufnr)
+      for _, h in ipairs(p.hunks) do
+        if h.state == "pending" then
+          local first, stop = h.range.start.line, h.range["end"].line
+          for l = first, math.min(stop, last) - 1 do
+            vim.api.nvim_buf_set_extmark(bufnr, M.ns, l, 0, { line_hl_group = "DiffDelete", priority = 200 })
+          end
+          local virt = {}
+          for _, s in ipairs(vim.split(h.newText:gsub("\n$", ""), "\n", { plain = true })) do
+            if h.newText ~= "" then
+              table.insert(virt, { { "+ " .. s, "DiffAdd" } })
+            end
+          end
+          table.insert(virt, { { ("  [Flywheel hunk %d: accept %s / reject %s]"):format(h.index,
+            M.options.keymaps.accept_hunk or ":FlywheelAcceptHunk",
+            M.options.keymaps.reject_hunk or ":FlywheelRejectHunk"), "Comment" } })
+          local anchor = math.min(math.max(stop - 1, first), math.max(last - 1, 0))
+          vim.api.nvim_buf_set_extmark(bufnr, M.ns, anchor, 0, { virt_lines = virt, priority = 200 })
+        end
+      end
+    end
+  end
+end
+
+local function on_proposal(_, params)
+  M.state.proposals[params.proposalId] = params
+  local bufnr = buffer_of(params.uri)
+  if not bufnr then
+    vim.fn.bufload(vim.uri_to_bufnr(params.uri))
+  end
+  M.render()
+  notify(("%d hunk(s) proposed for %s; review with %s / %s"):format(#params.hunks,
+    vim.fn.fnamemodify(vim.uri_to_fname(params.uri), ":t"), M.options.keymaps.next_hunk or ":FlywheelNextHunk",
+    M.options.keymaps.accept_hunk or ":FlywheelAcceptHunk"))
+end
+
+--- The pending hunks of the current buffer: { {proposal, hunk}, ... } sorted by line.
+local function pending_here()
+  local uri = vim.uri_from_bufnr(0)
+  local out = {}
+  for _, p in pairs(M.state.proposals) do
+    if p.uri == uri then
+      for _, h in ipairs(p.hunks) do
+        if h.state == "pending" then
+          table.insert(out, { p, h })
+        end
+      end
+    end
+  end
+  table.sort(out, function(a, b) return a[2].range.start.line < b[2].range.start.line end)
+  return out
+end
+
+--- The hunk under (or else after) the cursor.
+local function current_hunk()
+  local line = vim.api.nvim_win_get_cursor(0)[1] - 1
+  local hunks = pending_here()
+  for _, ph in ipairs(hunks) do
+    local r = ph[2].range
+    if line >= r.start.line and (line < r["end"].line or line == r.start.line) then
+      return ph
+    end
+  end
+  for _, ph in ipairs(hunks) do
+    if ph[2].range.start.line >= line then
+      return ph
+    end
+  end
+  return hunks[1]
+end
+
+function M.jump(direction)
+  local line = vim.api.nvim_win_get_cursor(0)[1] - 1
+  local hunks = pending_here()
+  if #hunks == 0 then
+    return notify("no pending hunks in this buffer")
+  end
+  local target = direction > 0 and hunks[1] or hunks[#hunks]
+  for i = 1, #hunks do
+    local ph = direction > 0 and hunks[i] or hunks[#hunks + 1 - i]
+    local l = ph[2].range.start.line
+    if (direction > 0 and l > line) or (direction < 0 and l < line) then
+      target = ph
+      break
+    end
+  end
+  local last = vim.api.nvim_buf_line_count(0)
+  vim.api.nvim_win_set_cursor(0, { math.min(target[2].range.start.line + 1, last), 0 })
+end
+
+--- A hunk was accepted: later hunks of its proposal move by the lines it added or removed.
+local function shift_after(p, h)
+  local delta = line_count(h.newText) - line_count(h.original)
+  for _, other in ipairs(p.hunks) do
+    if other ~= h and other.range.start.line > h.range.start.line then
+      other.range.start.line = other.range.start.line + delta
+      other.range["end"].line = other.range["end"].line + delta
+    end
+  end
+end
+
+function M.review(accept, all)
+  local ph = current_hunk()
+  if not ph then
+    return notify("no pending hunk here")
+  end
+  local p, h = ph[1], ph[2]
+  local command = (accept and "flywheel.accept" or "flywheel.reject") .. (all and "All" or "Hunk")
+  local args = all and { p.proposalId } or { p.proposalId, h.index }
+  execute(command, args, function(err)
+    local targets = all and p.hunks or { h }
+    for _, t in ipairs(targets) do
+      if t.state == "pending" then
+        if err then
+          t.state = "failed"
+        else
+          t.state = accept and "accepted" or "rejected"
+          if accept then shift_after(p, t) end
+        end
+      end
+    end
+    M.render()
+  end)
+end
+
+-- Tasks ---------------------------------------------------------------------------------------
+
+local function on_task_done(err, result)
+  M.state.running = nil
+  if err or not result then
+    return
+  end
+  M.state.tasks[result.taskId] = result
+  M.state.last_task = result.taskId
+  local n = #(result.proposals or {})
+  notify(("%s: %s%s"):format(result.status, (result.answer or ""):sub(1, 200),
+    n > 0 and (" (%d proposal(s) to review)"):format(n) or ""))
+  for _, s in ipairs(result.skipped or {}) do
+    notify(s, vim.log.levels.WARN)
+  end
+end
+
+local function range_of_selection(opts)
+  if not opts or opts.range == 0 then
+    return nil
+  end
+  local last = vim.fn.getline(opts.line2)
+  return {
+    start = { line = opts.line1 - 1, character = 0 },
+    ["end"] = { line = opts.line2 - 1, character = vim.str_utfindex(last, "utf-16") },
+  }
+end
+
+function M.ask(question, opts)
+  local args = { uri = vim.uri_from_bufnr(0), question = question, range = range_of_selection(opts) }
+  if not args.range then
+    local pos = vim.api.nvim_win_get_cursor(0)
+    args.range = { start = { line = pos[1] - 1, character = 0 }, ["end"] = { line = pos[1] - 1, character = 0 } }
+  end
+  execute("flywheel.ask", { args }, on_task_done)
+end
+
+function M.fix()
+  local line = vim.api.nvim_win_get_cursor(0)[1] - 1
+  local diag = vim.diagnostic.get(0, { lnum = line })[1]
+  if not diag then
+    return notify("no diagnostic on this line")
+  end
+  local lsp_diag = diag.user_data and diag.user_data.lsp or {
+    message = diag.message,
+    severity = diag.severity,
+    range = { start = { line = diag.lnum, character = diag.col }, ["end"] = { line = diag.end_lnum or diag.lnum, character = diag.end_col or diag.col } },
+  }
+  execute("flywheel.fixDiagnostic", { { uri = vim.uri_from_bufnr(0), diagnostic = lsp_diag } }, on_task_done)
+end
+
+function M.rate(rating, comment)
+  if not M.state.last_task then
+    return notify("no task to rate yet")
+  end
+  execute("flywheel.rate", { { taskId = M.state.last_task, rating = rating, comment = comment } })
+end
+
+function M.cancel()
+  local running = M.state.running or (M.state.steps[#M.state.steps] or {}).taskId
+  if running then
+    execute("flywheel.cancelTask", { running })
+  end
+end
+
+--- For a statusline: "Flywheel idle (model-version)".
+function M.statusline()
+  local s = M.state.status
+  return ("Flywheel %s%s"):format(s.state or "?", (s.modelVersion or "") ~= "" and (" (" .. s.modelVersion .. ")") or "")
+end
+
+-- Setup ---------------------------------------------------------------------------------------
+
+local function commands()
+  local cmd = vim.api.nvim_create_user_command
+  cmd("FlywheelAsk", function(o) M.ask(o.args ~= "" and o.args or vim.fn.input("Ask Flywheel: "), o) end, { nargs = "*", range = true })
+  cmd("FlywheelFix", M.fix, {})
+  cmd("FlywheelAcceptHunk", function() M.review(true, false) end, {})
+  cmd("FlywheelRejectHunk", function() M.review(false, false) end, {})
+  cmd("FlywheelAcceptAll", function() M.review(true, true) end, {})
+  cmd("FlywheelRejectAll", function() M.review(false, true) end, {})
+  cmd("FlywheelNextHunk", function() M.jump(1) end, {})
+  cmd("FlywheelPrevHunk", function() M.jump(-1) end, {})
+  cmd("FlywheelRate", function(o)
+    local rating = tonumber(o.fargs[1])
+    if rating ~= 1 and rating ~= 0 and rating ~= -1 then
+      return notify("usage: :FlywheelRate 1|0|-1 [comment]", vim.log.levels.ERROR)
+    end
+    local comment = table.concat(vim.list_slice(o.fargs, 2), " ")
+    M.rate(rating, comment ~= "" and comment or nil)
+  end, { nargs = "+" })
+  cmd("FlywheelCancel", M.cancel, {})
+  cmd("FlywheelSteps", function() vim.cmd("botright split | buffer " .. steps_buffer()) end, {})
+  cmd("FlywheelStatus", function() notify(M.statusline()) end, {})
+end
+
+local function keymaps(k)
+  if not k then
+    return
+  end
+  local map = function(mode, lhs, rhs, desc)
+    if lhs then vim.keymap.set(mode, lhs, rhs, { desc = "Flywheel: " .. desc }) end
+  end
+  map("i", k.accept_completion, function()
+    if vim.lsp.inline_completion and vim.lsp.inline_completion.get() then return "" end
+    return vim.api.nvim_replace_termcodes(k.accept_completion, true, false, true)
+  end, "accept the ghost text")
+  map("n", k.ask, ":FlywheelAsk ", "ask")
+  map("x", k.ask, ":FlywheelAsk ", "ask about the selection")
+  map("n", k.accept_hunk, function() M.review(true, false) end, "accept the hunk")
+  map("n", k.reject_hunk, function() M.review(false, false) end, "reject the hunk")
+  map("n", k.next_hunk, function() M.jump(1) end, "next hunk")
+  map("n", k.prev_hunk, function() M.jump(-1) end, "previous hunk")
+  map("n", k.rate_up, function() M.rate(1) end, "rate the last task up")
+  map("n", k.rate_down, function() M.rate(-1) end, "rate the last task down")
+end
+
+function M.setup(opts)
+  M.options = vim.tbl_deep_extend("force", M.defaults, opts or {})
+  if opts and opts.keymaps == false then
+    M.options.keymaps = false
+  end
+  if not (vim.lsp.config and vim.lsp.enable) then
+    return notify("needs Neovim 0.11 or newer (vim.lsp.config)", vim.log.levels.ERROR)
+  end
+  local o = M.options
+  local settings = vim.tbl_isempty(o.settings) and vim.empty_dict() or o.settings
+  vim.lsp.config("flywheel", {
+    cmd = o.cmd,
+    filetypes = o.filetypes,
+    root_markers = o.root_dir == nil and o.root_markers or nil,
+    root_dir = type(o.root_dir) == "string" and function(_, on_dir) on_dir(o.root_dir) end or o.root_dir,
+    init_options = settings,
+    settings = { flywheel = settings },
+    handlers = {
+      ["flywheel/taskStep"] = on_step,
+      ["flywheel/proposal"] = on_proposal,
+      ["flywheel/status"] = function(_, params) M.state.status = params end,
+    },
+  })
+  vim.lsp.enable("flywheel")
+  local group = vim.api.nvim_create_augroup("flywheel", { clear = true })
+  vim.api.nvim_create_autocmd("LspAttach", {
+    group = group,
+    callback = function(args)
+      local c = vim.lsp.get_client_by_id(args.data.client_id)
+      if c and c.name == "flywheel" and o.inline_completion and vim.lsp.inline_completion then
+        vim.lsp.inline_completion.enable(true, { bufnr = args.buf })
+      end
+    end,
+  })
+  vim.api.nvim_create_autocmd("BufEnter", { group = group, callback = function() M.render() end })
+  commands()
+  keymaps(o.keymaps)
+  if o.inline_completion and not vim.lsp.inline_completion then
+    notify("this Neovim has no native inline completion (0.12+); ghost text is off", vim.log.levels.WARN)
+  end
+end
+
+return M
