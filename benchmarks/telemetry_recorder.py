@@ -6,15 +6,24 @@ What it measures, on this machine, in one run:
   burst      Recorder.record() as fast as the caller can go, then flush(): events/s until every
              event is durable, and the caller's per-call enqueue latency
   paced      Recorder.record() at a fixed rate (default 5,000 events/s) for a few seconds, as an
-             editor would: enqueue latency while the writer works in parallel, and how far the
-             writer lags (the time flush() needs after the last event)
+             editor would: the rate at which events become durable while that rate is offered,
+             the writer's backlog sampled every 50 ms, the time flush() needs after the last
+             event, and the caller's enqueue latency while the writer works in parallel
+
+For the recorder modes it also reads the writer thread's own CPU time, so the writer's cost per
+event (and its capacity on one free core) can be told apart from the machine's load: on a
+shared, busy machine the wall-clock rates are lower than the writer could do alone.
 
 Events are a realistic mix: agent steps with ~300 chars of text and a tool call, inline
 suggestions with ~600 chars of code context, suggestion lifecycle events, survival checks.
 The issue's targets: >= 5,000 events/s sustained, enqueue p99 < 1 ms on the caller's thread.
+"Sustained" is checked in the paced mode: offered 5,000 events/s, the durable rate over the whole
+run (first record() to flush() returning) is at least 99% of 5,000/s, and the writer keeps up
+(its backlog, sampled every 50 ms, never holds 0.5 s of events). The burst mode and the writer's
+CPU per event show the headroom above that.
 
     .venv/bin/python benchmarks/telemetry_recorder.py [--events 20000] [--rate 5000]
-        [--seconds 4] [--json benchmarks/results/telemetry_recorder.json]
+        [--seconds 10] [--repeat 3] [--json benchmarks/results/telemetry_recorder.json]
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -163,6 +173,24 @@ def run_naive(folder: Path, n: int) -> dict[str, Any]:
     return {"events": n, "seconds": elapsed, "events_per_s": n / elapsed, **percentiles(lat)}
 
 
+def _writer_cpu_s(rec: Recorder) -> float:
+    """CPU seconds the writer thread has used so far (Linux: its own clock; else NaN)."""
+    thread = rec._thread
+    try:
+        assert isinstance(thread, threading.Thread) and thread.ident is not None
+        return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+    except (AttributeError, AssertionError, OSError):
+        return float("nan")
+
+
+def _writer_figures(cpu_s: float, events: int, wall_s: float) -> dict[str, float]:
+    return {
+        "writer_cpu_us_per_event": cpu_s / events * 1e6,
+        "writer_capacity_per_s": events / cpu_s if cpu_s > 0 else float("nan"),
+        "writer_busy_share": cpu_s / wall_s,
+    }
+
+
 def _recorder(folder: Path, name: str) -> tuple[Recorder, str, str]:
     rec = Recorder(folder / f"{name}.db")
     sid = rec.record("session_start", editor="bench")
@@ -175,6 +203,7 @@ def run_burst(folder: Path, n: int) -> dict[str, Any]:
     rec, sid, task = _recorder(folder, "burst")
     events = make_events(sid, task, n)
     lat: list[int] = []
+    cpu0 = _writer_cpu_s(rec)
     start = time.perf_counter()
     for kind, fields in events:
         t0 = time.perf_counter_ns()
@@ -183,6 +212,7 @@ def run_burst(folder: Path, n: int) -> dict[str, Any]:
     enqueued = time.perf_counter() - start
     ok = rec.flush()
     elapsed = time.perf_counter() - start
+    cpu = _writer_cpu_s(rec) - cpu0
     stats = rec.stats()
     rec.close()
     return {
@@ -192,6 +222,7 @@ def run_burst(folder: Path, n: int) -> dict[str, Any]:
         "enqueue_seconds": enqueued,
         "flushed_ok": ok,
         "written": stats.get("written", 0) - 2,
+        **_writer_figures(cpu, n, elapsed),
         **percentiles(lat),
     }
 
@@ -202,6 +233,10 @@ def run_paced(folder: Path, rate: float, seconds: float) -> dict[str, Any]:
     events = make_events(sid, task, n)
     lat: list[int] = []
     interval = 1.0 / rate
+    sample_every = max(1, int(rate * 0.05))  # the writer's backlog, every 50 ms of events
+    backlog: list[int] = []
+    base = rec.stats().get("written", 0)
+    cpu0 = _writer_cpu_s(rec)
     start = time.perf_counter()
     for i, (kind, fields) in enumerate(events):
         # Sleep until this event is due (no spinning: a spinning caller would hold the GIL the
@@ -212,19 +247,25 @@ def run_paced(folder: Path, rate: float, seconds: float) -> dict[str, Any]:
         t0 = time.perf_counter_ns()
         rec.record(kind, **fields)
         lat.append(time.perf_counter_ns() - t0)
+        if i % sample_every == sample_every - 1:  # committed so far vs offered so far
+            backlog.append(i + 1 - (rec.stats().get("written", 0) - base))
     last = time.perf_counter()
     ok = rec.flush()
     done = time.perf_counter()
+    cpu = _writer_cpu_s(rec) - cpu0
     stats = rec.stats()
     rec.close()
     return {
         "events": n,
         "target_rate": rate,
         "offered_rate": n / (last - start),
-        "events_per_s": n / (done - start),  # durable events over the whole run
-        "flush_lag_s": done - last,  # > 0.5 s would mean the writer falls behind
+        # every event durable (flush() returned) over the whole run, from the first record()
+        "events_per_s": n / (done - start),
+        "max_backlog_events": max(backlog, default=0),  # offered but not yet committed
+        "flush_lag_s": done - last,  # the last events' wait for the writer
         "flushed_ok": ok,
-        "written": stats.get("written", 0) - 2,
+        "written": stats.get("written", 0) - base,
+        **_writer_figures(cpu, n, done - start),
         **percentiles(lat),
     }
 
@@ -233,12 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=20_000, help="events per burst/naive run")
     parser.add_argument("--rate", type=float, default=5_000, help="paced events per second")
-    parser.add_argument("--seconds", type=float, default=4.0, help="paced run length")
+    parser.add_argument("--seconds", type=float, default=10.0, help="paced run length")
     parser.add_argument("--repeat", type=int, default=3, help="runs per mode; the median is kept")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     args = parser.parse_args(argv)
 
     runs: dict[str, list[dict[str, Any]]] = {"naive": [], "burst": [], "paced": []}
+    load_before = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeat):
             folder = Path(tmp) / f"run{r}"
@@ -270,12 +312,15 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
     }
     m = result["median"]
+    paced = m["paced"]
     result["targets"] = {
-        # sustained: 5,000/s offered for the whole run and the writer kept up (the backlog left
-        # at the end drains in under 0.5 s, i.e. under 2,500 events)
-        "5000 events/s sustained (paced: offered, writer kept up)": m["paced"]["offered_rate"]
-        >= 5000 * 0.98
-        and m["paced"]["flush_lag_s"] < 0.5,
+        # sustained: offered 5,000/s, every event durable at >= 99% of that rate over the whole
+        # run (only the last commit's wait is allowed), and the writer never 0.5 s behind
+        "5000 events/s sustained (paced: durable/s while offered 5000/s, writer kept up)": (
+            paced["target_rate"] >= 5000
+            and paced["events_per_s"] >= 5000 * 0.99
+            and paced["max_backlog_events"] <= paced["target_rate"] * 0.5
+        ),
         "events_per_s >= 5000 (burst)": m["burst"]["events_per_s"] >= 5000,
         "enqueue p99 < 1 ms (paced)": m["paced"]["p99_us"] < 1000,
         "enqueue p99 < 1 ms (burst)": m["burst"]["p99_us"] < 1000,
@@ -294,14 +339,30 @@ def main(argv: list[str] | None = None) -> int:
         ("burst", "record() flat out, then flush()"),
         (
             "paced",
-            f"record() at {m['paced']['offered_rate']:.0f}/s offered; "
-            f"writer {m['paced']['flush_lag_s'] * 1000:.0f} ms behind at the end",
+            f"durable/s while record() offered {paced['offered_rate']:.0f}/s; backlog max "
+            f"{paced['max_backlog_events']:.0f} events, {paced['flush_lag_s'] * 1000:.0f} ms "
+            "at the end",
         ),
     ):
         r = m[mode]
         print(
             f"{mode:<8} {int(r['events']):>8} {r['events_per_s']:>10.0f} {r['p50_us']:>9.1f} "
             f"{r['p99_us']:>9.1f} {r['max_us']:>10.1f}  {note}"
+        )
+    for mode in ("burst", "paced"):
+        r = m[mode]
+        print(
+            f"writer ({mode}): {r['writer_cpu_us_per_event']:.1f} us CPU per event "
+            f"(~{r['writer_capacity_per_s']:.0f} events/s on a free core), "
+            f"busy {r['writer_busy_share']:.0%} of the wall time"
+        )
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    if load is not None and load_before is not None:
+        result["machine"]["load_average_before"] = load_before
+        result["machine"]["load_average_after"] = list(load)
+        print(
+            "load average (1, 5, 15 min) before: {:.2f} {:.2f} {:.2f}; after: {:.2f} {:.2f} "
+            "{:.2f}".format(*load_before, *load)
         )
     speedup = m["burst"]["events_per_s"] / m["naive"]["events_per_s"]
     print(

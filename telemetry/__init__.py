@@ -23,7 +23,8 @@ How to use it (language server, harness):
     rec.record("step", session_id=sid, task_id=tid, idx=0, role="assistant", content="...",
                tool_calls=[{"id": "c1", "name": "read", "arguments": {"path": "a.py"}}],
                token_ids=[...], logprobs=[...])
-    rec.record("task_end", session_id=sid, task_id=tid, status="done", final_message="...")
+    rec.record("task_end", session_id=sid, task_id=tid, status="done", final_message="...",
+               stop_reason="answered", stop_detail="", diff=unified_diff_text)
     rec.close()
 
 `record(kind, **fields)` takes one of the kinds in `EVENTS` (recorder.py lists each kind's table,

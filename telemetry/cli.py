@@ -178,6 +178,12 @@ def collect_stats(path: Path) -> dict[str, Any]:
             "GROUP BY function, version ORDER BY function, version"
         ).fetchall()
         dropped = dict(conn.execute("SELECT reason, COUNT(*) FROM dropped GROUP BY reason"))
+        stops = dict(
+            conn.execute(
+                "SELECT COALESCE(stop_reason, '?'), COUNT(*) FROM tasks "
+                "WHERE ended_at IS NOT NULL GROUP BY 1 ORDER BY 2 DESC"
+            )
+        )
         version = store.schema_version(conn)
     finally:
         conn.close()
@@ -191,6 +197,7 @@ def collect_stats(path: Path) -> dict[str, Any]:
         "tables": tables,
         "sessions_by_consent": consent,
         "sessions_by_editor": editors,
+        "tasks_by_stop_reason": stops,
         "rewards": {k: {"rows": n, "valued": nv, "mean": m} for k, n, nv, m in reward_rows},
         "dropped": dropped,
     }
@@ -207,6 +214,7 @@ def _stats(args: argparse.Namespace, path: Path) -> int:
         print(f"  {name:<20} {count:>10}")
     print("\nsessions by consent: " + _pairs(stats["sessions_by_consent"]))
     print("sessions by editor:  " + _pairs(stats["sessions_by_editor"]))
+    print("tasks by stop reason: " + _pairs(stats["tasks_by_stop_reason"]))
     if stats["rewards"]:
         print("\nrewards (stored)          rows   valued     mean")
         for key, r in stats["rewards"].items():

@@ -6,11 +6,13 @@
                     text: what `import_export` merges into another store (a team's training store)
   pretrain.jsonl    {"id", "text", "source", "document_uri"}: distinct file snapshots and task
                     workspace files, deduplicated by sha256
-  sft.jsonl         {"id", "messages", "reward", ...}: agent tasks whose reward >= min_reward, in
-                    OpenAI chat format (assistant `tool_calls` with JSON-string arguments, then
-                    `tool` messages with `tool_call_id`)
-  rl_tasks.jsonl    {"id", "instruction", "workspace": {path: text}, "verify"}: tasks with a
-                    verifying command, for rollouts
+  sft.jsonl         {"id", "messages", "reward", "stop_reason", ...}: agent tasks whose reward >=
+                    min_reward, in OpenAI chat format (assistant `tool_calls` with JSON-string
+                    arguments, then `tool` messages with `tool_call_id`)
+  rl_tasks.jsonl    {"id", "instruction", "workspace": {path: text}, "verify", "stop_reason",
+                    "reference_diff"}: tasks with a verifying command, for rollouts; the
+                    reference diff is the recorded run's final diff when that run answered
+                    (status done), else null
   benchmark.jsonl   the same shape as rl_tasks, for held-out sessions only
   manifest.json     format, schema version, reward function@version and threshold, the split rule,
                     and for each file its record count, bytes and sha256
@@ -136,6 +138,12 @@ def export(
                         "instruction": task["instruction"],
                         "workspace": task["workspace"],
                         "verify": task["verify"],
+                        "stop_reason": task["stop_reason"],
+                        # what the recorded run changed, when it ended with an answer: a
+                        # reference to compare rollouts with, never part of the prompt
+                        "reference_diff": (task["diff"] or None)
+                        if task["status"] == "done"
+                        else None,
                     }
                 )
             if in_benchmark:
@@ -153,6 +161,7 @@ def export(
                     "reward": value,
                     "reward_function": function.key,
                     "model_version": task["model_version"],
+                    "stop_reason": task["stop_reason"],
                 }
             )
         conn.execute("COMMIT")
@@ -240,9 +249,9 @@ def _load_workspace(data: bytes) -> dict[str, str]:
 
 def _tasks(conn: sqlite3.Connection, sessions: set[str]) -> list[dict[str, Any]]:
     tasks = []
-    for tid, sid, instruction, blob, verify, model in conn.execute(
-        "SELECT id, session_id, instruction, workspace_blob, verify_command, model_version "
-        "FROM tasks ORDER BY created_at, id"
+    for tid, sid, instruction, blob, verify, model, status, stop_reason, diff in conn.execute(
+        "SELECT id, session_id, instruction, workspace_blob, verify_command, model_version, "
+        "status, stop_reason, diff FROM tasks ORDER BY created_at, id"
     ):
         if sid not in sessions:
             continue
@@ -255,6 +264,9 @@ def _tasks(conn: sqlite3.Connection, sessions: set[str]) -> list[dict[str, Any]]
                 "workspace": None if data is None else _load_workspace(data),
                 "verify": verify,
                 "model_version": model,
+                "status": status,
+                "stop_reason": stop_reason,
+                "diff": diff,
             }
         )
     return tasks

@@ -13,9 +13,10 @@ queue and returns the id, or None when the event was refused; it never raises an
 the database. Refusals (unknown kind or field, missing field, bad enumerated value) are logged
 once per reason and counted in `stats()`.
 
-The writer thread takes everything queued (up to `batch_size`), cleans, redacts and strips each
-event per the privacy policy (privacy.py), and commits the batch in one `BEGIN IMMEDIATE`
-transaction. Lock contention with other processes is waited out (SQLite's busy timeout, then our
+The writer thread takes everything queued (up to `batch_size`, waiting up to `linger_s` for more
+when the queue runs dry, unless a flush() is waiting), cleans, redacts and strips each event per
+the privacy policy (privacy.py), and commits the batch in one `BEGIN IMMEDIATE` transaction, its
+inserts sent with one `executemany` per statement (`_Rows`). Lock contention with other processes is waited out (SQLite's busy timeout, then our
 own backoff); it never reaches a caller. Events that cannot be stored — a session that does not
 exist, a duplicate id — go to the `dropped` table with a reason (never their content). A batch
 that fails for the environment (disk full, file became read-only) is dropped, logged, and makes
@@ -29,11 +30,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import hashlib
 import json
 import logging
 import os
 import queue
+import re
 import sqlite3
 import threading
 import time
@@ -133,8 +136,9 @@ EVENTS: dict[str, EventKind] = {
     ),
     "task_end": _spec(
         "tasks",
+        fields="stop_reason",  # the harness's reason: answered, max_steps, engine_error, ...
         required="task_id status",
-        code="final_message",
+        code="final_message stop_detail diff",  # diff: the final unified diff of the workspace
         choices={"status": TASK_STATUSES},
     ),
     "step": _spec(
@@ -223,6 +227,29 @@ _NUMERIC = frozenset(
 )
 
 
+# How _row treats each field of each kind (worked out once, not per event).
+_AS_META, _AS_NUMBER, _AS_JSON, _AS_URI, _AS_CODE = range(5)
+
+
+def _plan(spec: EventKind) -> dict[str, int]:
+    plan = {}
+    for name in spec.fields | {"session_id"}:
+        if name in spec.code:
+            plan[name] = _AS_CODE  # kept only at consent "code", after the metadata
+        elif name in _NUMERIC:
+            plan[name] = _AS_NUMBER
+        elif name in spec.json:
+            plan[name] = _AS_JSON  # metrics, config: metadata, still cleaned and redacted
+        elif name == "document_uri":
+            plan[name] = _AS_URI
+        else:
+            plan[name] = _AS_META
+    return plan
+
+
+_PLANS = {kind: _plan(spec) for kind, spec in EVENTS.items()}
+
+
 @dataclass
 class _Event:
     kind: str
@@ -251,12 +278,15 @@ class Recorder:
         policy: PrivacyPolicy | None = None,
         *,
         batch_size: int = 1000,  # most events committed in one transaction
+        linger_s: float = 0.025,  # how long the writer waits for more events before a commit
     ) -> None:
         self.path = str(path)
         self.policy = policy or PrivacyPolicy()
         self.batch_size = batch_size
+        self.linger_s = linger_s
         self.error: str | None = None  # why the recorder is disabled, or the last batch failure
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._wake = threading.Event()  # flush() ends the writer's linger early
         self._counts: Counter[str] = Counter()
         self._refused_logged: set[str] = set()
         self._batch_failed = False
@@ -328,6 +358,7 @@ class Recorder:
             return False
         marker = _Flush()
         self._queue.put(marker)
+        self._wake.set()
         if not marker.done.wait(timeout):
             return False
         return marker.ok
@@ -377,6 +408,7 @@ class Recorder:
                 break
             batch: list[_Event] = []
             marker: _Flush | None = None
+            lingered = False
             while True:
                 if isinstance(item, _Flush):
                     marker = item
@@ -390,7 +422,17 @@ class Recorder:
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
-                    break
+                    # Linger: events that trickle in (an editor, a paced caller) share one
+                    # commit, and the writer is not woken for each one; flush() wakes it.
+                    if lingered:
+                        break
+                    lingered = True
+                    self._wake.wait(self.linger_s)
+                    self._wake.clear()  # a flush marker put before set() is still drained
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
             if batch:
                 self._write(batch, durable=marker is not None)
             if marker is not None:
@@ -420,24 +462,27 @@ class Recorder:
             if durable:
                 conn.execute("PRAGMA synchronous=FULL")
             with store.write_transaction(conn):
+                rows = _Rows(conn)
                 for event in batch:
                     try:
-                        reason = self._apply(conn, event, new_sessions)
+                        reason = self._apply(conn, event, new_sessions, rows)
                     except sqlite3.IntegrityError as exc:  # this event's row, not the disk
                         reason = f"rejected by the schema: {exc}"
                     except sqlite3.Error:
                         raise  # the file or the disk: the whole batch fails below
                     except Exception as exc:  # e.g. an int too large for SQLite
                         reason = f"unstorable value: {type(exc).__name__}"
+                    if reason is _HELD:
+                        continue
                     if reason is not None:
-                        self._counts["dropped"] += 1
-                        conn.execute(
-                            "INSERT OR IGNORE INTO dropped (id, at, kind, reason) "
-                            "VALUES (?, ?, ?, ?)",
-                            (uuid.uuid4().hex, event.at, event.kind, reason),
-                        )
+                        self._drop(conn, event, str(reason))
                     else:
                         self._counts["written"] += 1
+                for event, reason in rows.outcomes():
+                    if reason is None:
+                        self._counts["written"] += 1
+                    else:
+                        self._drop(conn, event, reason)
             self._known_sessions |= new_sessions
             self._counts["batches"] += 1
         except (sqlite3.Error, OSError) as exc:
@@ -452,6 +497,13 @@ class Recorder:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("PRAGMA synchronous=NORMAL")
 
+    def _drop(self, conn: sqlite3.Connection, event: _Event, reason: str) -> None:
+        self._counts["dropped"] += 1
+        conn.execute(
+            "INSERT OR IGNORE INTO dropped (id, at, kind, reason) VALUES (?, ?, ?, ?)",
+            (uuid.uuid4().hex, event.at, event.kind, reason),
+        )
+
     def _session_exists(self, conn: sqlite3.Connection, sid: Any, new: set[str]) -> bool:
         if sid in self._known_sessions or sid in new:
             return True
@@ -460,8 +512,11 @@ class Recorder:
             return True
         return False
 
-    def _apply(self, conn: sqlite3.Connection, event: _Event, new: set[str]) -> str | None:
-        """Write one event inside the open transaction; return a drop reason or None."""
+    def _apply(
+        self, conn: sqlite3.Connection, event: _Event, new: set[str], rows: _Rows
+    ) -> str | None | object:
+        """Write one event inside the open transaction; return a drop reason, None when it is
+        written, or _HELD when its row waits in `rows` (which then reports how it ended)."""
         spec = EVENTS[event.kind]
         fields = event.fields
         sid = fields.get("session_id")
@@ -476,18 +531,25 @@ class Recorder:
         if kind == "session_start":
             row.update(id=event.id, started_at=event.at, consent=self.policy.consent)
             new.add(event.id)
-            return _insert(conn, "sessions", row)
+            return rows.add(event, "sessions", row)
+        if kind in ("session_end", "task_end", "hunk_outcome"):
+            rows.flush()  # the updates below must see the rows held so far
         if kind == "session_end":
             conn.execute("UPDATE sessions SET ended_at = ? WHERE id = ?", (event.at, event.id))
             return None
         if kind == "task_end":
             cur = conn.execute(
                 "UPDATE tasks SET status = ?, final_message = ?, final_message_chars = ?, "
+                "stop_reason = ?, stop_detail = ?, diff = ?, diff_chars = ?, "
                 "ended_at = ? WHERE id = ? AND session_id = ?",
                 (
                     row.get("status"),
                     row.get("final_message"),
                     row.get("final_message_chars"),
+                    row.get("stop_reason"),
+                    row.get("stop_detail"),
+                    row.get("diff"),
+                    row.get("diff_chars"),
                     event.at,
                     event.id,
                     sid,
@@ -514,8 +576,8 @@ class Recorder:
             store_code = self.policy.consent == "code" and not row["excluded"]
             for i, hunk in enumerate(hunks if isinstance(hunks, list) else []):
                 hunk = hunk if isinstance(hunk, dict) else {}
-                _insert(
-                    conn,
+                rows.add(
+                    None,
                     "hunks",
                     {
                         "id": f"{event.id}:{i}",
@@ -545,7 +607,10 @@ class Recorder:
             row["created_at"] = event.at
         else:
             row["at"] = event.at
-        return _insert(conn, spec.table, row, upsert=spec.upsert)
+        if spec.upsert:  # in order with the held rows: a later upsert of the same id wins
+            rows.flush()
+            return _insert(conn, spec.table, row, upsert=True)
+        return rows.add(event, spec.table, row)
 
     # --- privacy: every value passes here before it is written -------------------------------
 
@@ -566,13 +631,10 @@ class Recorder:
             return self._code(value)
         if isinstance(value, dict):  # keys are names: cleaned, not redacted
             out = {}
+            redact_names = self.policy.redact_secrets
             for k, v in value.items():
                 key = privacy.clean_text(k, privacy.MAX_META_CHARS)
-                if (
-                    isinstance(v, str)
-                    and self.policy.redact_secrets
-                    and privacy.named_secret(key, v)
-                ):
+                if redact_names and type(v) is str and privacy.named_secret(key, v):
                     out[key] = "[REDACTED:password_assignment]"
                 else:
                     out[key] = self._json_code(v)
@@ -606,24 +668,26 @@ class Recorder:
 
     def _row(self, event: _Event, spec: EventKind) -> dict[str, Any]:
         fields = event.fields
-        keep_code = self.policy.consent == "code"
+        consent_code = self.policy.consent == "code"
+        keep_code = consent_code
         uri = fields.get("document_uri")
-        if keep_code and self._excluded(uri):
+        if keep_code and uri is not None and self._excluded(uri):
             keep_code = False
+        plan = _PLANS[event.kind]
         row: dict[str, Any] = {}
         for name, value in fields.items():
-            if name in spec.code:
-                continue
-            if name in _NUMERIC:
+            how = plan[name]
+            if how == _AS_META or (how == _AS_URI and consent_code):
+                if value is None or isinstance(value, bool | int | float):
+                    row[name] = value
+                else:
+                    row[name] = privacy.clean_text(value, privacy.MAX_META_CHARS)
+            elif how == _AS_NUMBER:
                 row[name] = _number(value)
-            elif name in spec.json:  # metrics, config: metadata, still cleaned and redacted
+            elif how == _AS_JSON:
                 row[name] = _dumps(self._json_code(value))
-            elif name == "document_uri" and self.policy.consent != "code":
+            elif how == _AS_URI:
                 row[name] = _opaque_uri(value)
-            elif value is None or isinstance(value, bool | int | float):
-                row[name] = value
-            else:
-                row[name] = privacy.clean_text(value, privacy.MAX_META_CHARS)
         if event.kind == "step":
             calls = fields.get("tool_calls")
             if calls is not None:
@@ -631,8 +695,9 @@ class Recorder:
             if keep_code and self._step_touches_excluded_file(fields):
                 keep_code = False  # a read of .env: its arguments and result are not stored
         if event.kind == "task_end":
-            message = fields.get("final_message")
+            message, diff = fields.get("final_message"), fields.get("diff")
             row["final_message_chars"] = len(message) if isinstance(message, str) else None
+            row["diff_chars"] = len(diff) if isinstance(diff, str | bytes) else None
         if event.kind == "suggestion":
             output = fields.get("output")
             row["output_chars"] = len(output) if isinstance(output, str) else None
@@ -655,9 +720,21 @@ class Recorder:
                 row[name] = _dumps(kept, sort_keys=True)
             elif name in spec.json:
                 row[name] = _dumps(self._json_code(value))
+            elif name == "diff":
+                row[name] = self._diff(value)
             else:
                 row[name] = self._code(value)
         return row
+
+    def _diff(self, value: Any) -> str | None:
+        """A diff as a code field (cleaned, redacted, cut with a marker), without the sections
+        of excluded files; the cut's marker stays even when the last section is dropped."""
+        text = self._code(value)
+        if text is None:
+            return None
+        cut = _CUT_MARKER.search(text)
+        body, marker = (text[: cut.start()], cut.group(0)) if cut else (text, "")
+        return privacy.drop_excluded_files(body, self.policy.exclude) + marker
 
 
 def _excluded_call_ids(calls: Any, globs: tuple[str, ...]) -> set[str]:
@@ -679,17 +756,105 @@ def _excluded_call_ids(calls: Any, globs: tuple[str, ...]) -> set[str]:
     return found
 
 
+_HELD = object()  # _apply's answer for a row that waits in _Rows
+_CUT_MARKER = re.compile(r"\n\[truncated: \d+ (?:chars|bytes), kept \d+\]\Z")
+
+
+class _Rows:
+    """The inserts of one batch, held back and sent with one executemany per statement.
+
+    Rows of different tables and shapes are independent, so each statement's rows go together
+    in the order they came. When every row went in (the sum of rowcounts says so) the savepoint
+    is released; otherwise (a duplicate id, a schema rejection, a value SQLite cannot bind) it
+    is rolled back and the rows are replayed one at a time, in the order of their events, so each
+    event gets its own outcome exactly as if it had been written alone. Callers flush() before
+    any statement that must see the held rows (an UPDATE, an upsert).
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.groups: dict[str, list[tuple[Any, ...]]] = {}
+        self.order: list[tuple[_Event | None, str, tuple[Any, ...]]] = []
+        self.done: list[tuple[_Event, str | None]] = []  # held events and their drop reasons
+
+    def add(self, event: _Event | None, table: str, row: dict[str, Any]) -> object:
+        """Hold one row; `event` None for a row whose outcome nobody counts (a hunk)."""
+        sql = _insert_sql(table, tuple(row), False)
+        params = tuple(row.values())
+        group = self.groups.get(sql)
+        if group is None:
+            self.groups[sql] = group = []
+        group.append(params)
+        self.order.append((event, sql, params))
+        return _HELD
+
+    def flush(self) -> None:
+        """Insert the held rows; each held event's outcome goes to `done`."""
+        if self.order:
+            order, groups = self.order, self.groups
+            self.order, self.groups = [], {}
+            conn = self.conn
+            conn.execute("SAVEPOINT held_rows")
+            complete = True
+            try:
+                for sql, params in groups.items():
+                    if conn.executemany(sql, params).rowcount != len(params):
+                        complete = False
+                        break
+            except sqlite3.IntegrityError:
+                complete = False
+            except sqlite3.Error:
+                raise  # the file or the disk: the whole batch fails in _write
+            except Exception:  # e.g. an int too large for SQLite
+                complete = False
+            if complete:
+                conn.execute("RELEASE held_rows")
+                self.done.extend((event, None) for event, _, _ in order if event is not None)
+            else:
+                conn.execute("ROLLBACK TO held_rows")
+                conn.execute("RELEASE held_rows")
+                for event, sql, params in order:
+                    reason = _execute_insert(conn, sql, params)
+                    if event is not None:
+                        self.done.append((event, reason))
+
+    def outcomes(self) -> list[tuple[_Event, str | None]]:
+        """Flush, then every held event's drop reason (None: written) since the last call."""
+        self.flush()
+        done, self.done = self.done, []
+        return done
+
+
+def _execute_insert(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> str | None:
+    """One INSERT; a drop reason for this row, or None. Errors of the file itself propagate."""
+    try:
+        cur = conn.execute(sql, params)
+    except sqlite3.IntegrityError as exc:
+        return f"rejected by the schema: {exc}"
+    except sqlite3.Error:
+        raise
+    except Exception as exc:  # e.g. an int too large for SQLite
+        return f"unstorable value: {type(exc).__name__}"
+    return None if cur.rowcount else "duplicate id"
+
+
+@functools.lru_cache(maxsize=256)
+def _insert_sql(table: str, columns: tuple[str, ...], upsert: bool) -> str:
+    names = ", ".join(columns)
+    marks = ", ".join("?" * len(columns))
+    if upsert:
+        updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in ("id", "created_at"))
+        return (
+            f"INSERT INTO {table} ({names}) VALUES ({marks}) "
+            f"ON CONFLICT(id) DO UPDATE SET {updates}"
+        )
+    return f"INSERT INTO {table} ({names}) VALUES ({marks}) ON CONFLICT(id) DO NOTHING"
+
+
 def _insert(
     conn: sqlite3.Connection, table: str, row: dict[str, Any], *, upsert: bool = False
 ) -> str | None:
-    columns = ", ".join(row)
-    marks = ", ".join("?" * len(row))
-    if upsert:
-        updates = ", ".join(f"{c} = excluded.{c}" for c in row if c not in ("id", "created_at"))
-        sql = f"INSERT INTO {table} ({columns}) VALUES ({marks}) ON CONFLICT(id) DO UPDATE SET {updates}"
-    else:
-        sql = f"INSERT INTO {table} ({columns}) VALUES ({marks}) ON CONFLICT(id) DO NOTHING"
-    cur = conn.execute(sql, tuple(row.values()))
+    cur = conn.execute(_insert_sql(table, tuple(row), upsert), tuple(row.values()))
     return None if cur.rowcount else "duplicate id"
 
 

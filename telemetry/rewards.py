@@ -20,6 +20,8 @@ Signals (all optional; a missing key means "unknown"):
   final_message_chars int, final_message str: the agent's last answer
   tool_calls, tool_errors, invalid_tool_calls, repeated_tool_calls   counts over a task
   status              task status (done | failed | cancelled | limit | running)
+  stop_reason         why the harness stopped the task (answered | max_steps | repeated_failure
+                      | ...), None for tasks recorded before schema v3
 
 Worked example (values in tests/telemetry/test_rewards.py): a task whose tests went from 3 passed /
 2 failed to 4 passed / 1 failed, one tool error in 4 calls, no repeats, lint 2 -> 1, a 300-char
@@ -165,6 +167,13 @@ def loops_v1(s: Signals) -> float | None:
     return _clip(-repeated / 3.0, -1.0, 0.0)
 
 
+def loops_v2(s: Signals) -> float | None:
+    """loops@1, and -1 when the harness stopped the task for repeating a failing call."""
+    if s.get("stop_reason") == "repeated_failure":
+        return -1.0
+    return loops_v1(s)
+
+
 # Components of total@1 and their weights. task_success@2 is the main term.
 TOTAL_V1_WEIGHTS: dict[str, float] = {
     "task_success@2": 1.0,
@@ -199,6 +208,7 @@ REWARDS: dict[str, RewardFunction] = {
         RewardFunction("communication", 1, communication_v1, "length and shape of the answer"),
         RewardFunction("tool_errors", 1, tool_errors_v1, "penalty for failing/invalid tool calls"),
         RewardFunction("loops", 1, loops_v1, "penalty for repeating identical tool calls"),
+        RewardFunction("loops", 2, loops_v2, "loops@1, or -1 when stopped for a repeated failure"),
         RewardFunction("total", 1, total_v1, "weighted sum of the above (TOTAL_V1_WEIGHTS)"),
     ]
 }
@@ -255,11 +265,12 @@ def signals_for_task(conn: sqlite3.Connection, task_id: str) -> dict[str, Any]:
     """Everything recorded about one agent task, as a signals dict."""
     s: dict[str, Any] = {}
     task = conn.execute(
-        "SELECT status, final_message, final_message_chars FROM tasks WHERE id = ?", (task_id,)
+        "SELECT status, final_message, final_message_chars, stop_reason FROM tasks WHERE id = ?",
+        (task_id,),
     ).fetchone()
     if task is None:
         return s
-    s["status"], final_message, s["final_message_chars"] = task
+    s["status"], final_message, s["final_message_chars"], s["stop_reason"] = task
     if final_message is not None:
         s["final_message"] = final_message
     _add_outcome(conn, s, "task_id", task_id)

@@ -265,11 +265,20 @@ CREATE INDEX blob_refs_session ON blob_refs(session_id);
 CREATE INDEX training_metrics_run ON training_metrics(run_id, step);
 """
 
+# v3: how a task ended, from the harness: why it stopped, and the change it left behind.
+_V3 = """
+ALTER TABLE tasks ADD COLUMN stop_reason TEXT;   -- answered | max_steps | wall_time | ...
+ALTER TABLE tasks ADD COLUMN stop_detail TEXT;   -- code: the harness's detail (an error text)
+ALTER TABLE tasks ADD COLUMN diff TEXT;          -- code: the final unified diff, redacted
+ALTER TABLE tasks ADD COLUMN diff_chars INTEGER; -- its length as given, kept at every consent
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "sessions, inline suggestions, feedback, blobs", _V1),
     Migration(
         2, "agent tasks and steps, edits, outcomes, survival, rewards, models, training", _V2
     ),
+    Migration(3, "task stop reason and detail, final diff", _V3),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -3,8 +3,8 @@
 Maps harness events onto the recorder's vocabulary (telemetry/recorder.py `EVENTS`):
 `session_start` / `task_start` / `step` (one per message: system, user, each assistant turn with
 its token ids and sampling logprobs, each tool result or tool-call error) / `edit` (the final
-change of each file) / `task_end`. The stop reason and the final diff are recorded as a last
-`system` step ("stopped: REASON ..." followed by the diff), since `task_end` has no field for them.
+change of each file) / `task_end` (status, final answer, stop reason and detail, final diff; the
+telemetry schema v3 columns `tasks.stop_reason`, `stop_detail`, `diff`).
 
 Recording is optional: with `recorder=None` every method does nothing, and a recorder that
 refuses or drops events never affects the run (the recorder never raises).
@@ -113,14 +113,15 @@ class TaskLog:
                 document_uri=path,
                 hunks=[{"original": before or "", "replacement": after or ""}],
             )
-        summary = f"stopped: {stop_reason}" + (f": {detail}" if detail else "")
-        self.step(state, "system", content=summary + ("\n\n" + diff if diff else ""))
         self._record(
             "task_end",
             session_id=sid,
             task_id=task_id,
             status=STATUS_OF_STOP.get(stop_reason, "failed"),
             final_message=final,
+            stop_reason=stop_reason,
+            stop_detail=detail,
+            diff=diff,
         )
 
     def flush(self) -> None:

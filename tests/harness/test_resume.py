@@ -39,4 +39,5 @@ def test_approval_resumes_in_a_new_process(workspace, tmp_path):
     [task] = rows(tel, "SELECT * FROM tasks")
     assert task["status"] == "done"
     roles = [r["role"] for r in rows(tel, "SELECT role FROM steps ORDER BY idx")]
-    assert roles == ["system", "user", "assistant", "tool", "assistant", "system"]
+    assert roles == ["system", "user", "assistant", "tool", "assistant"]
+    assert task["stop_reason"] == "answered" and "-def add(a, b):" in task["diff"]

@@ -46,11 +46,11 @@ def test_run_prints_answer_and_diff_and_records_the_task(workspace, tmp_path, mo
     assert task["status"] == "done" and task["ended_at"] is not None
     assert task["instruction"] == "make test_add pass" and task["model_version"] == "replay-1"
     steps = rows(db, "SELECT * FROM steps WHERE task_id = ? ORDER BY idx", task["id"])
-    assert [s["idx"] for s in steps] == list(range(len(steps))) and len(steps) == 10
+    assert [s["idx"] for s in steps] == list(range(len(steps))) and len(steps) == 9
     tools = [s["tool_name"] for s in steps if s["role"] == "tool"]
     assert tools == ["read_file", "edit_file", "run_tests"]
     assert all(s["token_ids"] for s in steps if s["role"] == "assistant")
-    assert "stopped: answered" in steps[-1]["content"]
+    assert task["stop_reason"] == "answered" and "+    return a + b" in task["diff"]
     assert rows(db, "SELECT document_uri FROM edits") == [{"document_uri": "calc.py"}]
 
 

@@ -34,7 +34,8 @@ def record_session(
     tests_after: tuple[int, int] = (4, 0),
     extra_code: str = "",
 ) -> dict[str, str]:
-    """One editor session with every kind of event; `marker` is in every code field.
+    """One editor session with every kind of event; `marker` is in every code field (the
+    task's final diff and stop detail included).
 
     Returns the ids: session, suggestion, task, edit.
     """
@@ -153,6 +154,12 @@ def record_session(
         task_id=task,
         status="done",
         final_message=f"Fixed the off-by-one in main.py; all tests pass. ({marker} final)",
+        stop_reason="answered",
+        stop_detail=f"({marker} detail)",
+        diff=(
+            "--- a/app/main.py\n+++ b/app/main.py\n@@ -1,2 +1,2 @@\n"
+            f" def {marker.lower()}_fn():\n-    return 1\n+    return '{marker}'\n"
+        ),
     )
     rec.record("feedback", session_id=sid, task_id=task, rating=1, comment=f"{marker} thanks")
     rec.record(

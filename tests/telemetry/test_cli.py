@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from telemetry import Recorder
+from telemetry import Recorder, store
 from telemetry.cli import _COMMANDS, main, resolve_db_path
 from tests.telemetry.conftest import count, record_session
 
@@ -56,7 +56,8 @@ def test_stats_export_import_rewards_forget(tmp_path: Path, capsys: pytest.Captu
     assert "steps" in capsys.readouterr().out
     assert main(["stats", "--db", str(db), "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
-    assert stats["tables"]["steps"] == 6 and stats["schema_version"] == 2
+    assert stats["tables"]["steps"] == 6 and stats["schema_version"] == store.SCHEMA_VERSION
+    assert stats["tasks_by_stop_reason"] == {"answered": 1}
 
     assert main(["rewards", "--db", str(db), "--recompute", "--function", "total"]) == 0
     out = capsys.readouterr().out

@@ -68,6 +68,7 @@ def test_sft_is_openai_chat_format_with_tool_calls(populated, db_path: Path, tmp
     (record,) = _lines(tmp_path / "e" / "sft.jsonl")
     assert record["id"] == populated["good"]
     assert record["reward_function"] == "total@1" and record["reward"] >= 0.5
+    assert record["stop_reason"] == "answered"  # why the recorded run ended (schema v3)
     messages = record["messages"]
     assert [m["role"] for m in messages] == [
         "user",
@@ -91,6 +92,10 @@ def test_rl_tasks_carry_instruction_workspace_and_verify(populated, db_path: Pat
     assert task["verify"] == "pytest -q tests"
     assert "MARKGOOD instruction" in task["instruction"]
     assert set(task["workspace"]) == {"app/main.py", "tests/test_main.py"}
+    # the recorded run answered: its final diff comes along as a reference, never in the prompt
+    assert task["stop_reason"] == "answered"
+    assert task["reference_diff"].startswith("--- a/app/main.py\n")
+    assert "+    return 'MARKGOOD'" in task["reference_diff"]
 
 
 def test_held_out_sessions_never_reach_training_files(populated, db_path: Path, tmp_path: Path):

@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from telemetry import PrivacyPolicy, Recorder, export, forget, privacy, redact, workspace_id
+from telemetry import (
+    PrivacyPolicy,
+    Recorder,
+    export,
+    forget,
+    privacy,
+    redact,
+    store,
+    workspace_id,
+)
 from tests.telemetry.conftest import all_text, count, record_session
 
 # Realistic but fake secrets, assembled at run time so that no scanner mistakes this file for a
@@ -121,6 +130,67 @@ def test_ordinary_code_is_left_alone(text: str):
     assert redact(text) == text
 
 
+def _gate_corpus() -> list[str]:
+    """Texts for the gated-vs-reference check: every secret alone, in its template, inside a
+    longer file, next to another secret, in upper/lower case variants and cut short, plus code
+    and prose that must come back unchanged, and non-ASCII text around secrets."""
+    texts = []
+    filler = "def load(path):\n    with open(path) as f:\n        return f.read()  # é ✓\n"
+    for _, template, secret in SECRETS:
+        line = template.format(s=secret)
+        texts += [secret, line, filler + line + "\n" + filler, line.upper(), line.lower()]
+        texts += [line[: len(line) // 2], secret[:-3], f"x{secret}", f"ſ{line}", f"{line}\u212a"]
+    texts += [a + " " + b for (_, a, _), (_, b, _) in zip(_texts(), _texts()[1:], strict=False)]
+    texts += ["token = x" * 20, "password: hunter22 " * 30, "Bearer " + "A1b2" * 10, filler * 50]
+    return texts
+
+
+def test_gated_redaction_equals_the_ungated_reference():
+    """The cheap gates (token runs, literals, keyword positions) only skip regexes that could not
+    match: on every sample the result is exactly what running every regex gives."""
+    for text in _gate_corpus():
+        assert privacy.redact(text) == privacy._redact(text, gated=False), text
+
+
+def test_each_gate_is_a_necessary_condition_of_its_pattern():
+    """Every secret sample that a pattern redacts passes that pattern's gates."""
+    for _, template, secret in SECRETS:
+        for text in (secret, template.format(s=secret)):
+            gates = privacy._Gates(text)
+            for i, pattern in enumerate(privacy.SECRET_PATTERNS):
+                if pattern.regex.sub(privacy._REPLACERS[pattern.kind], text) != text:
+                    assert i in gates.candidates() and gates.has_literal(pattern), pattern.kind
+                    assert gates.has_trigger(pattern), pattern.kind
+
+
+def _udiff(path: str, before: str, after: str) -> str:
+    import difflib
+
+    a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    old = "/dev/null" if not before else f"a/{path}"
+    return "".join(difflib.unified_diff(a, b, old, f"b/{path}"))
+
+
+def test_drop_excluded_files_from_a_diff():
+    keep = _udiff("app.py", "x = 1\n-- a comment that looks like a header\ny = 2\n", "x = 2\n")
+    env = _udiff(".env", "A=1\n", "A=2\nSECRET_VALUE=abc\n")
+    new_key = _udiff("deploy/server.key", "", "KEYDATA\n")
+    tail = _udiff("b.py", "y\n", "z\n")
+    diff = keep + env + new_key + tail
+    out = privacy.drop_excluded_files(diff, privacy.DEFAULT_EXCLUDE)
+    assert out == keep + privacy.EXCLUDED_DIFF_MARK * 2 + tail
+    assert "--- a comment" in out  # a removed line, not a header: app.py's section is whole
+    # git-style headers name the file too
+    git = "diff --git a/.env b/.env\nindex 1..2 100644\n" + env
+    assert privacy.drop_excluded_files(keep + git, privacy.DEFAULT_EXCLUDE) == (
+        keep + privacy.EXCLUDED_DIFF_MARK
+    )
+    # nothing excluded, no globs, or not a diff at all: unchanged
+    assert privacy.drop_excluded_files(keep + tail, privacy.DEFAULT_EXCLUDE) == keep + tail
+    assert privacy.drop_excluded_files(diff, ()) == diff
+    assert privacy.drop_excluded_files("no diff here", privacy.DEFAULT_EXCLUDE) == "no diff here"
+
+
 def test_secrets_in_code_prompts_and_tool_output_are_redacted_in_rows_and_exports(
     recorder: Recorder, db_path: Path, tmp_path: Path
 ):
@@ -150,7 +220,16 @@ def test_secrets_in_code_prompts_and_tool_output_are_redacted_in_rows_and_export
         "suggestion", session_id=sid, kind="inline", output=blob, context={"prefix": blob}
     )
     recorder.record("file", session_id=sid, document_uri="file:///w/settings.py", text=blob)
-    recorder.record("task_end", session_id=sid, task_id=tid, status="done", final_message=blob)
+    recorder.record(
+        "task_end",
+        session_id=sid,
+        task_id=tid,
+        status="done",
+        final_message=blob,
+        stop_reason="answered",
+        stop_detail=blob,
+        diff="--- a/settings.py\n+++ b/settings.py\n@@ -0,0 +1 @@\n+" + blob.replace("\n", " "),
+    )
     recorder.record(
         "outcome", session_id=sid, task_id=tid, tests_after_passed=1, tests_after_failed=0
     )
@@ -186,6 +265,9 @@ def test_metrics_consent_stores_no_code_in_any_text_column(db_path: Path):
     assert count(db_path, "SELECT COUNT(*) FROM steps WHERE task_id = ?", ids["task"]) == 6
     assert count(db_path, "SELECT COUNT(*) FROM steps WHERE tool_calls_hash IS NOT NULL") == 2
     assert count(db_path, "SELECT final_message_chars FROM tasks") > 0
+    assert count(db_path, "SELECT diff_chars FROM tasks") > 0  # the size of the diff, not it
+    assert count(db_path, "SELECT stop_reason FROM tasks") == "answered"
+    assert count(db_path, "SELECT diff IS NULL AND stop_detail IS NULL FROM tasks") == 1
     assert count(db_path, "SELECT tests_after_passed FROM outcomes") == 4
     assert count(db_path, "SELECT COUNT(*) FROM blobs") == 0
     # paths are reduced to an opaque hash that keeps the extension
@@ -245,10 +327,17 @@ def test_excluded_files_keep_no_code(recorder: Recorder, db_path: Path):
         document_uri="file:///w/prod.key",
         hunks=[{"replacement": secret_text}],
     )
+    diff = (
+        "--- a/app.py\n+++ b/app.py\n@@ -1 +1 @@\n-print(0)\n+print(2)\n"
+        f"--- /dev/null\n+++ b/config/.env\n@@ -0,0 +1 @@\n+TOKEN_NAME={secret_text}\n"
+    )
+    recorder.record("task_end", session_id=sid, task_id=tid, status="done", diff=diff)
     assert recorder.flush()
     text = all_text(db_path)
     assert secret_text not in text
     assert "print(1)" in text  # the non-excluded workspace file is kept
+    stored_diff = count(db_path, "SELECT diff FROM tasks")
+    assert "+print(2)" in stored_diff and privacy.EXCLUDED_DIFF_MARK in stored_diff
     assert count(db_path, "SELECT excluded FROM suggestions") == 1
     assert count(db_path, "SELECT COUNT(*) FROM files") == 0
 
@@ -332,7 +421,8 @@ def test_forget_workspace_by_path_and_everything(db_path: Path):
     raw = _raw(db_path)
     assert kept.encode() not in raw
     assert count(db_path, "SELECT COUNT(*) FROM blobs") == 0
-    assert count(db_path, "SELECT COUNT(*) FROM _migrations") == 2  # still a working database
+    migrations = count(db_path, "SELECT COUNT(*) FROM _migrations")
+    assert migrations == len(store.MIGRATIONS)  # still a working database
 
 
 def test_forget_keeps_a_blob_another_session_still_uses(recorder: Recorder, db_path: Path):

@@ -358,3 +358,62 @@ def test_values_sqlite_cannot_hold_do_not_stop_the_writer(recorder: Recorder, db
     assert count(db_path, "SELECT COUNT(*) FROM feedback") == 1
     assert recorder.record("feedback", session_id=sid, rating=1)
     assert recorder.flush()
+
+
+def test_task_end_carries_stop_reason_detail_and_diff(recorder: Recorder, db_path: Path):
+    """Schema v3: the harness's stop reason, its detail and the final diff are task columns."""
+    ids = record_session(recorder, "DIFFMARK")
+    assert recorder.flush()
+    row = sqlite3.connect(db_path).execute(
+        "SELECT stop_reason, stop_detail, diff, diff_chars FROM tasks WHERE id = ?", (ids["task"],)
+    )
+    stop_reason, detail, diff, diff_chars = row.fetchone()
+    assert stop_reason == "answered" and detail == "(DIFFMARK detail)"
+    assert diff.startswith("--- a/app/main.py\n") and "+    return 'DIFFMARK'" in diff
+    assert diff_chars == len(diff)
+
+
+def test_a_large_diff_is_cut_with_a_marker_and_excluded_sections_dropped(db_path: Path):
+    policy = PrivacyPolicy(max_code_chars=2000)
+    with Recorder(db_path, policy) as rec:
+        sid = rec.record("session_start")
+        tid = rec.record("task_start", session_id=sid, instruction="big change")
+        body = "".join(f"+line {i}\n" for i in range(1000))
+        diff = f"--- /dev/null\n+++ b/big.py\n@@ -0,0 +1,1000 @@\n{body}"
+        diff += "--- a/.env\n+++ b/.env\n@@ -1 +1 @@\n-A=1\n+A=2\n"
+        rec.record("task_end", session_id=sid, task_id=tid, status="done", diff=diff)
+        short = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n--- a/.env\n+++ b/.env\n"
+        tid2 = rec.record("task_start", session_id=sid, instruction="small change")
+        rec.record("task_end", session_id=sid, task_id=tid2, status="done", diff=short + "+X=1\n")
+        assert rec.flush()
+    stored, chars = (
+        sqlite3.connect(db_path)
+        .execute("SELECT diff, diff_chars FROM tasks WHERE id = ?", (tid,))
+        .fetchone()
+    )
+    assert chars == len(diff) and len(stored) < 2100
+    assert stored.startswith("--- /dev/null\n+++ b/big.py\n")
+    assert stored.endswith(f"\n[truncated: {len(diff)} chars, kept 2000]")  # the cut is marked
+    small = count(db_path, "SELECT diff FROM tasks WHERE id = ?", tid2)
+    assert (
+        small == "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n[diff of an excluded file omitted]\n"
+    )
+
+
+def test_held_rows_with_duplicate_ids_in_one_batch_match_one_by_one_writes(
+    recorder: Recorder, db_path: Path
+):
+    """Inserts go out with executemany; a duplicate id in the batch makes the writer replay the
+    batch row by row, so the first row wins and only the duplicate is dropped (with a reason)."""
+    sid = recorder.record("session_start")
+    recorder.record("suggestion", session_id=sid, id="dup", kind="inline", output="first")
+    recorder.record("suggestion_event", session_id=sid, suggestion_id="dup", event="shown")
+    recorder.record("suggestion", session_id=sid, id="dup", kind="apply", language="py")
+    recorder.record("suggestion", session_id=sid, id="other", kind="inline", output="kept")
+    assert recorder.flush()
+    assert count(db_path, "SELECT output FROM suggestions WHERE id = 'dup'") == "first"
+    assert count(db_path, "SELECT COUNT(*) FROM suggestions") == 2
+    assert count(db_path, "SELECT COUNT(*) FROM suggestion_events") == 1
+    assert count(db_path, "SELECT reason FROM dropped") == "duplicate id"
+    stats = recorder.stats()
+    assert stats["dropped"] == 1 and stats["written"] == 4

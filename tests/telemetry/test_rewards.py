@@ -79,6 +79,12 @@ def test_worked_example():
         ("tool_errors@1", {"tool_calls": 1, "invalid_tool_calls": 3}, -1.0),
         ("loops@1", {"repeated_tool_calls": 2}, pytest.approx(-2 / 3)),
         ("loops@1", {"repeated_tool_calls": 9}, -1.0),
+        # v2 also reads the harness's stop reason (telemetry schema v3)
+        ("loops@2", {"repeated_tool_calls": 1, "stop_reason": "answered"}, pytest.approx(-1 / 3)),
+        ("loops@2", {"repeated_tool_calls": 0, "stop_reason": "repeated_failure"}, -1.0),
+        ("loops@2", {"stop_reason": "repeated_failure"}, -1.0),
+        ("loops@2", {"stop_reason": "max_steps"}, None),
+        ("loops@1", {"repeated_tool_calls": 0, "stop_reason": "repeated_failure"}, 0.0),
         ("total@1", {}, None),
         # only kept_code (0.5 * 0.6) and loops (0.3 * -1/3) known: 0.3 - 0.1 = 0.2
         (
@@ -150,6 +156,7 @@ def test_signals_from_a_recorded_session(recorder: Recorder, db_path: Path):
     assert s["tool_errors"] == 1 and s["invalid_tool_calls"] == 1
     assert s["rating"] == 1 and s["dissatisfied_followup"] is False
     assert s["status"] == "done" and s["final_message_chars"] > 40
+    assert s["stop_reason"] == "answered"
     g = rewards.signals_for_suggestion(conn, ids["suggestion"])
     assert g["accepted"] is True and 0.45 < g["accepted_share"] <= 0.5
     assert g["survival"] == {30: 1.0, 120: 1.0, 300: 0.5}

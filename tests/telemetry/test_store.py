@@ -18,7 +18,7 @@ def test_new_database_is_migrated_and_recorded(db_path: Path):
     db = store.open_db(db_path)
     rows = db.execute("SELECT version, name FROM _migrations ORDER BY version").fetchall()
     assert [v for v, _ in rows] == [m.version for m in store.MIGRATIONS]
-    assert store.schema_version(db.conn) == store.SCHEMA_VERSION == 2
+    assert store.schema_version(db.conn) == store.SCHEMA_VERSION == 3
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert db.execute("PRAGMA secure_delete").fetchone()[0] == 1
     for table in ("sessions", "suggestions", "tasks", "steps", "rewards", "blobs", "survival"):
@@ -63,6 +63,59 @@ def test_v1_database_opens_and_upgrades(db_path: Path):
         assert rec.flush()
     db = store.open_db(db_path)
     assert db["tasks"].count == 1
+    db.conn.close()
+
+
+def test_v2_database_with_data_opens_and_upgrades(db_path: Path):
+    """A v2 file (agent tasks, before the stop reason and diff columns) holding a finished task
+    upgrades to v3: old rows keep their values, the new columns are NULL, and the recorder writes
+    the new task_end fields into it."""
+    db_path.parent.mkdir(parents=True)
+    conn = store.connect(db_path)
+    assert store.migrate(conn, target=2) == 2
+    assert "stop_reason" not in {r[1] for r in conn.execute("PRAGMA table_info(tasks)")}
+    conn.execute("INSERT INTO sessions (id, started_at, consent) VALUES ('s1', 1.0, 'code')")
+    conn.execute(
+        "INSERT INTO tasks (id, session_id, created_at, ended_at, instruction, status, "
+        "final_message, final_message_chars) VALUES ('t1', 's1', 2.0, 3.0, 'fix it', 'done', "
+        "'Fixed.', 6)"
+    )
+    conn.execute(
+        "INSERT INTO steps (id, session_id, task_id, idx, at, role, content) "
+        "VALUES ('t1:0', 's1', 't1', 0, 2.5, 'system', 'stopped: answered')"
+    )
+    conn.close()
+
+    db = store.open_db(db_path)
+    assert store.schema_version(db.conn) == store.SCHEMA_VERSION == 3
+    row = db.execute(
+        "SELECT status, final_message, final_message_chars, stop_reason, stop_detail, diff, "
+        "diff_chars FROM tasks WHERE id = 't1'"
+    ).fetchone()
+    assert row == ("done", "Fixed.", 6, None, None, None, None)
+    assert db["steps"].count == 1
+    names = [r[0] for r in db.execute("SELECT name FROM _migrations ORDER BY version")]
+    assert names == [m.name for m in store.MIGRATIONS]
+    db.conn.close()
+
+    from telemetry import Recorder
+
+    with Recorder(db_path) as rec:
+        tid = rec.record("task_start", session_id="s1", instruction="again")
+        rec.record(
+            "task_end",
+            session_id="s1",
+            task_id=tid,
+            status="limit",
+            stop_reason="max_steps",
+            stop_detail="10 model turns",
+            diff=(diff := "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"),
+        )
+        assert rec.flush()
+    db = store.open_db(db_path)
+    assert db.execute(
+        "SELECT status, stop_reason, stop_detail, diff_chars FROM tasks WHERE id = ?", (tid,)
+    ).fetchone() == ("limit", "max_steps", "10 model turns", len(diff))
     db.conn.close()
 
 
