@@ -15,6 +15,7 @@ import sys
 
 # name -> (module that implements it, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("agent.demo", "the main job: an agent task on a sample project, logged and scored"),
     "run": ("agent.run", "run an agent task headless in a workspace"),
     "lsp": ("lsp.cli", "language server for editors (stdio; --tcp for debugging)"),
     "serve": ("agent.serve", "OpenAI-compatible HTTP server over the engine (127.0.0.1)"),

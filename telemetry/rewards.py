@@ -389,21 +389,35 @@ class RecomputeReport:
 
 
 def recompute(
-    conn: sqlite3.Connection, functions: list[RewardFunction] | None = None, *, batch: int = 500
+    conn: sqlite3.Connection,
+    functions: list[RewardFunction] | None = None,
+    *,
+    batch: int = 500,
+    task_ids: list[str] | None = None,
 ) -> RecomputeReport:
     """Compute `functions` (default: every version of every function) for every task and
-    suggestion, and upsert them into `rewards`. Other versions' rows are left as they are."""
+    suggestion — or only for the tasks in `task_ids` — and upsert them into `rewards`. Other
+    versions' rows are left as they are."""
     from telemetry import store
 
     functions = functions if functions is not None else list(REWARDS.values())
     report = RecomputeReport(functions=tuple(f.key for f in functions))
-    subjects = [
-        ("task", sid, session)
-        for sid, session in conn.execute("SELECT id, session_id FROM tasks").fetchall()
-    ] + [
-        ("suggestion", sid, session)
-        for sid, session in conn.execute("SELECT id, session_id FROM suggestions").fetchall()
-    ]
+    if task_ids is not None:
+        marks = ",".join("?" * len(task_ids))
+        subjects = [
+            ("task", sid, session)
+            for sid, session in conn.execute(
+                f"SELECT id, session_id FROM tasks WHERE id IN ({marks})", task_ids
+            ).fetchall()
+        ]
+    else:
+        subjects = [
+            ("task", sid, session)
+            for sid, session in conn.execute("SELECT id, session_id FROM tasks").fetchall()
+        ] + [
+            ("suggestion", sid, session)
+            for sid, session in conn.execute("SELECT id, session_id FROM suggestions").fetchall()
+        ]
     now = time.time()
     for start in range(0, len(subjects), batch):
         rows = []

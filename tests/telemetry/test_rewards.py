@@ -181,3 +181,15 @@ def test_recompute_stores_every_version_and_keeps_old_rows(recorder: Recorder, d
     rewards.recompute(db.conn)  # idempotent
     assert db["rewards"].count == 2 * len(rewards.REWARDS)
     db.conn.close()
+
+
+def test_recompute_for_some_tasks_only(recorder: Recorder, db_path: Path):
+    ids = record_session(recorder)
+    assert recorder.flush()
+    db = store.open_db(db_path)
+    report = rewards.recompute(db.conn, rewards.latest(), task_ids=[ids["task"]])
+    assert report.subjects == 1
+    kinds = {k for (k,) in db.execute("SELECT DISTINCT subject_kind FROM rewards").fetchall()}
+    assert kinds == {"task"}
+    assert rewards.recompute(db.conn, task_ids=["no-such-task"]).subjects == 0
+    db.conn.close()

@@ -1,0 +1,151 @@
+"""`flywheel demo`: the main job on the built-in default, end to end, in about a minute.
+
+1. Copies the sample project (`agent/sample_workspace`: a stock-keeping module with a bug, and
+   its tests) to a fresh folder (`--workspace`, default a new temporary folder, kept).
+2. Runs an agent task on it with the built-in starter model (`--model` to use another) through
+   the real harness: the same tools, sandbox and limits as the editor and RL rollouts, each step
+   shown as it happens.
+3. Verifies: runs the project's tests in the sandbox, records the outcome in telemetry, computes
+   the task's rewards with the current reward functions and stores them.
+4. Says where to look next.
+
+The starter model is a small demonstration of the loop, not a replacement for a real model: it
+may fail the task. A failed task is still logged with its reward; that is the data the flywheel
+learns from. Exit status: 0 when the tests pass afterwards, 1 otherwise, 2 when it cannot start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+SAMPLE = Path(__file__).resolve().parent / "sample_workspace"
+INSTRUCTION = (
+    "The restock tests fail. Fix inventory.py so that all tests in test_inventory.py pass."
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="flywheel demo",
+        description="Run an agent task on a sample project with the built-in model; log it and "
+        "score it.",
+    )
+    p.add_argument("--model", default="default", help='"default", a checkpoint folder, or a URL')
+    p.add_argument("--workspace", help="where to copy the sample project (default: a temp folder)")
+    p.add_argument(
+        "--telemetry-db",
+        help="telemetry database (default: $FLYWHEEL_DB, else the XDG data folder)",
+    )
+    p.add_argument("--max-steps", type=int, default=12, help="model turns (default 12)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from rich.console import Console
+    from rich.table import Table
+
+    from agent.engine import EngineConfig, EngineError, open_engine
+    from agent.harness import Harness, HarnessConfig, Sandbox, Workspace
+    from agent.harness.tools import detect_test_command
+    from agent.run import _progress, _telemetry_path
+    from telemetry import Recorder, open_db, recompute
+    from telemetry.rewards import latest
+
+    console = Console(highlight=False, soft_wrap=True)
+    folder = Path(args.workspace or tempfile.mkdtemp(prefix="flywheel-demo-"))
+    if folder.exists() and any(folder.iterdir()):
+        console.print(f"flywheel demo: {folder} is not empty; pick a new --workspace")
+        return 2
+    shutil.copytree(
+        SAMPLE, folder, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    console.rule("[bold]Flywheel demo")
+    console.print(f"sample project copied to [bold]{folder}[/]")
+    try:
+        engine = open_engine(EngineConfig(model=args.model))
+    except EngineError as exc:
+        console.print(f"flywheel demo: cannot open model {args.model!r}: {exc}")
+        return 2
+    db = _telemetry_path(args.telemetry_db)
+    Path(db).parent.mkdir(parents=True, exist_ok=True)
+    recorder = Recorder(db)
+    workspace = Workspace(folder)
+    test_command = detect_test_command(workspace)
+    harness = Harness(
+        engine,
+        workspace,
+        HarnessConfig(max_steps=args.max_steps, editor="demo"),
+        recorder=recorder,
+        on_event=_progress(console),
+    )
+    console.print(f"model [bold]{engine.model_version}[/]; task: {INSTRUCTION}\n")
+    try:
+        outcome = harness.start(INSTRUCTION, verify_command=test_command)
+        while outcome.approval is not None:  # only without bubblewrap: deny unconfined commands
+            outcome = harness.resume(outcome.thread_id, False)
+        session_id = harness.session_id()
+        check = Sandbox(folder, harness.config.sandbox).run(test_command)
+    finally:
+        harness.close()
+        engine.close()
+    passed, failed = _count(check.output)
+    console.print(f"\n[bold]tests after the task:[/] {passed} passed, {failed} failed")
+    recorder.flush()
+    conn = open_db(db).conn
+    row = conn.execute(
+        "SELECT id FROM tasks WHERE session_id = ? ORDER BY created_at DESC LIMIT 1",
+        (session_id,),
+    ).fetchone()
+    if row is None:
+        console.print("flywheel demo: the task was not recorded (is telemetry consent off?)")
+        recorder.close()
+        return 1
+    task_id = row[0]
+    recorder.record(
+        "outcome",
+        session_id=session_id,
+        task_id=task_id,
+        tests_after_passed=passed,
+        tests_after_failed=failed,
+    )
+    recorder.flush()
+    recorder.close()
+    recompute(conn, latest(), task_ids=[task_id])
+    table = Table(title="rewards of this task, stored in telemetry (telemetry/rewards.py)")
+    table.add_column("function")
+    table.add_column("value", justify="right")
+    for name, version, value in conn.execute(
+        "SELECT function, version, value FROM rewards WHERE subject_id = ? ORDER BY function",
+        (task_id,),
+    ):
+        table.add_row(f"{name}@{version}", "-" if value is None else f"{value:+.2f}")
+    console.print(table)
+    console.print(
+        f"""
+[bold]Where to look next[/]
+  the change:      cd {folder} && git diff --no-index {SAMPLE} .
+  what was logged: flywheel telemetry stats --db {db}
+  serve the model: flywheel serve --model {args.model}   (OpenAI-compatible, 127.0.0.1:8000)
+  in your editor:  flywheel lsp (see README: Neovim and VS Code set-up)
+  a real model:    flywheel run "..." --workspace DIR --model http://HOST:PORT/v1"""
+    )
+    return 0 if failed == 0 and passed > 0 else 1
+
+
+def _count(output: str) -> tuple[int, int]:
+    """pytest's summary counts (passed, failed + errors) from its last lines."""
+    import re
+
+    tail = output[-2000:]
+    passed = sum(int(n) for n in re.findall(r"(\d+) passed", tail))
+    failed = sum(int(n) for n in re.findall(r"(\d+) (?:failed|error)", tail))
+    return passed, failed
+
+
+if __name__ == "__main__":
+    sys.exit(main())
