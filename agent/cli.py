@@ -20,11 +20,29 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lsp": ("lsp.cli", "language server for editors (stdio; --tcp for debugging)"),
     "serve": ("agent.serve", "OpenAI-compatible HTTP server over the engine (127.0.0.1)"),
     "generate": ("agent.engine.cli", "generate text from a prompt with the engine"),
-    "bench": ("agent.engine.bench", "benchmarks: `bench engine` measures decoding speed"),
+    "bench": ("", "benchmarks: `bench engine` (decoding speed), `bench lsp` (completion latency)"),
     "train": ("training.cli", "build data and tasks; run a training stage from a recipe"),
     "tokenizer": ("agent.tokenizer", "train a byte-level BPE tokenizer from source files"),
     "telemetry": ("telemetry.cli", "the local session log: stats, export, import, forget, rewards"),
 }
+
+
+# Commands with subcommands that live in different packages: name -> {sub: (module, help)}.
+GROUPS: dict[str, dict[str, tuple[str, str]]] = {
+    "bench": {
+        "engine": ("agent.engine.bench", "decoding speed: plain and speculative vs HF generate"),
+        "lsp": ("lsp.bench", "inline-completion latency through the server vs the engine"),
+    },
+}
+
+
+def _group_usage(name: str) -> str:
+    subs = GROUPS[name]
+    width = max(len(sub) for sub in subs)
+    lines = [f"usage: flywheel {name} {{{','.join(subs)}}} [ARGS...]", "", f"{name} commands:"]
+    lines += [f"  {sub:<{width}}  {help_}" for sub, (_, help_) in subs.items()]
+    lines += ["", f"Run `flywheel {name} COMMAND --help` for its options."]
+    return "\n".join(lines)
 
 
 def _usage() -> str:
@@ -55,6 +73,18 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"flywheel: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
+    if name in GROUPS:
+        if not rest or rest[0] in ("-h", "--help"):
+            print(_group_usage(name))
+            return 0
+        if rest[0] not in GROUPS[name]:
+            print(
+                f"flywheel {name}: unknown command {rest[0]!r}\n\n{_group_usage(name)}",
+                file=sys.stderr,
+            )
+            return 2
+        module = importlib.import_module(GROUPS[name][rest[0]][0])
+        return int(module.main(rest[1:]) or 0)
     module = importlib.import_module(COMMANDS[name][0])
     return int(module.main(rest) or 0)
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+
+# Tiny models run many times slower with several torch threads on a busy 2-core machine, and the
+# servers the tests start as subprocesses inherit this.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 STDLIB = Path(sys.base_prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import COMMANDS
+from agent.cli import COMMANDS, GROUPS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,6 +36,19 @@ def test_every_command_has_help(name):
     )
     assert out.returncode == 0, out.stderr
     assert "usage:" in out.stdout
+
+
+@pytest.mark.parametrize("group, sub", [(g, s) for g, subs in GROUPS.items() for s in subs])
+def test_every_grouped_command_has_help_and_docs(group, sub):
+    out = subprocess.run(
+        [sys.executable, "-m", "agent.cli", group, sub, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"usage: flywheel {group} {sub}" in out.stdout
+    assert f"flywheel {group} {sub}" in (ROOT / "README.md").read_text()
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

@@ -30,7 +30,8 @@ class BadRequest(EngineError, ValueError):
 
 
 class Cancelled(EngineError):
-    """Raised by streaming iterators when the request's cancel event was set."""
+    """A backend could not finish cancelling cleanly. A request whose cancel event is set normally
+    ends with `finish_reason="cancelled"` instead of raising."""
 
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]

@@ -1,0 +1,389 @@
+"""`flywheel bench engine`: decoding speed of the local engine against Hugging Face `generate`.
+
+    flywheel bench engine                       # builds a random-weight 10m model (see below)
+    flywheel bench engine --model runs/ckpt --draft-model runs/small --json
+    flywheel bench engine --max-tokens 64 --repeats 1 --json /tmp/engine.json   # a quick look
+
+Workloads (greedy, same prompts and weights for every method):
+- *apply*: rewrite a ~150-line Python file from the standard library with a one-line change; the
+  original file is the request's `speculation` (the "fast apply" trick);
+- *free*: continue code prompts.
+
+Methods: `plain`, `ngram`, `mtp` (when the checkpoint has heads), `draft` (with a draft model),
+and the peers, run in the same process on the same weights: `hf-greedy` (`generate`, greedy) and
+`hf-prompt-lookup` (`generate(prompt_lookup_num_tokens=...)`), plus `hf-assisted`
+(`generate(assistant_model=...)`) when there is a draft model. Every row reports tokens/s, its
+ratio to `plain` and to the matching peer, the mean acceptance length, and whether its tokens
+equal `plain`'s.
+
+Two figures decide whether speculation can pay off on this machine, both in the JSON with
+pass/fail: (a) plain decoding tokens/s over `hf-greedy` (target >= 1.0) and (b) the median time
+of one verify step over 4 draft tokens divided by one plain decode step, each timed many times
+with a warm KV cache (target <= 1.6).
+
+Timing: each (prompt, method) runs `--repeats` times, methods interleaved, and the best is kept;
+the machine is shared and noisy, so only ratios measured in the same run mean anything.
+Without `--model`, a 10m-size trunk (`SIZES["10m"]`) with 2 random MTP heads, a 3m random draft
+model and a tokenizer trained on this machine's Python standard library are built in a
+temporary folder: speeds are real, acceptance rates are not (random weights mostly repeat a
+token, which flatters n-gram lookup, and random MTP heads are never right).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+STDLIB = Path(sys.base_prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+APPLY_FILE = "genericpath.py"  # ~155 lines
+FREE_PROMPTS = [
+    ("textwrap.py", 40),  # (stdlib file, lines of it used as the prompt)
+    ("json/decoder.py", 60),
+]
+PEER_OF = {
+    "plain": "hf-greedy",
+    "ngram": "hf-prompt-lookup",
+    "mtp": "hf-greedy",
+    "draft": "hf-assisted",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flywheel bench engine",
+        description="Decoding speed of the local engine (plain and speculative) against Hugging "
+        "Face generate on the same weights and prompts.",
+    )
+    parser.add_argument("--model", help="checkpoint folder (default: build a random 10m model)")
+    parser.add_argument("--draft-model", help="draft checkpoint folder (method draft)")
+    parser.add_argument("--max-tokens", type=int, default=128, help="tokens per generation")
+    parser.add_argument("--num-draft", type=int, default=4, help="draft tokens per verify step")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per (prompt, method)")
+    parser.add_argument("--step-samples", type=int, default=60, help="forward calls timed for (b)")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's)")
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help="write the results as JSON (no PATH: benchmarks/results/engine-DATE.json)",
+    )
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    import torch
+
+    from agent.engine import EngineError
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        with tempfile.TemporaryDirectory(prefix="flywheel-bench-") as tmp:
+            report = run(args, Path(tmp))
+    except EngineError as exc:
+        print(f"flywheel bench engine: {exc}", file=sys.stderr)
+        return 1
+    print_report(report)
+    if args.json is not None:
+        today = datetime.date.today().isoformat()
+        path = Path(args.json or f"benchmarks/results/engine-{today}.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
+def build_default_models(folder: Path) -> tuple[str, str]:
+    """A random 10m target with MTP heads and a random 3m draft, sharing a stdlib tokenizer."""
+    import torch
+
+    from agent.model import MTPConfig, MTPHeads, build_trunk, save_checkpoint
+    from agent.tokenizer import iter_source_texts, train_tokenizer
+
+    print(f"building a random-weight 10m model; tokenizer trained on {STDLIB} ...", flush=True)
+    tokenizer = train_tokenizer(iter_source_texts(STDLIB, max_bytes=3_000_000), vocab_size=8192)
+    trunk = build_trunk("10m", vocab_size=len(tokenizer), seed=0)
+    torch.manual_seed(1)
+    heads = MTPHeads(trunk, MTPConfig(depth=2))
+    target = save_checkpoint(
+        folder / "target", trunk, tokenizer, heads, meta={"version": "bench-10m"}
+    )
+    draft = build_trunk("3m", vocab_size=len(tokenizer), seed=2)
+    draft_path = save_checkpoint(folder / "draft", draft, tokenizer, meta={"version": "bench-3m"})
+    return str(target), str(draft_path)
+
+
+def workloads(tokenizer) -> list[dict]:
+    """[{workload, name, prompt, speculation}] built from this machine's standard library."""
+    original = (STDLIB / APPLY_FILE).read_text()
+    match = re.search(r"^def (\w+)\(", original, re.M)
+    assert match, f"{APPLY_FILE} has no function to rename"
+    old_name = match.group(1)
+    apply_prompt = (
+        f"# Apply this change: rename `{old_name}` to `{old_name}_checked`.\n"
+        f"# Original {APPLY_FILE}:\n{original}\n# Updated {APPLY_FILE}:\n"
+    )
+    items = [dict(workload="apply", name=APPLY_FILE, prompt=apply_prompt, speculation=original)]
+    for name, lines in FREE_PROMPTS:
+        text = "".join((STDLIB / name).read_text().splitlines(keepends=True)[:lines])
+        items.append(dict(workload="free", name=name, prompt=text, speculation=None))
+    for item in items:
+        item["prompt_ids"] = tokenizer.encode(item["prompt"], add_special_tokens=False)
+    return items
+
+
+def run(args, tmp: Path) -> dict:
+    import torch
+    import transformers
+
+    from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
+    from agent.engine.local import LocalEngine
+    from agent.engine.model_runner import LoadedModel
+
+    random_weights = args.model is None
+    model_path, draft_path = (args.model, args.draft_model)
+    if random_weights:
+        model_path, built_draft = build_default_models(tmp)
+        draft_path = draft_path or built_draft
+    target = LoadedModel.load(model_path)
+    draft = LoadedModel.load(draft_path) if draft_path else None
+    methods = ["plain", "ngram"] + (["mtp"] if target.checkpoint.heads is not None else [])
+    methods += ["draft"] if draft is not None else []
+    engines = {}
+    for method in methods:
+        spec = SpeculativeConfig(
+            method="none" if method == "plain" else method,
+            num_draft_tokens=args.num_draft,
+            max_draft_tokens=max(8, args.num_draft),
+            draft_model=draft_path if method == "draft" else None,
+        )
+        engines[method] = LocalEngine(
+            EngineConfig(model=model_path, speculative=spec), target, draft
+        )
+    peers = ["hf-greedy", "hf-prompt-lookup"] + (["hf-assisted"] if draft is not None else [])
+    items = workloads(target.tokenizer)
+    eos = target.tokenizer.eos_token_id
+    params = SamplingParams(temperature=0, max_tokens=args.max_tokens, logprobs=False)
+
+    def run_engine(method: str, item: dict) -> tuple[list[int], float, dict]:
+        request = Request(prompt=item["prompt_ids"], speculation=item["speculation"], params=params)
+        result = engines[method].generate(request)
+        return result.completions[0].token_ids, result.metrics.total_s, result.metrics.as_dict()
+
+    def run_peer(peer: str, item: dict) -> tuple[list[int], float, dict]:
+        ids = torch.tensor([item["prompt_ids"]])
+        kwargs = dict(
+            max_new_tokens=args.max_tokens,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=target.tokenizer.pad_token_id,
+            attention_mask=torch.ones_like(ids),
+        )
+        if peer == "hf-prompt-lookup":
+            kwargs["prompt_lookup_num_tokens"] = args.num_draft
+        if peer == "hf-assisted":
+            kwargs["assistant_model"] = draft.trunk
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = target.trunk.generate(ids, **kwargs)
+        elapsed = time.perf_counter() - start
+        return out[0, ids.shape[1] :].tolist(), elapsed, {}
+
+    every = [(m, run_engine) for m in methods] + [(p, run_peer) for p in peers]
+    print(
+        f"warming up; then {args.repeats} interleaved runs of {len(every)} methods on "
+        f"{len(items)} prompts ...",
+        flush=True,
+    )
+    for name, fn in every:
+        fn(name, dict(items[-1], prompt_ids=items[-1]["prompt_ids"][:16]))
+    times: dict[tuple[str, int], list[float]] = {}
+    outputs: dict[tuple[str, int], tuple[list[int], dict]] = {}
+    for _ in range(args.repeats):
+        for i, item in enumerate(items):
+            for name, fn in every:
+                tokens, elapsed, metrics = fn(name, item)
+                times.setdefault((name, i), []).append(elapsed)
+                outputs[(name, i)] = (tokens, metrics)
+
+    rows = []
+    for workload in ("apply", "free"):
+        indices = [i for i, item in enumerate(items) if item["workload"] == workload]
+        stats = {}
+        for name, _ in every:
+            tokens = sum(len(outputs[(name, i)][0]) for i in indices)
+            seconds = sum(min(times[(name, i)]) for i in indices)
+            metrics = [outputs[(name, i)][1] for i in indices]
+            steps = sum(m.get("verify_steps", 0) for m in metrics)
+            accepted = sum(m.get("drafts_accepted", 0) for m in metrics)
+            identical = all(outputs[(name, i)][0] == outputs[("plain", i)][0] for i in indices)
+            stats[name] = dict(
+                workload=workload,
+                method=name,
+                tokens=tokens,
+                seconds=seconds,
+                tokens_per_s=tokens / seconds if seconds else 0.0,
+                mean_acceptance_length=(accepted + steps) / steps if steps else None,
+                identical_to_plain=identical,
+            )
+        for name, row in stats.items():
+            row["ratio_to_plain"] = row["tokens_per_s"] / stats["plain"]["tokens_per_s"]
+            peer = PEER_OF.get(name)
+            row["peer"] = peer
+            row["ratio_to_peer"] = (
+                row["tokens_per_s"] / stats[peer]["tokens_per_s"] if peer in stats else None
+            )
+            rows.append(row)
+
+    plain_tps = _overall(rows, "plain")
+    hf_tps = _overall(rows, "hf-greedy")
+    decode_ms, verify_ms = step_costs(target, items[-1]["prompt_ids"], args)
+    ratio_a = plain_tps / hf_tps
+    ratio_b = verify_ms / decode_ms
+    return dict(
+        benchmark="engine",
+        date=datetime.datetime.now().isoformat(timespec="seconds"),
+        machine=dict(
+            platform=platform.platform(),
+            processor=platform.processor() or platform.machine(),
+            torch_threads=torch.get_num_threads(),
+            torch=torch.__version__,
+            transformers=transformers.__version__,
+        ),
+        model=dict(
+            path="built in a temporary folder" if random_weights else model_path,
+            version=target.checkpoint.version,
+            parameters=sum(p.numel() for p in target.trunk.parameters()),
+            draft=None
+            if draft is None
+            else ("random 3m" if random_weights and not args.draft_model else draft_path),
+            random_weights=random_weights,
+            note=(
+                "random weights: speeds are real, acceptance rates are not meaningful (mtp "
+                "heads are untrained; repetitive output flatters ngram)"
+                if random_weights
+                else ""
+            ),
+        ),
+        settings=dict(
+            max_tokens=args.max_tokens,
+            num_draft=args.num_draft,
+            repeats=args.repeats,
+            timing="best of repeats per prompt, methods interleaved",
+            greedy=True,
+        ),
+        rows=rows,
+        targets=dict(
+            plain_vs_hf_greedy=dict(
+                plain_tokens_per_s=plain_tps,
+                hf_greedy_tokens_per_s=hf_tps,
+                ratio=ratio_a,
+                target=">= 1.0",
+                passed=ratio_a >= 1.0,
+            ),
+            verify4_vs_decode_step=dict(
+                decode_step_ms=decode_ms,
+                verify_step_ms=verify_ms,
+                ratio=ratio_b,
+                target="<= 1.6",
+                passed=ratio_b <= 1.6,
+                samples=args.step_samples,
+                context_tokens=len(items[-1]["prompt_ids"]),
+            ),
+        ),
+    )
+
+
+def _overall(rows: list[dict], method: str) -> float:
+    mine = [r for r in rows if r["method"] == method]
+    return sum(r["tokens"] for r in mine) / sum(r["seconds"] for r in mine)
+
+
+def step_costs(model, prompt_ids: list[int], args) -> tuple[float, float]:
+    """Median ms of one plain decode step and of one verify step over 4 drafts (warm cache).
+
+    A decode step is what plain decoding does per token: forward 1 token, pick the argmax. A
+    verify step is what speculation does per step: forward the last token + 4 drafts, greedy
+    rejection sampling, crop the cache back. Both are interleaved and repeated.
+    """
+    import torch
+
+    from agent.engine.rejection_sampler import verify_greedy
+
+    cache = model.new_cache()
+    decode_s: list[float] = []
+    verify_s: list[float] = []
+    with torch.inference_mode():
+        model.forward(torch.tensor([prompt_ids]), cache, last_only=True)
+        one = torch.tensor([[prompt_ids[-1]]])
+        five = torch.tensor([prompt_ids[-5:]])
+        for i in range(args.step_samples + 5):
+            start = time.perf_counter()
+            logits, _ = model.forward(one, cache)
+            logits[:, -1].argmax(-1).tolist()
+            cache.crop(-1)
+            mid = time.perf_counter()
+            logits, _ = model.forward(five, cache)
+            verify_greedy(five[0, 1:], logits[0].argmax(-1))
+            cache.crop(-5)
+            end = time.perf_counter()
+            if i >= 5:  # warm-up
+                decode_s.append(mid - start)
+                verify_s.append(end - mid)
+    return statistics.median(decode_s) * 1000, statistics.median(verify_s) * 1000
+
+
+def print_report(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    model = report["model"]
+    title = f"flywheel bench engine — {model['version']} ({model['parameters'] / 1e6:.1f}M params)"
+    table = Table(title=title)
+    for column in ("workload", "method", "tokens/s", "× plain", "× peer", "accept len", "same"):
+        table.add_column(
+            column, justify="right" if column not in ("workload", "method") else "left"
+        )
+    for row in report["rows"]:
+        peer = f"{row['ratio_to_peer']:.2f} ({row['peer']})" if row["ratio_to_peer"] else "-"
+        length = row["mean_acceptance_length"]
+        table.add_row(
+            row["workload"],
+            row["method"],
+            f"{row['tokens_per_s']:.1f}",
+            f"{row['ratio_to_plain']:.2f}",
+            peer,
+            f"{length:.2f}" if length else "-",
+            "yes" if row["identical_to_plain"] else "NO",
+        )
+    console.print(table)
+    a = report["targets"]["plain_vs_hf_greedy"]
+    b = report["targets"]["verify4_vs_decode_step"]
+    console.print(
+        f"(a) plain vs HF generate greedy: {a['plain_tokens_per_s']:.1f} vs "
+        f"{a['hf_greedy_tokens_per_s']:.1f} tokens/s = {a['ratio']:.2f}× (target ≥ 1.0: "
+        f"{'pass' if a['passed'] else 'FAIL'})"
+    )
+    console.print(
+        f"(b) verify step over 4 drafts vs one decode step: {b['verify_step_ms']:.2f} vs "
+        f"{b['decode_step_ms']:.2f} ms = {b['ratio']:.2f}× (target ≤ 1.6: "
+        f"{'pass' if b['passed'] else 'FAIL'})"
+    )
+    if model["note"]:
+        console.print(f"note: {model['note']}")
+    settings = report["settings"]
+    console.print(
+        f"{settings['max_tokens']} tokens per generation, {settings['timing']}, "
+        f"{report['machine']['torch_threads']} torch threads"
+    )

@@ -1,0 +1,426 @@
+"""The `local` backend: torch decoding with a KV cache and lossless speculative decoding.
+
+    from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig, open_engine
+    engine = open_engine(EngineConfig(model="runs/ckpt", speculative=SpeculativeConfig("ngram")))
+    result = engine.generate(Request(prompt="def add(a, b):", params=SamplingParams(temperature=0)))
+
+How a request runs:
+1. `_prepare` validates and tokenizes it (text, bytes, token ids, or chat messages rendered with
+   the tokenizer's chat template) and clips `max_tokens` to what fits in the context: a prompt
+   that leaves no room for one output token is refused with `BadRequest`.
+2. Prefill: one forward pass over the prompt fills a `DynamicCache`.
+3. Decoding, one of:
+   - plain (`SpeculativeConfig.method == "none"`): the n samples are n rows of one batch sharing
+     the prefill (the cache is repeated n times); rows leave the batch as they finish;
+   - speculative: the samples run one after another, each on its own copy of the shared prefill
+     cache (batching ragged acceptance lengths is not worth it on a CPU). Each `step()` is
+     propose drafts -> verify (one target forward over them + the rejection sampler) ->
+     append (crop the rejected positions from the cache, record the emitted tokens) -> stop.
+     The draft length adapts: +2 after a step that accepted every draft, -1 otherwise, within
+     [1, max_draft_tokens] (and the head depth for mtp).
+4. Each sample's `SampleOutput` turns tokens into text and applies stop tokens, stop strings and
+   max tokens; streaming yields its deltas.
+
+Concurrency: requests may run from several threads; one lock serialises model forward calls (a
+CPU has no spare capacity for parallel forwards anyway) and is never held across a `yield`. A
+request holds a reference to the weights it started on, so `swap` never disturbs it.
+Cancellation (`Request.cancel`) is checked before every forward pass: the request ends within one
+decode or verify step with finish reason "cancelled" (no exception).
+
+Not here: paged attention, continuous batching across requests, CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import threading
+import time
+from collections.abc import Generator
+from dataclasses import dataclass
+
+import torch
+
+from agent.chat_format import parse_assistant
+from agent.engine import Stream
+from agent.engine.config import EngineConfig
+from agent.engine.model_runner import LoadedModel
+from agent.engine.proposers import (
+    Draft,
+    DraftModelProposer,
+    MTPProposer,
+    NgramProposer,
+    Proposer,
+)
+from agent.engine.rejection_sampler import verify_greedy, verify_sampled
+from agent.engine.request import (
+    BadRequest,
+    Delta,
+    EngineError,
+    Request,
+    RequestMetrics,
+    Result,
+    SamplingParams,
+)
+from agent.engine.sample_output import SampleOutput
+from agent.engine.sampling import make_generator, next_tokens, target_probs, token_logprobs
+from agent.tokenizer import encode_bytes, stop_token_ids
+
+
+@dataclass
+class Job:
+    """A validated request, bound to the weights it runs on."""
+
+    request: Request
+    params: SamplingParams  # max_tokens clipped to the context
+    prompt_ids: list[int]
+    stop_ids: set[int]
+    model: LoadedModel
+    generator: torch.Generator
+    chat: bool
+
+
+class LocalEngine:
+    """Implements `agent.engine.Engine` on torch."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        model: LoadedModel | None = None,
+        draft: LoadedModel | None = None,
+    ) -> None:
+        """Load `config.model` (and the draft model), or use models already in memory."""
+        self.config = config
+        self.spec = config.speculative
+        self._lock = threading.Lock()  # around every model forward call
+        self._swap_lock = threading.Lock()  # one swap at a time
+        self._draft: LoadedModel | None = None
+        if model is None:
+            model = LoadedModel.load(config.model, config.device, config.dtype)
+        if self.spec.method == "draft":
+            self._draft = draft or LoadedModel.load(
+                self.spec.draft_model, config.device, config.dtype
+            )
+        self._check(model)
+        self._model = model
+
+    # -- the Engine protocol -------------------------------------------------------------
+
+    @property
+    def model_version(self) -> str:
+        return self._model.checkpoint.version
+
+    @property
+    def context_length(self) -> int:
+        return self._model.context_length
+
+    def generate(self, request: Request) -> Result:
+        stream = self.stream(request)
+        for _ in stream:
+            pass
+        assert stream.result is not None
+        return stream.result
+
+    def stream(self, request: Request) -> Stream:
+        job = self._prepare(request, self._model)  # bad input raises here, before any output
+        return Stream(self._run(job))
+
+    def swap(self, model: str) -> str:
+        with self._swap_lock:
+            new = LoadedModel.load(model, self.config.device, self.config.dtype)
+            self._check(new)
+            self._model = new  # running requests keep their own reference to the old one
+        return new.checkpoint.version
+
+    def close(self) -> None:
+        self._draft = None
+
+    # -- set-up --------------------------------------------------------------------------
+
+    def _check(self, model: LoadedModel) -> None:
+        """Refuse weights the configured speculation cannot run with."""
+        where = model.checkpoint.path
+        if self.spec.method == "mtp" and model.checkpoint.heads is None:
+            raise EngineError(
+                f"speculative method 'mtp' needs MTP heads, but {where!r} has none (no mtp/ "
+                "folder): train them (flywheel train mtp) or use --speculative ngram"
+            )
+        if self._draft is not None:
+            ours, theirs = model.tokenizer.get_vocab(), self._draft.tokenizer.get_vocab()
+            if ours != theirs:
+                raise EngineError(
+                    f"the draft model {self._draft.checkpoint.path!r} has a different tokenizer "
+                    f"than {where!r}: a draft model must share the target's tokenizer"
+                )
+
+    def _prepare(self, request: Request, model: LoadedModel) -> Job:
+        tokenizer = model.tokenizer
+        chat = request.messages is not None
+        if chat:
+            try:
+                text = tokenizer.apply_chat_template(
+                    request.messages,
+                    tools=request.tools,
+                    add_generation_prompt=True,
+                    tokenize=False,
+                )
+            except Exception as exc:  # jinja and transformers raise many types
+                raise BadRequest(f"could not render the chat messages: {exc}") from exc
+            ids = tokenizer.encode(text, add_special_tokens=False)
+        else:
+            ids = self._encode_prompt(request.prompt, model)
+        if not ids:
+            raise BadRequest("the prompt is empty after tokenization: send at least one token")
+        room = model.context_length - len(ids)
+        if room < 1:
+            raise BadRequest(
+                f"the prompt has {len(ids)} tokens but the model's context is "
+                f"{model.context_length} tokens (prompt + output): shorten the prompt"
+            )
+        params = request.params
+        if params.max_tokens > room:
+            params = dataclasses.replace(params, max_tokens=room)
+        stop_ids = {tokenizer.eos_token_id, *params.stop_token_ids}
+        if chat:
+            stop_ids.update(stop_token_ids(tokenizer))
+        return Job(
+            request=request,
+            params=params,
+            prompt_ids=ids,
+            stop_ids=stop_ids,
+            model=model,
+            generator=make_generator(params.seed, model.device),
+            chat=chat,
+        )
+
+    @staticmethod
+    def _encode_prompt(prompt: object, model: LoadedModel) -> list[int]:
+        tokenizer = model.tokenizer
+        if isinstance(prompt, bytes | bytearray):
+            return encode_bytes(tokenizer, bytes(prompt))
+        if isinstance(prompt, str):
+            try:
+                prompt.encode("utf-8")
+            except UnicodeEncodeError:
+                try:  # raw bytes read with surrogateescape: encode them byte for byte
+                    return encode_bytes(tokenizer, prompt.encode("utf-8", "surrogateescape"))
+                except UnicodeEncodeError as exc:
+                    raise BadRequest(
+                        f"the prompt is not valid Unicode: lone surrogate {prompt[exc.start]!r} "
+                        f"at character {exc.start}; send UTF-8 text"
+                    ) from None
+            return tokenizer.encode(prompt, add_special_tokens=False)
+        if isinstance(prompt, list | tuple):
+            vocab = model.vocab_size
+            bad = [t for t in prompt if not isinstance(t, int) or isinstance(t, bool)]
+            if bad:
+                raise BadRequest(f"token ids must be integers, got {bad[0]!r}")
+            out_of_range = [t for t in prompt if not 0 <= t < vocab]
+            if out_of_range:
+                raise BadRequest(
+                    f"token id {out_of_range[0]} is outside the vocabulary [0, {vocab})"
+                )
+            return list(prompt)
+        raise BadRequest(f"the prompt must be text or a list of token ids, not {type(prompt)}")
+
+    def _proposer(self, job: Job) -> Proposer:
+        spec, model = self.spec, job.model
+        if spec.method == "ngram":
+            speculation = job.request.speculation
+            spec_ids = (
+                model.tokenizer.encode(speculation, add_special_tokens=False)
+                if (speculation)
+                else None
+            )
+            return NgramProposer(spec.ngram_min, spec.ngram_max, spec_ids)
+        if spec.method == "mtp":
+            return MTPProposer(model)
+        assert self._draft is not None
+        return DraftModelProposer(self._draft, job.params, job.generator, model.vocab_size)
+
+    # -- decoding ------------------------------------------------------------------------
+
+    def _run(self, job: Job) -> Generator[Delta, None, Result]:
+        params, model = job.params, job.model
+        metrics = RequestMetrics(prompt_tokens=len(job.prompt_ids))
+        outputs = [
+            SampleOutput(
+                i, model.token_bytes, job.stop_ids, params.stop, params.max_tokens, params.logprobs
+            )
+            for i in range(params.n)
+        ]
+        started = time.perf_counter()
+        try:
+            if self.spec.method == "none":
+                yield from self._decode_plain(job, outputs, metrics, started)
+            else:
+                yield from self._decode_speculative(job, outputs, metrics, started)
+        except EngineError:
+            raise
+        except Exception as exc:
+            raise EngineError(f"generation failed in the local engine: {exc}") from exc
+        metrics.total_s = time.perf_counter() - started
+        metrics.output_tokens = sum(len(o.token_ids) for o in outputs)
+        completions = [o.completion(model.checkpoint.version) for o in outputs]
+        if job.chat:
+            for c in completions:
+                _, c.tool_calls, c.tool_call_errors = parse_assistant(c.text)
+        return Result(completions, metrics)
+
+    def _prefill(self, job: Job) -> tuple:
+        """Cache, last-position logits [1, vocab] and hidden states [1, prompt, hidden]."""
+        model = job.model
+        with self._lock, torch.inference_mode():
+            cache = model.new_cache()
+            ids = torch.tensor([job.prompt_ids], device=model.device)
+            logits, hidden = model.forward(ids, cache, last_only=True)
+        return cache, logits[:, -1], hidden
+
+    def _decode_plain(self, job: Job, outputs: list[SampleOutput], metrics, started):
+        """n rows in one batch over a shared prefill; finished rows leave the batch."""
+        model, params, n = job.model, job.params, job.params.n
+        cache, logits, _ = self._prefill(job)
+        with torch.inference_mode():
+            if n > 1:
+                cache.batch_repeat_interleave(n)
+                logits = logits.expand(n, -1)
+        rows = list(range(n))  # sample index of each batch row
+        while True:
+            if job.request.cancelled:
+                yield from _finish(outputs, "cancelled")
+                return
+            with torch.inference_mode():
+                tokens, logprobs = next_tokens(logits, params, job.generator)  # [rows]
+            token_list = tokens.tolist()
+            logprob_list = logprobs.tolist() if logprobs is not None else [None] * len(rows)
+            if not metrics.ttft_s:
+                metrics.ttft_s = time.perf_counter() - started
+            keep = []
+            for row, sample in enumerate(rows):
+                if not outputs[sample].add(token_list[row], logprob_list[row]):
+                    keep.append(row)
+            yield from _deltas(outputs[s] for s in rows)
+            if not keep:
+                return
+            with self._lock, torch.inference_mode():
+                if len(keep) < len(rows):
+                    index = torch.tensor(keep, device=model.device)
+                    cache.batch_select_indices(index)
+                    tokens = tokens[index]
+                    rows = [rows[r] for r in keep]
+                logits = model.forward(tokens[:, None], cache)[0][:, -1]
+
+    def _decode_speculative(self, job: Job, outputs: list[SampleOutput], metrics, started):
+        """The samples one after another, each from a copy of the shared prefill."""
+        cache, logits, hidden = self._prefill(job)
+        for i, output in enumerate(outputs):
+            if job.request.cancelled:
+                yield from _finish(outputs[i:], "cancelled")
+                return
+            with torch.inference_mode():
+                own_cache = cache if i == len(outputs) - 1 else copy.deepcopy(cache)
+            seq = SpeculativeSequence(self, job, output, own_cache, metrics)
+            seq.start(logits, hidden[0])
+            if not metrics.ttft_s:
+                metrics.ttft_s = time.perf_counter() - started
+            yield from _deltas([output])
+            while not output.finished:
+                if job.request.cancelled:
+                    yield from _finish(outputs[i:], "cancelled")
+                    return
+                seq.step()
+                yield from _deltas([output])
+
+
+class SpeculativeSequence:
+    """One sample under speculative decoding: `step()` = propose, verify, append, stop."""
+
+    def __init__(self, engine: LocalEngine, job: Job, output: SampleOutput, cache, metrics):
+        self.engine = engine
+        self.job = job
+        self.output = output
+        self.cache = cache  # target KV cache: prompt + accepted tokens except the newest one
+        self.metrics = metrics
+        self.tokens = list(job.prompt_ids)  # prompt + every emitted token
+        self.proposer = engine._proposer(job)
+        spec = engine.spec
+        self.max_k = min(spec.max_draft_tokens, self.proposer.max_depth)
+        self.k = min(spec.num_draft_tokens, self.max_k)
+        self.adaptive = spec.adaptive
+
+    def start(self, logits: torch.Tensor, hidden: torch.Tensor) -> None:
+        """The first token, from the prefill's logits [1, vocab]; hidden: [prompt, hidden]."""
+        with torch.inference_mode():
+            token, logprob = next_tokens(logits, self.job.params, self.job.generator)
+        self.proposer.observe(hidden)
+        self.add([int(token[0])], None if logprob is None else logprob.tolist())
+
+    def step(self) -> bool:
+        """Propose drafts, verify them, append what survives; True when the sample stopped."""
+        with self.engine._lock, torch.inference_mode():
+            draft = self.propose()
+            emitted, logprobs, accepted, hidden = self.verify(draft)
+            self.append(draft, accepted, hidden)
+        return self.add(emitted, logprobs)
+
+    def propose(self) -> Draft:
+        remaining = self.job.params.max_tokens - len(self.output.token_ids)
+        k = min(self.k, remaining - 1)  # the verify step always adds one token of its own
+        return self.proposer.propose(self.tokens, k) if k > 0 else Draft([])
+
+    def verify(self, draft: Draft) -> tuple[list[int], list[float] | None, int, torch.Tensor]:
+        """One target forward over [last token, drafts] and the rejection sampler."""
+        model, params = self.job.model, self.job.params
+        ids = torch.tensor([[self.tokens[-1], *draft.token_ids]], device=model.device)
+        logits, hidden = model.forward(ids, self.cache)
+        logits = logits[0]  # [k + 1, vocab]
+        draft_ids = ids[0, 1:]  # [k]
+        if params.greedy:
+            emitted, accepted = verify_greedy(draft_ids, logits.argmax(-1))
+            probs = None
+        else:
+            probs = target_probs(logits, params)  # [k + 1, vocab]
+            emitted, accepted = verify_sampled(draft_ids, draft.probs, probs, self.job.generator)
+        logprobs = None
+        if params.logprobs:
+            positions = slice(0, accepted + 1)
+            emitted_t = torch.tensor(emitted, device=model.device)
+            logprobs = token_logprobs(
+                logits[positions], None if probs is None else probs[positions], emitted_t
+            ).tolist()
+        return emitted, logprobs, accepted, hidden[0, : accepted + 1]
+
+    def append(self, draft: Draft, accepted: int, hidden: torch.Tensor) -> None:
+        """Roll the cache back past the rejected drafts; update metrics and the draft length."""
+        k = len(draft.token_ids)
+        if k > accepted:
+            self.cache.crop(accepted - k)  # drop the rejected drafts' keys and values
+        if self.proposer.needs_hidden:
+            self.proposer.observe(hidden)  # [accepted + 1, hidden]
+        if k:
+            self.metrics.verify_steps += 1
+            self.metrics.drafts_proposed += k
+            self.metrics.drafts_accepted += accepted
+            if self.adaptive:
+                self.k = min(self.k + 2, self.max_k) if accepted == k else max(self.k - 1, 1)
+
+    def add(self, emitted: list[int], logprobs: list[float] | None) -> bool:
+        """Record emitted tokens until a stop condition; the rest of the step is discarded."""
+        for j, token in enumerate(emitted):
+            self.tokens.append(token)
+            if self.output.add(token, None if logprobs is None else logprobs[j]):
+                return True
+        return False
+
+
+def _deltas(outputs) -> Generator[Delta, None, None]:
+    for output in outputs:
+        delta = output.delta()
+        if delta is not None:
+            yield delta
+
+
+def _finish(outputs: list[SampleOutput], reason) -> Generator[Delta, None, None]:
+    for output in outputs:
+        output.finish(reason)
+    yield from _deltas(outputs)

@@ -1,0 +1,177 @@
+"""Speculative decoding is lossless (issue 2).
+
+Greedy: every proposer gives token-for-token the output of plain decoding, on 50 prompts spread
+over two differently seeded targets (each the other's draft model). Sampling: the distribution of sampled tokens with every
+proposer equals the target distribution (chi-square against exact probabilities computed by
+brute force on a 16-token vocabulary).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
+from agent.engine.local import LocalEngine
+from agent.engine.model_runner import LoadedModel
+from agent.engine.sampling import target_probs
+from agent.model import Checkpoint, MTPConfig, MTPHeads, build_trunk
+
+STDLIB_JSON = Path(sys.base_prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def code_prompts(count: int, seed: int) -> list[tuple[str, str | None]]:
+    """(prompt, speculation) pairs cut from the standard library's json package."""
+    text = "".join(p.read_text() for p in sorted((STDLIB_JSON / "json").glob("*.py")))
+    rng = random.Random(seed)
+    prompts = []
+    for i in range(count):
+        start = rng.randrange(len(text) - 400)
+        prompt = text[start : start + rng.randint(10, 300)]
+        # every third prompt is an apply-style request: speculate the text that follows
+        speculation = text[start + len(prompt) : start + len(prompt) + 200] if i % 3 == 0 else None
+        prompts.append((prompt, speculation))
+    return prompts
+
+
+def greedy_outputs(engine, prompts) -> list[list[int]]:
+    params = SamplingParams(temperature=0, max_tokens=24, logprobs=False)
+    return [
+        engine.generate(Request(prompt=p, speculation=s, params=params)).completions[0].token_ids
+        for p, s in prompts
+    ]
+
+
+@pytest.mark.parametrize("pair", ["lively", "tiny"])
+def test_greedy_identical_with_every_proposer(pair, request):
+    names = ("lively_checkpoint", "lively_checkpoint_b")
+    if pair == "tiny":
+        names = ("tiny_checkpoint", "tiny_checkpoint_b")
+    a, b = (request.getfixturevalue(n) for n in names)
+    # 2 x 25 prompts on the lively pair; the plain tiny models mostly repeat one token
+    count = 25 if pair == "lively" else 5
+    for seed, (target, draft) in enumerate(((a, b), (b, a))):
+        prompts = code_prompts(count, seed=seed)
+        target_model = LoadedModel.load(str(target))
+        draft_model = LoadedModel.load(str(draft))
+        plain = greedy_outputs(LocalEngine(EngineConfig(model=str(target)), target_model), prompts)
+        assert sum(len(set(ids)) for ids in plain) > (5 * count if pair == "lively" else 0)
+        for method in ("ngram", "mtp", "draft"):
+            spec = SpeculativeConfig(method=method, draft_model=str(draft))
+            engine = LocalEngine(
+                EngineConfig(model=str(target), speculative=spec), target_model, draft_model
+            )
+            outputs = greedy_outputs(engine, prompts)
+            for i, (want, got) in enumerate(zip(plain, outputs, strict=True)):
+                assert got == want, f"{method} differs from plain on prompt {i} of {target}"
+
+
+# -- sampling: exact distribution on a 16-token vocabulary --------------------------------------
+
+VOCAB = 16
+STEPS = 4  # tokens per sample: the first comes from the prefill, the rest from verify steps
+SPREAD = 0.5  # weight standard deviation: sharp distributions make a wrong rule show quickly
+PROMPT = [3, 7, 1, 12, 3, 7, 9, 0, 3, 7, 1, 5, 14, 2, 3, 7]  # repeats give n-gram matches
+
+
+def tiny_vocab_model(seed: int, heads: bool) -> LoadedModel:
+    """A 16-token model with sharp enough distributions, and a 17-token tokenizer whose EOS (16)
+    the model can never produce, so every sample has exactly STEPS tokens."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    trunk = build_trunk("test", vocab_size=VOCAB, seed=seed)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in trunk.parameters():
+            if param.ndim == 2:
+                param.normal_(0.0, SPREAD, generator=generator)
+    trunk.eval()
+    mtp = MTPHeads(trunk, MTPConfig(depth=2)).eval() if heads else None
+    vocab = {chr(ord("a") + i): i for i in range(VOCAB)} | {"<|endoftext|>": VOCAB}
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="a")),
+        eos_token="<|endoftext|>",
+    )
+    return LoadedModel.wrap(Checkpoint(trunk, tokenizer, mtp, f"v{seed}", "memory"))
+
+
+def exact_distribution(model: LoadedModel, params: SamplingParams) -> np.ndarray:
+    """P[t1, ..., tSTEPS] under the target distribution, by brute force. [VOCAB] * STEPS"""
+    joint = torch.ones(1)
+    prefixes = torch.tensor([PROMPT])
+    with torch.inference_mode():
+        for _ in range(STEPS):
+            logits = model.trunk(prefixes).logits[:, -1]  # [VOCAB ** step, VOCAB]
+            joint = (joint[:, None] * target_probs(logits, params)).reshape(-1)
+            rows = prefixes.repeat_interleave(VOCAB, 0)
+            nxt = torch.arange(VOCAB).repeat(prefixes.shape[0])[:, None]
+            prefixes = torch.cat([rows, nxt], 1)
+    return joint.reshape([VOCAB] * STEPS).double().numpy()
+
+
+def sample_tokens(engine, samples: int, params: SamplingParams) -> np.ndarray:
+    """[samples, STEPS] token ids, from requests of n = 64 with consecutive seeds."""
+    out = []
+    seed = 0
+    while len(out) < samples:
+        p = SamplingParams(
+            temperature=params.temperature, top_p=params.top_p, max_tokens=STEPS, n=64, seed=seed
+        )
+        out += [c.token_ids for c in engine.generate(Request(prompt=PROMPT, params=p)).completions]
+        seed += 1
+    return np.array(out[:samples])
+
+
+def pooled_chisquare(observed: np.ndarray, expected_p: np.ndarray) -> float:
+    """p-value of a chi-square test, pooling cells expected to hold fewer than 5 samples."""
+    total = observed.sum()
+    expected = expected_p.reshape(-1) * total
+    observed = observed.reshape(-1)
+    small = expected < 5
+    obs = np.append(observed[~small], observed[small].sum())
+    exp = np.append(expected[~small], expected[small].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    assert obs.sum() == total
+    exp = exp * obs.sum() / exp.sum()
+    return float(chisquare(obs, exp).pvalue)
+
+
+@pytest.fixture(scope="module")
+def vocab16():
+    return tiny_vocab_model(seed=3, heads=True), tiny_vocab_model(seed=4, heads=False)
+
+
+@pytest.mark.parametrize("setting", ["temperature-1", "top-p-0.9"])
+@pytest.mark.parametrize("method", ["none", "ngram", "mtp", "draft"])
+def test_sampled_distribution_matches_the_target(vocab16, method, setting):
+    target, draft = vocab16
+    params = SamplingParams(temperature=1.0, top_p=0.9 if setting == "top-p-0.9" else 1.0)
+    spec = SpeculativeConfig(method=method, draft_model="memory", num_draft_tokens=3)
+    engine = LocalEngine(EngineConfig(model="memory", speculative=spec), target, draft)
+    samples = sample_tokens(engine, 2048 if method == "none" else 640, params)
+    exact = exact_distribution(target, params)
+    # the speculative positions: each one's marginal, and the joint of the first two of them
+    for position in range(1, STEPS):
+        axes = tuple(a for a in range(STEPS) if a != position)
+        marginal = exact.sum(axis=axes)
+        observed = np.bincount(samples[:, position], minlength=VOCAB)
+        assert pooled_chisquare(observed, marginal) > 1e-3, f"position {position}"
+    pair = exact.sum(axis=(0, 3))  # [VOCAB, VOCAB] over positions 1 and 2
+    observed = np.zeros((VOCAB, VOCAB))
+    np.add.at(observed, (samples[:, 1], samples[:, 2]), 1)
+    assert pooled_chisquare(observed, pair) > 1e-3
+    if method != "none":
+        assert (
+            engine.generate(
+                Request(prompt=PROMPT, params=SamplingParams(max_tokens=STEPS, n=8, seed=0))
+            ).metrics.drafts_proposed
+            > 0
+        )
