@@ -115,7 +115,7 @@ def head_config(trunk_config):
     the trunk's family (Qwen2 differs only in attention biases, which the heads do not need)."""
     from transformers import LlamaConfig
 
-    return LlamaConfig(
+    config = LlamaConfig(
         vocab_size=trunk_config.vocab_size,
         hidden_size=trunk_config.hidden_size,
         intermediate_size=trunk_config.intermediate_size,
@@ -125,6 +125,9 @@ def head_config(trunk_config):
         max_position_embeddings=trunk_config.max_position_embeddings,
         rope_theta=getattr(trunk_config, "rope_theta", 10000.0),
     )
+    # The blocks are built standalone (not through from_pretrained), so name the attention kernel.
+    config._attn_implementation = "sdpa"
+    return config
 
 
 class MTPHead(nn.Module):
