@@ -33,7 +33,6 @@ Not here: paged attention, continuous batching across requests, CUDA graphs.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import threading
 import time
 from collections.abc import Generator
@@ -45,6 +44,7 @@ from agent.chat_format import parse_assistant
 from agent.engine import Stream
 from agent.engine.config import EngineConfig
 from agent.engine.model_runner import LoadedModel
+from agent.engine.prompt import prepare_prompt
 from agent.engine.proposers import (
     Draft,
     DraftModelProposer,
@@ -54,7 +54,6 @@ from agent.engine.proposers import (
 )
 from agent.engine.rejection_sampler import verify_greedy, verify_sampled
 from agent.engine.request import (
-    BadRequest,
     Delta,
     EngineError,
     Request,
@@ -64,7 +63,6 @@ from agent.engine.request import (
 )
 from agent.engine.sample_output import SampleOutput
 from agent.engine.sampling import make_generator, next_tokens, target_probs, token_logprobs
-from agent.tokenizer import encode_bytes, stop_token_ids
 
 
 @dataclass
@@ -154,74 +152,16 @@ class LocalEngine:
                 )
 
     def _prepare(self, request: Request, model: LoadedModel) -> Job:
-        tokenizer = model.tokenizer
-        chat = request.messages is not None
-        if chat:
-            try:
-                text = tokenizer.apply_chat_template(
-                    request.messages,
-                    tools=request.tools,
-                    add_generation_prompt=True,
-                    tokenize=False,
-                )
-            except Exception as exc:  # jinja and transformers raise many types
-                raise BadRequest(f"could not render the chat messages: {exc}") from exc
-            ids = tokenizer.encode(text, add_special_tokens=False)
-        else:
-            ids = self._encode_prompt(request.prompt, model)
-        if not ids:
-            raise BadRequest("the prompt is empty after tokenization: send at least one token")
-        room = model.context_length - len(ids)
-        if room < 1:
-            raise BadRequest(
-                f"the prompt has {len(ids)} tokens but the model's context is "
-                f"{model.context_length} tokens (prompt + output): shorten the prompt"
-            )
-        params = request.params
-        if params.max_tokens > room:
-            params = dataclasses.replace(params, max_tokens=room)
-        stop_ids = {tokenizer.eos_token_id, *params.stop_token_ids}
-        if chat:
-            stop_ids.update(stop_token_ids(tokenizer))
+        prompt = prepare_prompt(request, model.tokenizer, model.vocab_size, model.context_length)
         return Job(
             request=request,
-            params=params,
-            prompt_ids=ids,
-            stop_ids=stop_ids,
+            params=prompt.params,
+            prompt_ids=prompt.ids,
+            stop_ids=prompt.stop_ids,
             model=model,
-            generator=make_generator(params.seed, model.device),
-            chat=chat,
+            generator=make_generator(prompt.params.seed, model.device),
+            chat=prompt.chat,
         )
-
-    @staticmethod
-    def _encode_prompt(prompt: object, model: LoadedModel) -> list[int]:
-        tokenizer = model.tokenizer
-        if isinstance(prompt, bytes | bytearray):
-            return encode_bytes(tokenizer, bytes(prompt))
-        if isinstance(prompt, str):
-            try:
-                prompt.encode("utf-8")
-            except UnicodeEncodeError:
-                try:  # raw bytes read with surrogateescape: encode them byte for byte
-                    return encode_bytes(tokenizer, prompt.encode("utf-8", "surrogateescape"))
-                except UnicodeEncodeError as exc:
-                    raise BadRequest(
-                        f"the prompt is not valid Unicode: lone surrogate {prompt[exc.start]!r} "
-                        f"at character {exc.start}; send UTF-8 text"
-                    ) from None
-            return tokenizer.encode(prompt, add_special_tokens=False)
-        if isinstance(prompt, list | tuple):
-            vocab = model.vocab_size
-            bad = [t for t in prompt if not isinstance(t, int) or isinstance(t, bool)]
-            if bad:
-                raise BadRequest(f"token ids must be integers, got {bad[0]!r}")
-            out_of_range = [t for t in prompt if not 0 <= t < vocab]
-            if out_of_range:
-                raise BadRequest(
-                    f"token id {out_of_range[0]} is outside the vocabulary [0, {vocab})"
-                )
-            return list(prompt)
-        raise BadRequest(f"the prompt must be text or a list of token ids, not {type(prompt)}")
 
     def _proposer(self, job: Job) -> Proposer:
         spec, model = self.spec, job.model

@@ -35,7 +35,6 @@ incremental (one delta per vLLM step). Cancellation takes effect within one vLLM
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import queue
 import threading
@@ -48,6 +47,7 @@ from typing import Any
 from agent.chat_format import parse_assistant
 from agent.engine import Stream
 from agent.engine.config import EngineConfig
+from agent.engine.prompt import prepare_prompt
 from agent.engine.request import (
     BadRequest,
     Delta,
@@ -249,41 +249,8 @@ class VLLMEngine:
         )
 
     def _prepare(self, request: Request, runner: _Runner) -> _Job:
-        from agent.tokenizer import stop_token_ids
-
-        tokenizer = runner.tokenizer
-        chat = request.messages is not None
-        if chat:
-            try:
-                text = tokenizer.apply_chat_template(
-                    request.messages,
-                    tools=request.tools,
-                    add_generation_prompt=True,
-                    tokenize=False,
-                )
-            except Exception as exc:  # jinja and transformers raise many types
-                raise BadRequest(f"could not render the chat messages: {exc}") from exc
-            ids = tokenizer.encode(text, add_special_tokens=False)
-        else:
-            ids = _encode_prompt(request.prompt, tokenizer, runner.vocab_size)
-        if not ids:
-            raise BadRequest("the prompt is empty after tokenization: send at least one token")
-        room = runner.context_length - len(ids)
-        if room < 1:
-            raise BadRequest(
-                f"the prompt has {len(ids)} tokens but the model's context is "
-                f"{runner.context_length} tokens (prompt + output): shorten the prompt"
-            )
-        params = request.params
-        if params.max_tokens > room:
-            params = dataclasses.replace(params, max_tokens=room)
-        bad = [t for t in params.stop_token_ids if not 0 <= t < runner.vocab_size]
-        if bad:
-            raise BadRequest(f"stop token id {bad[0]} is outside the vocabulary")
-        stop_ids = {tokenizer.eos_token_id, *params.stop_token_ids}
-        if chat:
-            stop_ids.update(stop_token_ids(tokenizer))
-        return _Job(request, params, ids, stop_ids, runner, chat)
+        p = prepare_prompt(request, runner.tokenizer, runner.vocab_size, runner.context_length)
+        return _Job(request, p.params, p.ids, p.stop_ids, runner, p.chat)
 
     def _sampling_params(self, job: _Job):
         """Ours -> vLLM's. EOS handling is ours: `ignore_eos` plus an explicit stop-id list, so
@@ -385,35 +352,6 @@ def _finish(outputs: list[SampleOutput], reason: FinishReason) -> Generator[Delt
         delta = output.delta()
         if delta is not None:
             yield delta
-
-
-def _encode_prompt(prompt: object, tokenizer, vocab: int) -> list[int]:
-    """Text, raw bytes or token ids -> token ids, exactly as the local backend encodes them."""
-    from agent.tokenizer import encode_bytes
-
-    if isinstance(prompt, bytes | bytearray):
-        return encode_bytes(tokenizer, bytes(prompt))
-    if isinstance(prompt, str):
-        try:
-            prompt.encode("utf-8")
-        except UnicodeEncodeError:
-            try:  # raw bytes read with surrogateescape: encode them byte for byte
-                return encode_bytes(tokenizer, prompt.encode("utf-8", "surrogateescape"))
-            except UnicodeEncodeError as exc:
-                raise BadRequest(
-                    f"the prompt is not valid Unicode: lone surrogate {prompt[exc.start]!r} "
-                    f"at character {exc.start}; send UTF-8 text"
-                ) from None
-        return tokenizer.encode(prompt, add_special_tokens=False)
-    if isinstance(prompt, list | tuple):
-        bad = [t for t in prompt if not isinstance(t, int) or isinstance(t, bool)]
-        if bad:
-            raise BadRequest(f"token ids must be integers, got {bad[0]!r}")
-        out_of_range = [t for t in prompt if not 0 <= t < vocab]
-        if out_of_range:
-            raise BadRequest(f"token id {out_of_range[0]} is outside the vocabulary [0, {vocab})")
-        return list(prompt)
-    raise BadRequest(f"the prompt must be text or a list of token ids, not {type(prompt)}")
 
 
 class _Runner:
