@@ -7,15 +7,23 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 # vLLM pins its own torch/transformers, so its tier lives in a separate, cached environment.
 VLLM_VENV ?= $(HOME)/.cache/flywheel/venv-vllm
+VSCODE_CACHE ?= $(HOME)/.cache/flywheel/vscode
+PLAYWRIGHT ?= $(HOME)/.cache/flywheel/playwright
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint test-vllm test-slow setup
+.PHONY: demo test lint test-vllm test-vscode test-slow setup
 
 $(STAMP): pyproject.toml
 	@# Debian packages: bubblewrap sandboxes the agent's commands (without it they need approval).
 	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] \
 	  && { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; } \
 	  || echo "warning: bubblewrap is missing; install it with: sudo apt-get install bubblewrap"; }
+	@# Chromium + playwright-core drive the dashboard's browser test (it skips, saying why, without).
+	@[ -x /usr/bin/chromium ] || { [ "$$(id -u)" = 0 ] \
+	  && { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
+	  || echo "warning: chromium is missing; install it with: sudo apt-get install chromium"; }
+	@[ -f $(PLAYWRIGHT)/node_modules/playwright-core/package.json ] || ! command -v npm >/dev/null \
+	  || PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install --silent --prefix $(PLAYWRIGHT) playwright-core@1
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
@@ -42,3 +50,9 @@ test-slow: $(STAMP)
 test-vllm: $(STAMP)
 	bash tests/vllm/install.sh $(VLLM_VENV)
 	FLYWHEEL_VLLM_PYTHON=$(VLLM_VENV)/bin/python timeout 1800 $(BIN)/pytest -m vllm $(PYTEST_ARGS)
+
+## The VS Code tier: code-server + Chromium + the built extension (cached in VSCODE_CACHE).
+test-vscode: $(STAMP)
+	bash tests/vscode/install.sh $(VSCODE_CACHE)
+	bash lsp/clients/vscode/build.sh
+	FLYWHEEL_VSCODE_CACHE=$(VSCODE_CACHE) timeout 1200 $(BIN)/pytest -m vscode tests/vscode $(PYTEST_ARGS)

@@ -20,9 +20,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lsp": ("lsp.cli", "language server for editors (stdio; --tcp for debugging)"),
     "serve": ("agent.serve", "OpenAI-compatible HTTP server over the engine (127.0.0.1)"),
     "generate": ("agent.engine.cli", "generate text from a prompt with the engine"),
-    "bench": ("", "benchmarks: `bench engine` (decoding speed), `bench lsp` (completion latency)"),
+    "bench": ("", "benchmarks: engine (decoding speed), lsp (completion latency), agent (tasks)"),
+    "models": (
+        "agent.models_cli",
+        "the model registry: list, show, add, promote (gated), rollback",
+    ),
     "train": ("training.cli", "build data and tasks; run a training stage from a recipe"),
     "tokenizer": ("agent.tokenizer", "train a byte-level BPE tokenizer from source files"),
+    "dashboard": ("training.dashboard", "local web page: sessions, acceptance, rewards, models"),
     "telemetry": ("telemetry.cli", "the local session log: stats, export, import, forget, rewards"),
 }
 
@@ -32,6 +37,7 @@ GROUPS: dict[str, dict[str, tuple[str, str]]] = {
     "bench": {
         "engine": ("agent.engine.bench", "decoding speed: plain and speculative vs HF generate"),
         "lsp": ("lsp.bench", "inline-completion latency through the server vs the engine"),
+        "agent": ("training.benchmark", "agent tasks through the harness: pass@k with CIs"),
     },
 }
 

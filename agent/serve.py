@@ -21,6 +21,11 @@ client that disconnects cancels its request (`Request.cancel`).
 
 Not here: several prompts in one request (send one request per prompt; `n` samples are fine),
 penalties and `logit_bias` (rejected with 400), embeddings, swapping weights over HTTP.
+
+`--model registry` serves the promoted version of the model registry (agent/registry.py) and
+follows it: a promotion or rollback is picked up within `--reload-interval` seconds, and before
+the next request at the latest; requests already running finish on the old weights. Only a
+version whose files verify against its manifest is loaded.
 """
 
 # No `from __future__ import annotations`: FastAPI resolves the handlers' annotations, and the
@@ -54,6 +59,7 @@ from agent.engine import (
     SpeculativeConfig,
     Stream,
 )
+from agent.registry import Registry, RegistryError, RegistryWatcher, path_from_cli
 
 log = logging.getLogger("flywheel.serve")
 
@@ -549,8 +555,11 @@ class StreamJob:
                 log.warning("stream %s closed while running", self.request.request_id)
 
 
-def build_app(engine: Engine, config: ServerConfig | None = None):
-    """The FastAPI app serving `engine`. Run it with uvicorn (see `main`)."""
+def build_app(engine: Engine, config: ServerConfig | None = None, watcher: Any = None):
+    """The FastAPI app serving `engine`. Run it with uvicorn (see `main`).
+
+    `watcher` (agent.registry.RegistryWatcher): before each request, switch to the registry's
+    newly promoted version if there is one (one stat when nothing changed)."""
     import anyio
     from fastapi import FastAPI
     from fastapi import Request as HTTPRequest
@@ -562,6 +571,10 @@ def build_app(engine: Engine, config: ServerConfig | None = None):
     metrics = ServerMetrics()
     app = FastAPI(title="flywheel serve", docs_url=None, redoc_url=None)
     app.state.engine, app.state.metrics = engine, metrics
+
+    async def follow_registry() -> None:
+        if watcher is not None:
+            await anyio.to_thread.run_sync(watcher.check)
 
     def fail(status: int, message: str, kind: str, route: str, code: str | None = None):
         metrics.requests.labels(route, str(status)).inc()
@@ -607,6 +620,7 @@ def build_app(engine: Engine, config: ServerConfig | None = None):
     async def models(http: HTTPRequest):
         if not authorized(http):
             return unauthorized("/v1/models")
+        await follow_registry()
         metrics.requests.labels("/v1/models", "200").inc()
         card = {
             "id": config.served_model_name,
@@ -642,6 +656,7 @@ def build_app(engine: Engine, config: ServerConfig | None = None):
         if not authorized(http):
             return unauthorized(route)
         cancel = threading.Event()
+        await follow_registry()
         try:
             body = parse_body(await http.body())
             if body.get("model") not in (None, config.served_model_name):
@@ -779,6 +794,20 @@ def _parser() -> argparse.ArgumentParser:
         help="draft tokens per verify step, the start value (default: %(default)s)",
     )
     s.add_argument("--draft-model", default=None, help="checkpoint folder of the draft model")
+    r = p.add_argument_group("model registry (with --model registry)")
+    r.add_argument(
+        "--registry",
+        default=None,
+        help="registry folder whose promoted version to serve and follow "
+        "(default: $FLYWHEEL_REGISTRY or $XDG_DATA_HOME/flywheel/models)",
+    )
+    r.add_argument(
+        "--reload-interval",
+        type=float,
+        default=2.0,
+        help="seconds between checks for a newly promoted version (also checked before "
+        "each request) (default: %(default)s)",
+    )
     h = p.add_argument_group("HTTP")
     h.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
     h.add_argument("--port", type=int, default=8000, help="TCP port (default: %(default)s)")
@@ -809,20 +838,40 @@ def main(argv: list[str]) -> int:
         )
         from agent.engine import open_engine
 
+        registry = None
+        if args.reload_interval <= 0:
+            raise EngineError(f"--reload-interval must be > 0 seconds, got {args.reload_interval}")
+        if args.model == "registry":
+            registry = Registry(path_from_cli(args.registry))
+            promoted = registry.promoted()
+            if promoted is None:
+                raise EngineError(
+                    f"no version of the registry {registry.root} is promoted yet: "
+                    "flywheel models add PATH --promote --force, or flywheel cycle"
+                )
+            config.model = str(registry.verify(promoted))
         engine = open_engine(config)
-    except EngineError as exc:
+    except (EngineError, RegistryError) as exc:
         print(f"flywheel serve: {exc}", file=sys.stderr)
         return 2
     import uvicorn
 
+    watcher = None
+    if registry is not None:
+        watcher = RegistryWatcher(
+            registry, engine.swap, engine.model_version, interval_s=args.reload_interval
+        )
+        watcher.start()
     try:
-        app = build_app(engine, server)
+        app = build_app(engine, server, watcher)
         print(
             f"flywheel serve: {engine.model_version} on http://{server.host}:{server.port}/v1",
             flush=True,
         )
         uvicorn.run(app, host=server.host, port=server.port, log_level="warning")
     finally:
+        if watcher is not None:
+            watcher.stop()
         engine.close()
     return 0
 

@@ -12,14 +12,12 @@ Vocabulary:
              hunks: accepting is refused with a clear message, never applied at a guessed place
 
 How a task runs: the server builds a harness `Workspace` whose overlay is the open editor buffers
-(unsaved text wins over the disk), so the agent's writes become proposals instead of files. Two
-adapters tie the harness to the server without changing it:
-  TaskEngine    the model, with the task's cancel event: cancelling stops the running turn and
-                refuses the next one (the harness then stops the task)
-  TaskRecorder  the server's telemetry recorder as the harness sees it: the task joins the
-                editor's session under the server's task id, a user cancel is recorded as
-                `cancelled`, and the harness's whole-file `edit` rows are left to the server,
-                which records each proposal with its hunks and their outcomes
+(unsaved text wins over the disk), so the agent's writes become proposals instead of files. The
+harness joins the editor's telemetry session (`Harness(session_id=...)`) and stops with
+`cancelled` when the task's cancel event is set (`Harness.start(cancel=...)`). One small adapter
+remains, `TaskRecorder`: the task is recorded under the id the server already gave the client,
+and the harness's whole-file `edit` rows are left to the server, which records each proposal with
+its hunks and their outcomes.
 
 How a hunk lands: the proposal keeps `expected_text` (the base with its accepted hunks applied).
 Accepting hunk i checks that the document's text equals `expected_text`, moves the hunk's base
@@ -33,14 +31,12 @@ What it does not do: talk LSP (server.py sends the notifications and the workspa
 from __future__ import annotations
 
 import difflib
-import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from lsprotocol import types
 
-from agent.engine import Cancelled, Request, Result
 from agent.harness import ApprovalPolicy
 from lsp.documents import range_of
 
@@ -201,76 +197,22 @@ def approval_policy(setting: str) -> ApprovalPolicy:
     return ApprovalPolicy()
 
 
-class TaskEngine:
-    """The engine as one task sees it: `cancel()` stops the running turn and refuses the next."""
-
-    def __init__(self, engine: Any, cancel: threading.Event) -> None:
-        self.engine = engine
-        self.cancelled = cancel
-        self._current: Request | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def model_version(self) -> str:
-        return self.engine.model_version
-
-    @property
-    def context_length(self) -> int:
-        return self.engine.context_length
-
-    def generate(self, request: Request) -> Result:
-        with self._lock:
-            if self.cancelled.is_set():
-                raise Cancelled("the user cancelled the task")
-            self._current = request
-        try:
-            return self.engine.generate(request)
-        finally:
-            with self._lock:
-                self._current = None
-
-    def stream(self, request: Request) -> Any:
-        return self.engine.stream(request)
-
-    def swap(self, model: str) -> str:
-        raise RuntimeError("a task cannot swap the model; change the flywheel.model setting")
-
-    def close(self) -> None:
-        """The server owns the engine; a task never closes it."""
-
-    def cancel(self) -> None:
-        with self._lock:
-            self.cancelled.set()
-            if self._current is not None and self._current.cancel is not None:
-                self._current.cancel.set()
-
-
 class TaskRecorder:
     """The server's recorder as the harness sees it (see the module docstring)."""
 
-    def __init__(
-        self, recorder: Any, session_id: str | None, task_id: str, cancel: threading.Event
-    ) -> None:
+    def __init__(self, recorder: Any, task_id: str) -> None:
         self.recorder = recorder
-        self.session_id = session_id
         self.task_id = task_id
-        self.cancelled = cancel
 
     @property
     def enabled(self) -> bool:
-        return self.recorder is not None and self.session_id is not None
+        return self.recorder is not None and self.recorder.enabled
 
     def record(self, kind: str, /, **fields: Any) -> str | None:
-        if not self.enabled:
-            return None
-        if kind == "session_start":
-            return self.session_id
-        if kind in ("session_end", "edit"):
+        if not self.enabled or kind == "edit":
             return None
         if kind == "task_start":
             fields["id"] = self.task_id
-        if kind == "task_end" and self.cancelled.is_set():
-            fields["status"] = "cancelled"
         return self.recorder.record(kind, **fields)
 
     def flush(self, timeout: float | None = None) -> bool:

@@ -11,8 +11,10 @@ $FLYWHEEL_DB, else $XDG_DATA_HOME/flywheel/telemetry.db (~/.local/share when uns
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -40,6 +42,32 @@ class _OnceFilter(logging.Filter):
         return not seen
 
 
+class _CancelledRequestFilter(logging.Filter):
+    """Drop asyncio's traceback for a request cancelled because the client went away.
+
+    When stdin closes, asyncio cancels the running handlers and pygls then reads the cancelled
+    future's result, which asyncio logs as an error; the server has already recorded the cancel.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, asyncio.CancelledError)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM: stop tasks and completions, flush telemetry, exit now.
+
+    The stdin reader thread may be blocked in a read that nothing interrupts, so the process
+    exits with os._exit once everything is on disk instead of unwinding the event loop.
+    """
+    from lsp.server import SERVER
+
+    try:
+        SERVER.close()
+    finally:
+        os._exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="flywheel lsp",
@@ -56,6 +84,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     model.add_argument("--consent", choices=("off", "metrics", "code"), help="telemetry consent")
     model.add_argument("--db", help="telemetry SQLite file (default: $FLYWHEEL_DB or XDG data)")
+    model.add_argument(
+        "--registry",
+        help="with --model registry: the model registry to follow (default: $FLYWHEEL_REGISTRY "
+        "or $XDG_DATA_HOME/flywheel/models)",
+    )
+    model.add_argument(
+        "--reload-interval",
+        type=float,
+        default=2.0,
+        help="with --model registry: seconds between checks for a promoted version (default 2)",
+    )
     debug = p.add_argument_group("debugging")
     debug.add_argument("--log-file", help="write the server log here (default: stderr)")
     debug.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING, ERROR")
@@ -81,12 +120,24 @@ def main(argv: list[str]) -> int:
     # pygls logs every message body at INFO: a 5 MB didOpen must not be copied into the log.
     logging.getLogger("pygls").setLevel(max(level, logging.WARNING))
     logging.getLogger("pygls.server").addFilter(_OnceFilter("Unable to handle message"))
+    logging.getLogger("asyncio").addFilter(_CancelledRequestFilter())
 
     from lsp.server import configure
 
+    follower, model = None, args.model
+    if model == "registry":  # serve the registry's promoted version and follow it (lsp/reload.py)
+        from agent.registry import RegistryError, path_from_cli
+        from lsp.reload import RegistryFollower
+
+        try:
+            follower = RegistryFollower(path_from_cli(args.registry), args.reload_interval)
+            model = follower.initial_model()
+        except (RegistryError, ValueError) as exc:
+            print(f"flywheel lsp: {exc}", file=sys.stderr)
+            return 2
     try:
         server = configure(
-            model=args.model,
+            model=model,
             consent=args.consent,
             db_path=args.db or _default_db(),
             manual_clock=args.manual_clock,
@@ -94,10 +145,15 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         print(f"flywheel lsp: {exc}", file=sys.stderr)
         return 2
-    if args.tcp:
-        server.start_tcp(args.host, args.port)
-    else:
-        server.start_io()
+    server.registry_follower = follower
+    signal.signal(signal.SIGTERM, _terminate)  # an editor stopping us: end like `exit` does
+    try:
+        if args.tcp:
+            server.start_tcp(args.host, args.port)
+        else:
+            server.start_io()  # returns when the client exits or goes away (stdin closed)
+    finally:
+        server.close()  # stop running tasks, end the telemetry session, flush it
     return 0
 
 

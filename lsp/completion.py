@@ -60,6 +60,7 @@ class Inflight:
     token: object
     cancel: threading.Event
     suggestion_id: str | None = None
+    row: dict[str, Any] | None = None  # what a cancelled row records, once the model runs
 
 
 @dataclass
@@ -225,10 +226,14 @@ class CompletionService:
             engine = await self.host.get(model)
         except EngineError:
             return None  # the host has logged it and sent the status once
+        if me.cancel.is_set():  # superseded while the model loaded
+            return None
         max_prompt = engine.context_length - settings.max_tokens - 8
         prompt = build_prompt(prefix, suffix, language, neighbours, settings, max_prompt)
         sid = uuid.uuid4().hex
         me.suggestion_id = sid
+        me.row = {"sid": sid, "uri": uri, "version": version, "language": language,
+                  "trigger": trigger, "prefix": prefix, "suffix": suffix}  # fmt: skip
         request = Request(
             prompt=prompt,
             params=SamplingParams(
@@ -306,6 +311,20 @@ class CompletionService:
         while len(self.suggestions) > 256:
             self.suggestions.popitem(last=False)
         return s
+
+    def offer(self, suggestion: Suggestion) -> None:
+        """Register a suggestion made elsewhere (next edit) for the client's lifecycle events."""
+        self.suggestions[suggestion.id] = suggestion
+        while len(self.suggestions) > 256:
+            self.suggestions.popitem(last=False)
+
+    def abandon(self) -> None:
+        """The server is going away: cancel every running generation and record it cancelled."""
+        for uri, me in list(self._inflight.items()):
+            me.cancel.set()
+            if me.row is not None:
+                self._record_cancelled(**me.row)
+            del self._inflight[uri]
 
     def _supersede_last(self, uri: str, prefix: str) -> None:
         last = self.suggestions.get(self._last.get(uri, ""))

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from agent.engine import Engine, EngineConfig, EngineError, Request, Result
+from agent.engine import Cancelled, Engine, EngineConfig, EngineError, Request, Result
 from lsp.settings import ModelSettings
 
 log = logging.getLogger("flywheel.lsp")
@@ -126,7 +126,7 @@ class ModelHost:
         if first:
             self._report()
         try:
-            return await loop.run_in_executor(self._pool, fn, request)
+            return await loop.run_in_executor(self._pool, _unless_cancelled, fn, request)
         except asyncio.CancelledError:
             if request.cancel is not None:
                 request.cancel.set()
@@ -149,6 +149,13 @@ class ModelHost:
             except Exception:
                 log.debug("engine close failed", exc_info=True)
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _unless_cancelled(fn: Callable[[Request], Any], request: Request) -> Any:
+    """A request cancelled while it waited for a worker (superseded) never reaches the engine."""
+    if request.cancelled:
+        raise Cancelled("cancelled before it started")
+    return fn(request)
 
 
 def _open_engine(config: EngineConfig) -> Engine:

@@ -12,6 +12,13 @@ Custom protocol (all names under `flywheel/`; the clients in lsp/clients use the
                           isError) | approval_request (+calls) | approval | compact | stop
     flywheel/proposal     {proposalId, taskId, uri, version, hunks: [{index, range, original,
                            newText, state}]}                         edits awaiting review
+  client -> server requests
+    flywheel/nextEdit     {textDocument: {uri, version}, position?} -> null | {uri, version,
+                          range, newText, suggestionId, command}: the edit the user will likely
+                          make next, near their last edit (next_edit.py). Refused with
+                          ContentModified (-32801) when `version` is not the document's version,
+                          before or after the model ran; the client applies it only at `version`
+                          and runs `command` (flywheel.acceptCompletion) when it does.
   client -> server notifications
     flywheel/completionShown              {suggestionId}
     flywheel/completionPartiallyAccepted  {suggestionId, acceptedChars}
@@ -25,6 +32,11 @@ Agent tasks run the agent harness (agent.harness.Harness) in a worker thread ove
 whose overlay is the open buffers; its writes come back as proposals (agent_tasks.py), sent as
 `flywheel/proposal` and applied hunk by hunk with versioned `workspace/applyEdit`.
 
+When the client disappears (stdin closes, or `exit` arrives without `shutdown`), `close()` runs
+after the transport ends: it cancels running tasks and completions, lets their last telemetry
+rows (task_end, cancelled suggestions) reach the recorder, ends the session and flushes it to
+disk, then returns so the process exits.
+
 What it does not do: block the event loop on the model (engine calls run in worker threads) or
 fail a request because telemetry failed (the recorder never raises).
 
@@ -34,6 +46,7 @@ Run it: `flywheel lsp` (stdio) or `flywheel lsp --tcp --port 2087` (debugging).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -51,31 +64,40 @@ from pygls import uris
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
-from agent.engine import EngineError
+from agent.engine import Cancelled, EngineError, Request, SamplingParams
 from agent.harness import Harness, HarnessConfig, Outcome, Workspace
 from agent.harness.context import Diagnostic, EditorContext
 from agent.harness.recording import STATUS_OF_STOP
 from lsp.agent_tasks import (
     ProposalBook,
     StaleProposal,
-    TaskEngine,
     TaskRecorder,
     approval_policy,
     instruction_for,
     step_note,
 )
-from lsp.completion import CompletionService, Neighbour
-from lsp.documents import looks_binary, offset_at
+from lsp.completion import CompletionService, Neighbour, Suggestion
+from lsp.documents import looks_binary, offset_at, range_of
 from lsp.feedback import SurvivalTracker
 from lsp.model_host import ModelHost
+from lsp.next_edit import (
+    REGION_CLOSE,
+    EditHistory,
+    build_prompt,
+    next_edit,
+    parse_rewrite,
+    region_around,
+)
 from lsp.settings import Settings, parse_settings
 
 log = logging.getLogger("flywheel.lsp")
 
 REQUEST_FAILED = -32803  # LSP's RequestFailed: the request was valid but could not be done
+CONTENT_MODIFIED = -32801  # LSP's ContentModified: the document changed; the answer is void
 MAX_DOCUMENT_CHARS = 20_000_000  # larger documents are kept but get no suggestions
 SURVIVAL_POLL_S = 5.0  # how often the real clock checks survival (the manual clock: on advance)
 TASK_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="flywheel-task")  # harness runs
+CLOSE_TIMEOUT_S = 10.0  # on exit: how long running tasks get to stop and telemetry to flush
 
 COMMANDS = {
     "flywheel.acceptCompletion": "[suggestionId] the client accepted an inline suggestion",
@@ -100,6 +122,16 @@ def _plugin_version() -> str:
         return "0"
 
 
+@dataclass
+class RunningTask:
+    """An agent task in progress: what stopping it needs."""
+
+    cancel: threading.Event
+    work: concurrent.futures.Future | None = None  # the harness call running in TASK_POOL
+    harness: Any = None  # the task's Harness once started
+    waiting: str | None = None  # the harness thread id while it waits for an approval
+
+
 class FlywheelServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__("flywheel", _plugin_version(), max_workers=4)
@@ -114,13 +146,17 @@ class FlywheelServer(LanguageServer):
         self.host = ModelHost(on_status=self._send_status, on_error=self._show_error)
         self.completions = CompletionService(self.host, self.record, self.now)
         self.survival = SurvivalTracker(self.now)
+        self.history = EditHistory()  # recent edits per document, for next-edit
+        self.next_edit_running: dict[str, threading.Event] = {}  # uri -> cancel of its request
         self.proposals = ProposalBook()
-        self.tasks: dict[str, threading.Event] = {}  # running task id -> cancel
-        self.task_engines: dict[str, TaskEngine] = {}  # running task id -> its engine adapter
+        self.tasks: dict[str, RunningTask] = {}  # running task id -> how to stop it
+        self.abandoned: list[RunningTask] = []  # tasks whose request ended with the transport
         self.approvals: dict[str, asyncio.Future] = {}  # task id -> the approval being asked
         self.last_task: dict[str, tuple[str, float]] = {}  # uri -> (task id, finished at)
         self.changed: dict[str, asyncio.Event] = {}  # uri -> set on its next didChange
         self._said: set[str] = set()
+        self._closed = False
+        self.client_gone = False  # `exit` arrived: nothing more is written to the client
         self._model_version = ""
 
     # --- time, telemetry, messages ----------------------------------------------------------
@@ -179,8 +215,15 @@ class FlywheelServer(LanguageServer):
     def _show_error(self, message: str) -> None:
         self.say_once(message, types.MessageType.Error, logged=True)  # the host logged it
 
+    def notify(self, method: str, params: Any) -> None:
+        """A notification to the client, unless it has gone (after `exit`)."""
+        if not self.client_gone:
+            self.protocol.notify(method, params)
+
     def _send_status(self, status: dict[str, Any]) -> None:
-        self.protocol.notify("flywheel/status", status)
+        if self.client_gone:
+            return
+        self.notify("flywheel/status", status)
         version_now = status.get("modelVersion") or ""
         if version_now and version_now != self._model_version:
             if self._model_version:
@@ -208,6 +251,44 @@ class FlywheelServer(LanguageServer):
                 log.error("a message from the client is not valid JSON: %s", error)
             return
         log.error("%s", error)
+
+    def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
+        """Stop everything and make telemetry durable; safe to call twice (shutdown, then exit).
+
+        Runs after `shutdown`, and after the transport ended without one (the client went away).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        running = [*self.tasks.values(), *self.abandoned]
+        for task in running:
+            task.cancel.set()
+        for waiting in self.approvals.values():
+            waiting.cancel()
+        self.completions.abandon()
+        for event in self.next_edit_running.values():
+            event.set()
+        work = [t.work for t in running if t.work is not None]
+        if work:
+            concurrent.futures.wait(work, timeout=timeout)
+        for task in running:  # paused for approval: end it as the user stopping it would
+            if (
+                task.waiting
+                and task.harness is not None
+                and (task.work is None or task.work.done())
+            ):
+                try:
+                    task.harness.resume(task.waiting, {"stop": True})
+                except Exception:
+                    log.exception("could not end a task waiting for approval")
+        self.tasks.clear()
+        self.abandoned.clear()
+        if self.recorder is not None:
+            self.record("session_end")
+            if not self.recorder.close(timeout=timeout):
+                log.warning("telemetry could not be flushed within %.0f s", timeout)
+            self.recorder, self.session_id = None, None
+        self.host.close()
 
     def open_document(self, uri: str) -> Any:
         """The open document, or a clear InvalidParams error (never a read from disk)."""
@@ -247,8 +328,11 @@ async def initialized(ls: FlywheelServer, params: types.InitializedParams) -> No
     await _pull_configuration(ls)
     if ls.manual_now is None:
         asyncio.ensure_future(_survival_loop(ls))
+    if getattr(ls, "registry_follower", None) is not None:  # --model registry: lsp/reload.py
+        asyncio.ensure_future(ls.registry_follower.run(ls))
     with contextlib.suppress(EngineError):  # the host told the user once; features answer nothing
         await ls.host.get(ls.settings.model)
+    ls._send_status(ls.host.status())  # the client shows the model version from the start
 
 
 async def _pull_configuration(ls: FlywheelServer) -> None:
@@ -292,12 +376,35 @@ async def did_change_configuration(
             await ls.host.get(ls.settings.model)
 
 
+class _WriterAfterExit:
+    """The output once `exit` arrived: pygls closes it, and the answers of requests that were
+    still running (cancelled now) are dropped instead of failing on the closed stream."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+        self.closed = False
+
+    def close(self) -> Any:
+        self.closed = True
+        return self.writer.close()
+
+    def write(self, data: bytes) -> None:
+        if not self.closed:
+            self.writer.write(data)
+
+
+@SERVER.feature(types.EXIT)
+def exit_(ls: FlywheelServer, params: Any) -> None:
+    """pygls closes the output after this; the CLI then calls `close()` (see the docstring)."""
+    ls.client_gone = True
+    writer = ls.protocol.writer
+    if writer is not None and not isinstance(writer, _WriterAfterExit):
+        ls.protocol.writer = _WriterAfterExit(writer)
+
+
 @SERVER.feature(types.SHUTDOWN)
 def shutdown(ls: FlywheelServer, params: Any) -> None:
-    if ls.recorder is not None:
-        ls.record("session_end")
-        ls.recorder.close(timeout=10)
-    ls.host.close()
+    ls.close()
 
 
 # --- documents ---------------------------------------------------------------------------------
@@ -308,6 +415,8 @@ def did_open(ls: FlywheelServer, params: types.DidOpenTextDocumentParams) -> Non
     text = params.text_document.text
     if looks_binary(text):
         log.info("%s looks binary: no suggestions for it", params.text_document.uri)
+    elif len(text) <= MAX_DOCUMENT_CHARS:
+        ls.history.open(params.text_document.uri, text)
     event = ls.changed.pop(params.text_document.uri, None)
     if event is not None:  # an accepted hunk opened the file in the editor
         event.set()
@@ -316,6 +425,7 @@ def did_open(ls: FlywheelServer, params: types.DidOpenTextDocumentParams) -> Non
 @SERVER.feature(types.TEXT_DOCUMENT_DID_CHANGE)
 def did_change(ls: FlywheelServer, params: types.DidChangeTextDocumentParams) -> None:
     uri = params.text_document.uri
+    ls.history.change(uri, params.text_document.version, list(params.content_changes))
     if ls.survival.tracking(uri):
         for sid in ls.survival.on_change(uri, list(params.content_changes)):
             ls.record("outcome", suggestion_id=sid, reverted=1, dissatisfied_followup=1)
@@ -327,6 +437,7 @@ def did_change(ls: FlywheelServer, params: types.DidChangeTextDocumentParams) ->
 @SERVER.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: FlywheelServer, params: types.DidCloseTextDocumentParams) -> None:
     """Closing keeps tracked spans: their last text stands for the file as saved."""
+    ls.history.close(params.text_document.uri)
 
 
 # --- completions -------------------------------------------------------------------------------
@@ -453,6 +564,114 @@ def completion_partially_accepted(ls: FlywheelServer, params: Any) -> None:
 @SERVER.feature("flywheel/completionRejected")
 def completion_rejected(ls: FlywheelServer, params: Any) -> None:
     _lifecycle(ls, params, "rejected")
+
+
+# --- next edit ---------------------------------------------------------------------------------
+
+
+def _content_modified(uri: str, asked: Any, now: Any) -> JsonRpcException:
+    name = uri.rsplit("/", 1)[-1]
+    return JsonRpcException(
+        f"{name} is at version {now}, not {asked}: the next edit was not made; ask again",
+        code=CONTENT_MODIFIED,
+    )
+
+
+@SERVER.feature("flywheel/nextEdit")
+async def next_edit_request(ls: FlywheelServer, params: Any) -> dict[str, Any] | None:
+    data = plain(params)
+    data = data if isinstance(data, dict) else {}
+    td = data.get("textDocument") if isinstance(data.get("textDocument"), dict) else {}
+    uri, version = td.get("uri"), td.get("version")
+    doc = ls.open_document(uri)
+    if version is not None and version != doc.version:
+        raise _content_modified(uri, version, doc.version)
+    version = doc.version or 0
+    settings = ls.settings.next_edit
+    text = doc.source
+    edits = ls.history.recent(uri)[-settings.recent_edits :]
+    if not settings.enabled or not edits or len(text) > MAX_DOCUMENT_CHARS or looks_binary(text):
+        return None
+    last = edits[-1]
+    anchors = [min(last.start + len(last.inserted), len(text))]
+    pos = data.get("position")
+    if isinstance(pos, dict) and isinstance(pos.get("line"), int):
+        anchors.append(offset_at(text, types.Position(pos["line"], pos.get("character", 0))))
+    region = region_around(text, anchors, settings.context_lines)
+    previous = ls.next_edit_running.pop(uri, None)
+    if previous is not None:
+        previous.set()
+    cancel = ls.next_edit_running[uri] = threading.Event()
+    try:
+        engine = await ls.host.get(ls.settings.model)
+    except EngineError:
+        return None
+    prompt = build_prompt(uri.rsplit("/", 1)[-1], text, edits, region)
+    sid = uuid.uuid4().hex
+    request = Request(
+        prompt=prompt,
+        params=SamplingParams(
+            max_tokens=settings.max_tokens,
+            temperature=settings.temperature,
+            seed=settings.seed if settings.seed >= 0 else None,
+            stop=[REGION_CLOSE],
+            logprobs=False,
+        ),
+        cancel=cancel,
+        request_id=sid,
+    )
+    row = {"id": sid, "kind": "next_edit", "trigger": "invoked", "document_uri": uri,
+           "document_version": version, "language": doc.language_id or "",
+           "context": {"region": region.text, "recent_edits": len(edits)}}  # fmt: skip
+    started = time.perf_counter()
+    try:
+        result = await ls.host.call(engine.generate, request)
+    except (Cancelled, asyncio.CancelledError) as exc:
+        ls.record("suggestion", **row)
+        ls.record("suggestion_event", suggestion_id=sid, event="cancelled")
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+        return None
+    except EngineError as exc:
+        ls.host.error_once(str(exc))
+        return None
+    finally:
+        if ls.next_edit_running.get(uri) is cancel:
+            del ls.next_edit_running[uri]
+    sample = result.completions[0]
+    if sample.finish_reason == "cancelled" or cancel.is_set():
+        ls.record("suggestion", **row)
+        ls.record("suggestion_event", suggestion_id=sid, event="cancelled")
+        return None
+    rewrite = parse_rewrite(sample.text, stopped=sample.finish_reason == "stop")
+    found = next_edit(region, rewrite) if rewrite is not None else None
+    m = result.metrics
+    ls.record("suggestion", **row, output=found[2] if found else "",
+              latency_ms=(time.perf_counter() - started) * 1000, prompt_tokens=m.prompt_tokens,
+              output_tokens=m.output_tokens,
+              model_version=sample.model_version or engine.model_version)  # fmt: skip
+    now = ls.workspace.get_text_document(uri) if uri in ls.workspace.text_documents else None
+    if now is None or (now.version or 0) != version:
+        ls.record("suggestion_event", suggestion_id=sid, event="superseded")
+        raise _content_modified(uri, version, now.version if now else "closed")
+    if found is None:
+        ls.record("suggestion_event", suggestion_id=sid, event="ignored")
+        return None
+    start, end, new_text = found
+    ls.completions.offer(Suggestion(sid, uri, version, start, text[:start], new_text, ls.now()))
+    rng = range_of(text, start, end)
+    return {
+        "uri": uri,
+        "version": version,
+        "range": ls.protocol._converter.unstructure(rng),
+        "newText": new_text,
+        "suggestionId": sid,
+        "command": {
+            "title": "Flywheel: accept",
+            "command": "flywheel.acceptCompletion",
+            "arguments": [sid],
+        },  # fmt: skip
+    }
 
 
 # --- survival ----------------------------------------------------------------------------------
@@ -596,7 +815,7 @@ def _selection(text: str, rng: Any) -> str:
 
 async def _progress(ls: FlywheelServer, token: str, kind: str, message: str) -> None:
     caps = ls.client_capabilities.window
-    if not (caps and caps.work_done_progress):
+    if not (caps and caps.work_done_progress) or ls.client_gone:
         return
     if kind == "begin":
         try:
@@ -684,7 +903,7 @@ def _editor_context(
 
 
 def _step(ls: FlywheelServer, task_id: str, index: int, role: str, text: str, **extra) -> None:
-    ls.protocol.notify(
+    ls.notify(
         "flywheel/taskStep",
         {"taskId": task_id, "index": index, "role": role, "text": text, **extra},
     )
@@ -710,7 +929,7 @@ async def _ask_approval(ls: FlywheelServer, task_id: str, approval: dict[str, An
     try:
         item = await asyncio.wait_for(waiting, timeout=ls.settings.agent.approval_timeout_s)
     except asyncio.CancelledError:
-        if ls.tasks.get(task_id) is not None and ls.tasks[task_id].is_set():
+        if ls.tasks.get(task_id) is not None and ls.tasks[task_id].cancel.is_set():
             return {"stop": True}  # cancelTask while waiting
         raise
     except (TimeoutError, JsonRpcException) as exc:
@@ -740,12 +959,17 @@ async def _run_task(ls: FlywheelServer, kind: str, args: tuple[Any, ...]) -> dic
     if previous and ls.now() - previous[1] <= ls.settings.agent.followup_window_s:
         ls.record("outcome", task_id=previous[0], dissatisfied_followup=1)
     cancel = threading.Event()
-    ls.tasks[task_id] = cancel
+    running = RunningTask(cancel)
+    ls.tasks[task_id] = running
     token = f"flywheel-task-{task_id}"
     await _progress(ls, token, "begin", instruction[:80])
     loop = asyncio.get_running_loop()
     index = 1
     _step(ls, task_id, 0, "user", instruction, kind="instruction")
+
+    def submit(fn: Any, *fn_args: Any) -> asyncio.Future:
+        running.work = TASK_POOL.submit(fn, *fn_args)
+        return asyncio.wrap_future(running.work)
 
     def send(event: dict[str, Any]) -> None:  # on the event loop
         nonlocal index
@@ -755,14 +979,14 @@ async def _run_task(ls: FlywheelServer, kind: str, args: tuple[Any, ...]) -> dic
         asyncio.ensure_future(_progress(ls, token, "report", f"step {index - 1}: {note[:60]}"))
 
     def on_event(event: dict[str, Any]) -> None:  # in the task's worker thread
-        loop.call_soon_threadsafe(send, event)
+        with contextlib.suppress(RuntimeError):  # the loop is gone: the client went away
+            loop.call_soon_threadsafe(send, event)
 
     status, answer, stop_reason = "failed", "", None
     proposals: list[Any] = []
     skipped: list[str] = []
     try:
-        engine = TaskEngine(await ls.host.get(ls.settings.model), cancel)
-        ls.task_engines[task_id] = engine
+        engine = await ls.host.get(ls.settings.model)
         agent = ls.settings.agent
         config = HarnessConfig(
             max_steps=agent.max_steps,
@@ -770,25 +994,27 @@ async def _run_task(ls: FlywheelServer, kind: str, args: tuple[Any, ...]) -> dic
             editor=ls.editor or "editor",
             approval=approval_policy(agent.approval),
         )
-        recorder = TaskRecorder(ls.recorder, ls.session_id, task_id, cancel)
+        recorder = TaskRecorder(ls.recorder, task_id) if ls.session_id else None
         overlay = {r: b.text for r, b in buffers.items()}
 
         def start() -> tuple[Harness, Outcome]:
             harness = Harness(
                 engine, Workspace(root, buffers=overlay), config, recorder=recorder,
-                on_event=on_event,
+                on_event=on_event, session_id=ls.session_id,
             )  # fmt: skip
-            return harness, harness.start(instruction, editor=context, thread_id=task_id)
+            outcome = harness.start(instruction, editor=context, thread_id=task_id, cancel=cancel)
+            return harness, outcome
 
-        harness, outcome = await loop.run_in_executor(TASK_POOL, start)
+        harness, outcome = await submit(start)
+        running.harness = harness
         while outcome.approval is not None:
             _step(ls, task_id, index, "system", "waiting for approval", kind="approval_request",
                   calls=outcome.approval.get("calls", []))  # fmt: skip
             index += 1
+            running.waiting = outcome.thread_id
             decision = await _ask_approval(ls, task_id, outcome.approval)
-            outcome = await loop.run_in_executor(
-                TASK_POOL, harness.resume, outcome.thread_id, decision
-            )
+            running.waiting = None
+            outcome = await submit(harness.resume, outcome.thread_id, decision)
         stop_reason = outcome.stop_reason
         answer = outcome.final or outcome.detail
         if cancel.is_set() or stop_reason == "denied":
@@ -812,8 +1038,9 @@ async def _run_task(ls: FlywheelServer, kind: str, args: tuple[Any, ...]) -> dic
                 proposal = _propose(ls, doc_uri, version, base, new, task_id, "agent_edit")
                 if proposal is not None:
                     proposals.append(proposal)
-    except asyncio.CancelledError:
+    except asyncio.CancelledError:  # the request was cancelled, or the transport ended
         cancel.set()
+        ls.abandoned.append(running)
         raise
     except EngineError as exc:
         ls.host.error_once(str(exc))
@@ -822,7 +1049,6 @@ async def _run_task(ls: FlywheelServer, kind: str, args: tuple[Any, ...]) -> dic
         ls.record("task_end", task_id=task_id, status="failed", final_message=answer)
     finally:
         ls.tasks.pop(task_id, None)
-        ls.task_engines.pop(task_id, None)
         if uri:
             ls.last_task[uri] = (task_id, ls.now())
         await _progress(ls, token, "end", status)
@@ -867,7 +1093,7 @@ def _propose(
         document_version=version,
         hunks=[{"original": h.original, "replacement": h.replacement} for h in proposal.hunks],
     )
-    ls.protocol.notify("flywheel/proposal", proposal.as_json())
+    ls.notify("flywheel/proposal", proposal.as_json())
     return proposal
 
 
@@ -888,13 +1114,10 @@ async def explain(ls: FlywheelServer, *args: Any) -> dict[str, Any]:
 
 def _cancel(ls: FlywheelServer, task_id: Any) -> bool:
     """Stop a running task: its model turn, its next turn, and an approval it waits for."""
-    event = ls.tasks.get(task_id) if isinstance(task_id, str) else None
-    if event is None:
+    task = ls.tasks.get(task_id) if isinstance(task_id, str) else None
+    if task is None:
         return False
-    event.set()
-    engine = ls.task_engines.get(task_id)
-    if engine is not None:
-        engine.cancel()
+    task.cancel.set()  # the harness stops the running model turn and the task
     waiting = ls.approvals.get(task_id)
     if waiting is not None:
         waiting.cancel()

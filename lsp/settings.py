@@ -58,6 +58,22 @@ class CompletionSettings:
 
 
 @dataclass
+class NextEditSettings:
+    enabled: bool = True  # answer flywheel/nextEdit
+    max_tokens: int = 256  # tokens generated for the rewritten region, at most
+    temperature: float = 0.0  # 0 is greedy
+    seed: int = -1  # >= 0: a fixed sampling seed; -1: none
+    context_lines: int = 6  # lines above and below the last edit (and the cursor) in the region
+    recent_edits: int = 6  # the user's latest edits shown to the model
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1 or self.recent_edits < 1:
+            raise ValueError("nextEdit.maxTokens and nextEdit.recentEdits must be >= 1")
+        if self.context_lines < 0 or self.temperature < 0:
+            raise ValueError("nextEdit.contextLines and nextEdit.temperature must be >= 0")
+
+
+@dataclass
 class TelemetrySettings:
     consent: str = "code"  # off (nothing written) | metrics (no code) | code (everything)
     exclude: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))  # never store code
@@ -92,6 +108,7 @@ class AgentSettings:
 class Settings:
     model: ModelSettings = field(default_factory=ModelSettings)
     completion: CompletionSettings = field(default_factory=CompletionSettings)
+    next_edit: NextEditSettings = field(default_factory=NextEditSettings)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     agent: AgentSettings = field(default_factory=AgentSettings)
 

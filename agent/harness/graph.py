@@ -11,7 +11,9 @@
   history by a self-summary turn when the next prompt would pass `compact_at` of the context,
   then asks the engine for one turn. Malformed tool calls (`Completion.tool_call_errors`) become a
   message to the model and a recorded tool error, never an exception; engine failures and
-  timeouts stop the task with `engine_error` / `wall_time`.
+  timeouts stop the task with `engine_error` / `wall_time`. A caller's `cancel` event (given to
+  `Harness.start` / `resume`) stops the running turn within one decoding step and the task with
+  `cancelled`; it is also checked before each turn and each tool call.
 - *approve*: calls that the `ApprovalPolicy` marks risky (commands without a sandbox, deletes,
   writes to protected paths) pause the graph with langgraph's `interrupt`; the caller resumes it
   with `Command(resume=True | False | {call_id: bool} | {"stop": True})`.
@@ -56,6 +58,8 @@ from agent.harness.tools import (
     run_tool,
 )
 from agent.harness.workspace import Workspace, WorkspaceError
+
+CANCEL_POLL_S = 0.05  # how often a running model turn looks at the caller's cancel event
 
 
 @dataclass
@@ -163,14 +167,23 @@ def build_graph(
     log: TaskLog,
     checkpointer: Any,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    cancel_event: Callable[[], threading.Event | None] | None = None,
 ):
-    """Compile the graph for one engine and workspace (a fresh graph per task is cheap)."""
+    """Compile the graph for one engine and workspace (a fresh graph per task is cheap).
+
+    `cancel_event()` returns the running task's cancel event (or None): the caller sets it to
+    stop the task with the stop reason `cancelled`.
+    """
     from langgraph.graph import END, START, StateGraph
     from langgraph.types import interrupt
 
     ws = ctx.workspace
     schemas = tool_schemas()
     emit = on_event or (lambda event: None)
+
+    def cancelled() -> bool:
+        event = cancel_event() if cancel_event is not None else None
+        return event is not None and event.is_set()
 
     def stop(reason: str, detail: str = "") -> dict[str, Any]:
         return {"stop_reason": reason, "stop_detail": detail, "pending": []}
@@ -182,10 +195,21 @@ def build_graph(
         return chars // 3 + 1
 
     def call_engine(messages, tools, max_tokens, deadline_s):
-        cancel = threading.Event()
-        timer = threading.Timer(max(deadline_s, 0.01), cancel.set)
-        timer.daemon = True
-        timer.start()
+        """One engine call; its request is cancelled at the deadline or by the caller."""
+        cancel, done = threading.Event(), threading.Event()
+        outer = cancel_event() if cancel_event is not None else None
+        end = time.monotonic() + max(deadline_s, 0.01)
+
+        def watch() -> None:  # the engine sees one event: set it on either cause
+            while not done.is_set():
+                left = end - time.monotonic()
+                if left <= 0 or (outer is not None and outer.is_set()):
+                    cancel.set()
+                    return
+                done.wait(min(left, CANCEL_POLL_S) if outer is not None else left)
+
+        watcher = threading.Thread(target=watch, daemon=True, name="flywheel-turn-deadline")
+        watcher.start()
         try:
             req = Request(
                 messages=messages,
@@ -198,7 +222,7 @@ def build_graph(
             )
             return engine.generate(req), cancel.is_set()
         finally:
-            timer.cancel()
+            done.set()
 
     def compact(state: AgentState, room: int) -> tuple[list[dict[str, Any]] | None, dict, str]:
         """Ask the model to summarise; returns (new messages or None, updates, error)."""
@@ -239,6 +263,8 @@ def build_graph(
             return stop("max_tokens", f"used {tokens} of {config.max_tokens} tokens")
         if elapsed >= config.max_wall_s:
             return stop("wall_time", f"ran {elapsed:.0f} s of {config.max_wall_s:.0f} s")
+        if cancelled():
+            return stop("cancelled", "the user cancelled the task")
         upd: dict[str, Any] = {}
         messages = state["messages"]
         turn_max = min(config.turn_max_tokens, max(engine.context_length // 4, 1))
@@ -255,6 +281,8 @@ def build_graph(
         try:
             result, timed_out = call_engine(messages, schemas, turn_max, remaining)
         except Cancelled:
+            if cancelled():
+                return {**upd, **stop("cancelled", "the user cancelled the task")}
             return {**upd, **stop("wall_time", "the model turn passed the running-time limit")}
         except EngineError as exc:
             return {**upd, **stop("engine_error", f"the engine failed: {exc}")}
@@ -323,6 +351,12 @@ def build_graph(
         emit({"kind": "assistant", "step": steps + 1, "content": content, "calls": pending,
               "errors": errors, "duration_s": duration})  # fmt: skip
         if comp.finish_reason == "cancelled" or timed_out:
+            if cancelled():
+                return {
+                    **upd,
+                    "messages": messages,
+                    **stop("cancelled", "the user cancelled the task"),
+                }
             return {
                 **upd,
                 "messages": messages,
@@ -399,6 +433,9 @@ def build_graph(
         for call in state.get("pending", []):
             name, args, cid = call["name"], call["arguments"], call["id"]
             c0 = time.monotonic()
+            if cancelled():
+                reason = ("cancelled", "the user cancelled the task")
+                break
             invalid = name not in TOOLS or check_arguments(TOOLS[name], args) is not None
             if approvals.get(cid) is False:
                 result, is_error = (
@@ -530,6 +567,8 @@ class Harness:
         recorder: Any | None = None,
         checkpoint_db: str | None = None,  # SQLite file for checkpoints; None keeps them in memory
         on_event: Callable[[dict[str, Any]], None] | None = None,  # live progress
+        session_id: str | None = None,  # join this telemetry session (the editor's) instead of
+        # starting one; `close` then leaves it open
     ) -> None:
         self.engine = engine
         self.workspace = workspace
@@ -538,10 +577,13 @@ class Harness:
         self.ctx = ToolContext(workspace, self.sandbox, self.config.tools)
         self.log = TaskLog(recorder)
         self.checkpointer = open_checkpointer(checkpoint_db)
+        self._cancel: threading.Event | None = None
         self.graph = build_graph(
-            engine, self.ctx, self.config, self.log, self.checkpointer, on_event
-        )
-        self._session_id: str | None = None
+            engine, self.ctx, self.config, self.log, self.checkpointer, on_event,
+            cancel_event=lambda: self._cancel,
+        )  # fmt: skip
+        self._session_id: str | None = session_id
+        self._own_session = session_id is None
 
     def _thread(self, thread_id: str) -> dict[str, Any]:
         return {
@@ -565,8 +607,14 @@ class Harness:
         editor: EditorContext | None = None,
         thread_id: str | None = None,
         verify_command: str | None = None,
+        cancel: threading.Event | None = None,
     ) -> Outcome:
-        """Run a new task until it stops or waits for approval."""
+        """Run a new task until it stops or waits for approval.
+
+        `cancel`: set it from any thread to stop the task (stop reason `cancelled`); it stays in
+        force for `resume` unless another is given there.
+        """
+        self._cancel = cancel
         thread_id = thread_id or uuid.uuid4().hex
         context = render_context(self.workspace, instruction, editor, self.config.map_tokens)
         messages = first_messages(instruction, context)
@@ -598,13 +646,18 @@ class Harness:
             state.update(self.log.step(state, m["role"], content=m["content"]))
         return self._invoke(state, thread_id)
 
-    def resume(self, thread_id: str, decision: Any = True) -> Outcome:
+    def resume(
+        self, thread_id: str, decision: Any = True, cancel: threading.Event | None = None
+    ) -> Outcome:
         """Continue a task waiting for approval (in this process or a new one).
 
         `decision`: True/False for every waiting call, {call_id: bool}, or {"stop": True}.
+        `cancel`: as for `start` (None keeps the one given to `start`).
         """
         from langgraph.types import Command
 
+        if cancel is not None:
+            self._cancel = cancel
         snap = self.graph.get_state(self._thread(thread_id))
         if not snap.values:
             raise ValueError(f"no task with thread id {thread_id!r} in the checkpoint database")
@@ -651,7 +704,8 @@ class Harness:
         )
 
     def close(self) -> None:
-        self.log.end_session(self._session_id or "")
+        if self._own_session:
+            self.log.end_session(self._session_id or "")
         self.log.flush()
         conn = getattr(self.checkpointer, "conn", None)
         if conn is not None:

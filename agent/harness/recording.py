@@ -24,6 +24,7 @@ STATUS_OF_STOP = {
     "engine_error": "failed",
     "workspace_error": "failed",
     "denied": "cancelled",
+    "cancelled": "cancelled",
 }
 
 

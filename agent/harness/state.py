@@ -20,6 +20,7 @@ StopReason = Literal[
     "engine_error",  # the engine failed or timed out
     "workspace_error",  # the workspace disappeared or became unusable
     "denied",  # the user denied an action and asked to stop
+    "cancelled",  # the caller set the task's cancel event (Harness.start(cancel=...))
 ]
 
 

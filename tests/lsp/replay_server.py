@@ -9,7 +9,16 @@ loads the turns the model will emit next:
     flywheel/test/replay  {"turns": [TURN, ...]} -> {"loaded": n}
     TURN: the raw text of an assistant turn (tool calls as <|tool_call|>...<|/tool_call|>), or
           {"error": "message"} (the engine raises EngineError), or
-          {"waitForCancel": true} (the turn blocks until the request is cancelled, then answers)
+          {"waitForCancel": true} (the turn blocks until the request is cancelled, then answers;
+          it prints "replay: waiting for cancel" to stderr when it starts, for tests to wait on)
+          {"waitForRelease": true, "text": T} (the turn blocks until `flywheel/test/release`,
+          then answers T: the test changes the document while the model runs;
+          `flywheel/test/held` answers once such a turn is running)
+
+Two launcher flags for clients that cannot send that request (the VS Code tier):
+    --turns FILE        a JSON list of TURNs to load at start
+    --completion TEXT   answer every prompt request (inline completion, next edit) with TEXT, so
+                        the editor's own completion requests do not use up the agent's turns
 
 The agent harness, tools, workspace, server and telemetry are the real ones. This file lives in
 tests/ on purpose: no test double ships in the package.
@@ -17,10 +26,13 @@ tests/ on purpose: no test double ships in the package.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sys
 import threading
+from pathlib import Path
 
-from agent.engine import EngineError, Request
+from agent.engine import Completion, EngineError, Request, RequestMetrics, Result
 from lsp.cli import main as lsp_main
 from lsp.server import SERVER, plain
 from lsp.settings import ModelSettings
@@ -30,9 +42,38 @@ ENGINE = ReplayEngine([], context_length=32_768, version="replay-1")
 
 
 def _wait_for_cancel(request: Request) -> str:
+    print("replay: waiting for cancel", file=sys.stderr, flush=True)
     cancel = request.cancel or threading.Event()
     cancel.wait(timeout=60)
     return "(stopped)"
+
+
+RELEASE = threading.Event()
+HELD = threading.Event()  # a waitForRelease turn is running
+
+
+def _released(text: str):
+    def turn(request: Request) -> str:
+        HELD.set()
+        RELEASE.wait(timeout=60)
+        HELD.clear()
+        RELEASE.clear()
+        return text
+
+    return turn
+
+
+@SERVER.feature("flywheel/test/held")
+async def held(ls, params) -> dict:
+    """Answers once a waitForRelease turn is running (the model is busy with the request)."""
+    await asyncio.get_running_loop().run_in_executor(None, HELD.wait, 60)
+    return {"held": HELD.is_set()}
+
+
+@SERVER.feature("flywheel/test/release")
+def release(ls, params) -> dict:
+    RELEASE.set()
+    return {"released": True}
 
 
 def _turn(raw):
@@ -40,6 +81,8 @@ def _turn(raw):
         return EngineError(str(raw["error"]))
     if isinstance(raw, dict) and raw.get("waitForCancel"):
         return _wait_for_cancel
+    if isinstance(raw, dict) and raw.get("waitForRelease"):
+        return _released(str(raw.get("text", "")))
     return str(raw)
 
 
@@ -51,8 +94,40 @@ def load_turns(ls, params) -> dict:
     return {"loaded": len(turns)}
 
 
+class _PromptsAnswered:
+    """ENGINE, except that prompt requests (completions) get a fixed text."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __getattr__(self, name: str):
+        return getattr(ENGINE, name)
+
+    def generate(self, request: Request) -> Result:
+        if request.prompt is None:
+            return ENGINE.generate(request)
+        ids = list(self.text.encode("utf-8"))
+        comp = Completion(text=self.text, token_ids=ids, logprobs=None, finish_reason="stop",
+                          model_version=ENGINE.model_version)  # fmt: skip
+        return Result([comp], RequestMetrics(prompt_tokens=1, output_tokens=len(ids)))
+
+
+def _pop_flag(argv: list[str], flag: str) -> str | None:
+    if flag not in argv:
+        return None
+    i = argv.index(flag)
+    value = argv[i + 1]
+    del argv[i : i + 2]
+    return value
+
+
 def main(argv: list[str]) -> int:
-    SERVER.host.engine = ENGINE
+    argv = list(argv)
+    turns_file = _pop_flag(argv, "--turns")
+    completion = _pop_flag(argv, "--completion")
+    if turns_file:
+        ENGINE.turns[:] = [_turn(t) for t in json.loads(Path(turns_file).read_text())]
+    SERVER.host.engine = _PromptsAnswered(completion) if completion is not None else ENGINE
     SERVER.host.settings = ModelSettings(name="replay")
     return lsp_main(argv)
 

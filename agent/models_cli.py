@@ -1,0 +1,228 @@
+"""`flywheel models`: the model registry from the command line (agent/registry.py).
+
+    flywheel models list                       versions, status, lineage, scores, gate decisions
+    flywheel models show v3                    one version in full, and whether its files verify
+    flywheel models add RUN/model [--parent v2] [--bench R.json] [--promote [--force]]
+    flywheel models attach v3 R.json           attach a benchmark result to a version
+    flywheel models promote v3 [--force]       promote through the gate (training/gate.py)
+    flywheel models rollback [--to v1]         promote the previously promoted version again
+    flywheel models verify [v3]                check files against manifests (all versions)
+
+The registry folder is `--registry`, else $FLYWHEEL_REGISTRY, else
+$XDG_DATA_HOME/flywheel/models. Exit status: 0 done, 1 refused (the gate rejected, a check
+failed), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from agent.registry import Registry, RegistryError, path_from_cli
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="flywheel models", description=__doc__.split("\n")[0])
+    p.add_argument("--registry", help="registry folder (default: $FLYWHEEL_REGISTRY or XDG data)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    ls = sub.add_parser("list", help="every version with status, lineage, score and gate")
+    ls.add_argument("--json", action="store_true", help="print the index's versions as JSON")
+    show = sub.add_parser("show", help="one version in full")
+    show.add_argument("version", help="id, vN or 'promoted'")
+    show.add_argument("--json", action="store_true")
+    add = sub.add_parser("add", help="add a checkpoint folder as a candidate")
+    add.add_argument("path", help="checkpoint folder (a training run's model/)")
+    add.add_argument("--parent", help="the version it was trained from")
+    add.add_argument("--data", help="JSON file describing its training data (an export manifest)")
+    add.add_argument("--recipe", help="recipe file it was trained with (TOML or JSON)")
+    add.add_argument("--reward", help="reward function@version it was trained for")
+    add.add_argument("--note", default="", help="free text kept with the version")
+    add.add_argument("--link", action="store_true", help="hard-link the files instead of copying")
+    add.add_argument("--bench", help="benchmark result JSON to attach")
+    add.add_argument("--promote", action="store_true", help="then promote it (through the gate)")
+    add.add_argument("--force", action="store_true", help="with --promote: skip the gate")
+    attach = sub.add_parser("attach", help="attach a benchmark result JSON to a version")
+    attach.add_argument("version")
+    attach.add_argument("result", help="benchmark JSON (flywheel bench agent --json)")
+    promote = sub.add_parser("promote", help="promote a version if the gate accepts it")
+    promote.add_argument("version")
+    promote.add_argument("--force", action="store_true", help="skip the gate (recorded as forced)")
+    promote.add_argument("--reason", default="", help="why, kept in the event log")
+    rollback = sub.add_parser("rollback", help="promote the previously promoted version again")
+    rollback.add_argument("--to", help="this version instead of the previous one")
+    rollback.add_argument("--reason", default="")
+    verify = sub.add_parser("verify", help="check version files against their manifests")
+    verify.add_argument("version", nargs="?", help="one version (default: the whole registry)")
+    return p
+
+
+def _when(at: float | None) -> str:
+    if not at:
+        return "-"
+    return datetime.datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M")
+
+
+def _score(record: dict[str, Any]) -> str:
+    if not record.get("benchmarks"):
+        return "-"
+    last = record["benchmarks"][-1]
+    parts = [f"{k}={v['mean']:.3g}" for k, v in (last.get("summary") or {}).items()
+             if isinstance(v, dict) and "mean" in v]  # fmt: skip
+    return " ".join(parts) + (" (provisional)" if last.get("provisional") else "") or "-"
+
+
+def _gate(record: dict[str, Any]) -> str:
+    if not record.get("gate"):
+        return "-"
+    return "accepted" if record["gate"][-1].get("accepted") else "rejected"
+
+
+def _read_json(path: str, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RegistryError(f"cannot read {what} {path!r}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise RegistryError(f"{what} {path!r} must hold a JSON object")
+    return data
+
+
+def _recipe(path: str) -> dict[str, Any]:
+    if path.endswith(".toml"):
+        import tomllib
+
+        try:
+            return tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise RegistryError(f"cannot read recipe {path!r}: {exc}") from exc
+    return _read_json(path, "recipe")
+
+
+def promote(registry: Registry, ref: str, force: bool, reason: str = "") -> int:
+    """Promote through the gate (or forced); print the decision. Used by `add --promote` too."""
+    vid = registry.resolve(ref)
+    if force:
+        previous = registry.promote(vid, forced=True, reason=reason or "forced")
+        print(f"promoted {vid} (forced, no gate){f'; {previous} retired' if previous else ''}")
+        return 0
+    from training.gate import GateError, gate_promotion
+
+    try:
+        decision = gate_promotion(registry, vid)
+    except GateError as exc:
+        print(f"flywheel models promote: refused: {exc}", file=sys.stderr)
+        return 1
+    registry.record_gate(vid, decision.to_dict())
+    for line in decision.reasons:
+        print(f"  {line}")
+    if not decision.accepted:
+        print(f"not promoted: the gate rejected {vid}", file=sys.stderr)
+        return 1
+    previous = registry.promote(vid, reason=reason or "gate accepted")
+    print(f"promoted {vid}{f'; {previous} retired' if previous else ''}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    registry = Registry(path_from_cli(args.registry))
+    try:
+        return _run(registry, args)
+    except RegistryError as exc:
+        print(f"flywheel models {args.command}: {exc}", file=sys.stderr)
+        return 1 if exc.__class__.__name__ == "IntegrityError" else 2
+
+
+def _run(registry: Registry, args: argparse.Namespace) -> int:
+    if args.command == "list":
+        versions = registry.versions()
+        if args.json:
+            print(json.dumps(versions, indent=2))
+            return 0
+        if not versions:
+            print(f"the registry {registry.root} has no versions yet (flywheel models add PATH)")
+            return 0
+        rows = [("version", "status", "added", "parent", "stage", "score", "gate")]
+        for r in versions:
+            rows.append((r["id"], r["status"], _when(r["created_at"]), r["parent"] or "-",
+                         r.get("stage") or "-", _score(r), _gate(r)))  # fmt: skip
+        widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        print(f"registry: {registry.root}")
+        return 0
+    if args.command == "show":
+        record = registry.get(args.version)
+        try:
+            registry.verify(record["id"])
+            integrity = "verified"
+        except RegistryError as exc:
+            integrity = f"NOT VERIFIED: {exc}"
+        if args.json:
+            print(json.dumps({**record, "integrity": integrity}, indent=2))
+            return 0
+        print(f"{record['id']}  ({record['status']})  {registry.root / 'versions' / record['id']}")
+        for key in ("created_at", "promoted_at"):
+            if record.get(key):
+                print(f"  {key:<12} {_when(record[key])}")
+        for key in ("parent", "stage", "trained_as", "source", "reward", "note"):
+            if record.get(key):
+                print(f"  {key:<12} {record[key]}")
+        for key in ("data", "recipe"):
+            if record.get(key):
+                print(f"  {key:<12} {json.dumps(record[key], sort_keys=True)[:300]}")
+        for bench in record.get("benchmarks", []):
+            print(
+                f"  benchmark    {bench['name']} task set {bench.get('task_set')}: {_score({'benchmarks': [bench]})}"
+            )
+        for decision in record.get("gate", []):
+            print(f"  gate         {_when(decision.get('at'))}")
+            for line in decision.get("reasons", []):
+                print(f"                 {line}")
+        print(f"  files        {integrity}")
+        return 0
+    if args.command == "add":
+        vid = registry.add(
+            args.path,
+            parent=args.parent,
+            data=_read_json(args.data, "data description") if args.data else None,
+            recipe=_recipe(args.recipe) if args.recipe else None,
+            reward=args.reward,
+            note=args.note,
+            link=args.link,
+        )
+        print(f"added {vid}")
+        if args.bench:
+            registry.attach_benchmark(vid, _read_json(args.bench, "benchmark result"))
+        if args.promote:
+            return promote(registry, vid, args.force)
+        return 0
+    if args.command == "attach":
+        summary = registry.attach_benchmark(args.version, _read_json(args.result, "benchmark"))
+        print(f"attached {summary['name']} to {registry.resolve(args.version)}")
+        return 0
+    if args.command == "promote":
+        return promote(registry, args.version, args.force, args.reason)
+    if args.command == "rollback":
+        old, new = registry.rollback(args.to, args.reason)
+        print(f"rolled back: {new} is promoted again ({old} retired)")
+        return 0
+    if args.command == "verify":
+        if args.version:
+            print(f"{registry.resolve(args.version)}: verified ({registry.verify(args.version)})")
+            return 0
+        problems = registry.check()
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        if not problems:
+            print(f"{len(registry.versions())} version(s) in {registry.root}: all verified")
+        return 1 if problems else 0
+    raise AssertionError(args.command)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

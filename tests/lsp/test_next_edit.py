@@ -1,0 +1,152 @@
+"""Next edit (`flywheel/nextEdit`): from the user's recent edit to the edit they will make next,
+away from the cursor, named by document version. Pure functions first, then end to end against
+`flywheel lsp` with the replay engine (tests/lsp/replay_server.py) as the model."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import pytest_asyncio
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+
+from lsp.next_edit import (
+    EditHistory,
+    RecentEdit,
+    Region,
+    build_prompt,
+    next_edit,
+    parse_rewrite,
+    region_around,
+)
+from tests.lsp.conftest import start_editor, stop_editor
+
+BASE = "# 😀 中文 header\ndef area(w, h):\n    return w * h  # 面积 😀\n\n\nprint(area(2, 3))\n"
+
+
+def test_history_keeps_what_each_change_removed_and_inserted():
+    h = EditHistory(keep=2)
+    h.open("u", "abc\ndef\n")
+    rng = types.Range(start=types.Position(1, 0), end=types.Position(1, 1))
+    h.change("u", 2, [types.TextDocumentContentChangePartial(range=rng, text="DD")])
+    assert h.texts["u"] == "abc\nDDef\n"
+    assert h.recent("u") == [RecentEdit(start=4, removed="d", inserted="DD", version=2)]
+    h.change("u", 3, [types.TextDocumentContentChangeWholeDocument(text="new")])
+    assert h.recent("u") == [] and h.texts["u"] == "new"
+
+
+def test_region_prompt_and_rewrite_give_one_edit_in_document_offsets():
+    text = BASE
+    at = text.index("area(w")
+    region = region_around(text, [at], context_lines=1)
+    assert region.text == "# 😀 中文 header\ndef area(w, h):\n    return w * h  # 面积 😀\n"
+    assert (region.start, region.first_line) == (0, 0)
+    prompt = build_prompt("a.py", text, [RecentEdit(at + 5, "x", "w", 2)], region)
+    assert "@@ line 2\n-x\n+w\n" in prompt and prompt.endswith("<region>\n")
+    rewrite = region.text.replace("return w * h", "return width * h")
+    assert parse_rewrite(rewrite + "</region>\ntrailing", stopped=False) == rewrite
+    assert parse_rewrite("unfinished", stopped=False) is None
+    assert parse_rewrite("stopped at the marker", stopped=True) == "stopped at the marker"
+    start, end, new = next_edit(region, rewrite)
+    assert text[start:end] == "    return w * h  # 面积 😀\n"
+    assert new == "    return width * h  # 面积 😀\n"
+    assert next_edit(region, region.text) is None
+    tail = Region(0, 5, 0, "a\nb\nc")  # a region at the end of a file without a final newline
+    assert next_edit(tail, "a\nb\nC") == (4, 5, "C")
+
+
+pytestmark_e2e = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def ned(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("next")
+    ed = await start_editor(tmp, "replay", root=tmp)
+    ed.root = tmp
+    yield ed
+    await stop_editor(ed)
+
+
+def _ask(ed, uri: str, version: int, position=None):
+    params = {"textDocument": {"uri": uri, "version": version}}
+    if position is not None:
+        params["position"] = position
+    return ed.request("flywheel/nextEdit", params)
+
+
+def _rename_w(ed, uri: str) -> None:
+    """The user renames the parameter `w` to `width` on line 1."""
+    rng = types.Range(start=types.Position(1, 9), end=types.Position(1, 10))
+    ed.change(uri, rng, "width")
+
+
+@pytestmark_e2e
+async def test_next_edit_lands_away_from_the_cursor_and_is_recorded(ned):
+    ed = ned
+    uri = (ed.root / "area.py").as_uri()
+    ed.open(uri, BASE)
+    _rename_w(ed, uri)
+    text = ed.texts[uri]
+    rewrite = text.replace("return w * h", "return width * h")  # the region is the whole file
+    assert (await ed.request("flywheel/test/replay", {"turns": [rewrite + "</region>"]}))["loaded"]
+    answer = await _ask(ed, uri, ed.versions[uri], {"line": 1, "character": 14})
+    assert answer["version"] == ed.versions[uri] == 2
+    assert answer["range"] == {
+        "start": {"line": 2, "character": 0},
+        "end": {"line": 3, "character": 0},
+    }
+    assert answer["newText"] == "    return width * h  # 面积 😀\n"
+    # The editor applies it at that version, then runs the item's command.
+    rng = types.Range(
+        start=types.Position(**answer["range"]["start"]),
+        end=types.Position(**answer["range"]["end"]),
+    )
+    ed.change(uri, rng, answer["newText"])
+    cmd = answer["command"]
+    assert cmd["command"] == "flywheel.acceptCompletion"
+    assert (await ed.command(cmd["command"], *cmd["arguments"]))["tracked"]
+    assert ed.texts[uri] == BASE.replace("(w, h)", "(width, h)").replace("w * h", "width * h")
+    (row,) = await ed.rows("suggestions", id=answer["suggestionId"])
+    assert row["kind"] == "next_edit" and row["document_version"] == 2
+    assert row["output"] == answer["newText"]
+    events = await ed.rows("suggestion_events", suggestion_id=answer["suggestionId"])
+    assert [e["event"] for e in events] == ["accepted"]
+
+
+@pytestmark_e2e
+async def test_a_stale_version_is_refused_before_and_after_the_model(ned):
+    ed = ned
+    uri = (ed.root / "stale.py").as_uri()
+    ed.open(uri, BASE)
+    _rename_w(ed, uri)
+    with pytest.raises(JsonRpcException) as before:
+        await _ask(ed, uri, 1)
+    assert before.value.code == -32801 and "version 2, not 1" in str(before.value)
+
+    turn = {"waitForRelease": True, "text": "def area(width, h):\n</region>"}
+    assert (await ed.request("flywheel/test/replay", {"turns": [turn]}))["loaded"]
+    asking = asyncio.ensure_future(_ask(ed, uri, 2))
+    assert (await ed.request("flywheel/test/held", {}))["held"]  # the model is running
+    ed.change(uri, types.Range(start=types.Position(0, 0), end=types.Position(0, 0)), "#")
+    await ed.request("flywheel/test/release", {})
+    with pytest.raises(JsonRpcException) as after:
+        await asking
+    assert after.value.code == -32801 and "version 3, not 2" in str(after.value)
+    rows = [
+        r for r in await ed.rows("suggestions", kind="next_edit") if "stale" in r["document_uri"]
+    ]
+    assert rows, [r["document_uri"] for r in await ed.rows("suggestions", kind="next_edit")]
+    (event,) = await ed.rows("suggestion_events", suggestion_id=rows[0]["id"])
+    assert event["event"] == "superseded"
+
+
+@pytestmark_e2e
+async def test_no_recent_edit_no_next_edit_and_unopened_documents_are_invalid(ned):
+    ed = ned
+    uri = (ed.root / "fresh.py").as_uri()
+    ed.open(uri, BASE)
+    assert await _ask(ed, uri, 1) is None
+    with pytest.raises(JsonRpcException) as err:
+        await _ask(ed, (ed.root / "never.py").as_uri(), 1)
+    assert err.value.code == -32602
