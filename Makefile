@@ -11,7 +11,7 @@ VSCODE_CACHE ?= $(HOME)/.cache/flywheel/vscode
 PLAYWRIGHT ?= $(HOME)/.cache/flywheel/playwright
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint test-vllm test-vscode test-slow setup
+.PHONY: demo test lint test-vllm test-vscode test-slow setup starter
 
 $(STAMP): pyproject.toml
 	@# Debian packages: bubblewrap sandboxes the agent's commands (without it they need approval).
@@ -34,6 +34,11 @@ setup: $(STAMP)
 ## The main job on the built-in default.
 demo: $(STAMP)
 	$(BIN)/flywheel demo
+
+## Train the built-in starter model from offline sources and ship it to agent/starter/ (about an
+## hour on 2 CPU cores; resumes when killed).
+starter: $(STAMP)
+	nice -n 5 $(BIN)/flywheel train starter --out runs/starter --ship
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -12,7 +12,8 @@ A conversation renders as (one line per message, shown here with the newline aft
 
 The model's turn ends with `<|end|>` (a stop token for chat requests). Fill-in-the-middle prompts
 are `<|fim_prefix|>PREFIX<|fim_suffix|>SUFFIX<|fim_middle|>` and the model writes the middle,
-ending with `<|endoftext|>`.
+ending with `<|endoftext|>`. A fast-apply request (`apply_messages`) is a system turn
+(`APPLY_SYSTEM`) and a user turn holding the file and an edit sketch; the answer is the whole file.
 
 The same template is stored in the tokenizer's config (Hugging Face `chat_template`), so vLLM and
 `transformers` render exactly what this module renders.
@@ -82,6 +83,30 @@ CHAT_TEMPLATE = (
 
 def render_fim(prefix: str, suffix: str) -> str:
     return f"{FIM_PREFIX}{prefix}{FIM_SUFFIX}{suffix}{FIM_MIDDLE}"
+
+
+# Fast apply: an original file plus an edit sketch -> the whole updated file. The engine serves it
+# with the original file as its n-gram speculation; training (training/tasks.py) writes examples
+# in exactly this shape.
+APPLY_SYSTEM = (
+    "Apply the edit to the file. The edit shows changed code with `... existing code "
+    "...` comments for unchanged parts. Reply with the whole updated file and nothing "
+    "else."
+)
+
+
+def apply_messages(path: str, original: str, sketch: str, updated: str | None = None) -> list[dict]:
+    """A fast-apply conversation; with `updated`, the assistant's answer is included."""
+    messages = [
+        {"role": "system", "content": APPLY_SYSTEM},
+        {
+            "role": "user",
+            "content": f'<file path="{path}">\n{original}</file>\n<edit>\n{sketch}</edit>',
+        },
+    ]
+    if updated is not None:
+        messages.append({"role": "assistant", "content": updated})
+    return messages
 
 
 def parse_assistant(text: str) -> tuple[str, list[ToolCall], list[str]]:

@@ -3,9 +3,13 @@
     flywheel train data  --source /usr/lib/python3.11 --out runs/starter/data
     flywheel train tasks --out runs/starter/tasks --projects 200
     flywheel train pretrain --recipe training/recipes/pretrain.toml [--set steps=10] [--no-resume]
+    flywheel train starter --out runs/starter [--quick] [--ship]
+    flywheel train eval --model runs/starter/model --tasks runs/starter/tasks --json eval.json
+    flywheel train rl --recipe training/recipes/rl.toml [--set steps=10] [--no-resume]
 
-STAGE is one of data, tasks, pretrain, long_context, sft, mtp. A stage's recipe must name the
-same stage. Under the `deepspeed` launcher the module runs as `--module training.cli`, and the
+STAGE is one of data, tasks, pretrain, long_context, sft, mtp, starter (the whole chain, see
+training/starter.py) or eval (held-out tasks through the real harness, training/evaluate.py).
+A stage's recipe must name the same stage. Under the `deepspeed` launcher the module runs as `--module training.cli`, and the
 launcher's `--local_rank` argument is accepted.
 """
 
@@ -16,6 +20,7 @@ import json
 import sys
 from pathlib import Path
 
+from agent.engine.request import EngineError
 from training.recipe import STAGES, RecipeError, load_recipe, parse_overrides
 
 
@@ -47,6 +52,42 @@ def main(argv: list[str]) -> int:
     tasks.add_argument("--heldout", type=float, default=0.1, help="held-out share of projects")
     tasks.add_argument("--samples", type=int, default=2, help="oracle trajectories per task")
 
+    starter = sub.add_parser(
+        "starter", help="the built-in starter model: data, tasks, all four stages, evaluation"
+    )
+    starter.add_argument("--out", required=True, help="run folder (resumes what is already there)")
+    starter.add_argument("--quick", action="store_true", help="seconds per stage: a smoke test")
+    starter.add_argument(
+        "--ship", action="store_true", help="then copy OUT/model into agent/starter/"
+    )
+    starter.add_argument(
+        "--source", action="append", default=[], help="corpus folder; default: the stdlib"
+    )
+    starter.add_argument("--projects", type=int, default=50, help="synthetic projects")
+    starter.add_argument("--eval-tasks", type=int, default=20, help="held-out tasks to evaluate")
+
+    ev = sub.add_parser("eval", help="run held-out tasks through the harness; pass@1, parse rate")
+    ev.add_argument("--model", required=True, help="checkpoint folder (or 'default')")
+    ev.add_argument("--tasks", required=True, help="tasks folder or tasks.jsonl")
+    ev.add_argument("--json", default="", help="write the report here")
+    ev.add_argument("--split", default="heldout", choices=["heldout", "train", "all"])
+    ev.add_argument("--limit", type=int, default=0, help="at most N tasks, spread over families")
+    ev.add_argument("--max-steps", type=int, default=12, help="model turns per task")
+
+    rl = sub.add_parser(
+        "rl", help="asynchronous RL (Dr. GRPO) in the agent's harness, from an RL recipe"
+    )
+    rl.add_argument("--recipe", required=True, help="RL recipe TOML (training/recipes/rl.toml)")
+    rl.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe key (TOML value), repeatable",
+    )
+    rl.add_argument("--no-resume", action="store_true", help="start over, ignoring checkpoints")
+    rl.add_argument("--no-progress", action="store_true", help="no per-update progress lines")
+
     for stage in STAGES:
         p = sub.add_parser(stage, help=f"run the {stage} stage from a recipe")
         p.add_argument("--recipe", required=True, help="recipe TOML file")
@@ -67,8 +108,14 @@ def main(argv: list[str]) -> int:
             return _data(args)
         if args.stage == "tasks":
             return _tasks(args)
+        if args.stage == "starter":
+            return _starter(args)
+        if args.stage == "rl":
+            return _rl(args)
+        if args.stage == "eval":
+            return _eval(args)
         return _stage(args)
-    except (RecipeError, ValueError, RuntimeError, FileNotFoundError) as exc:
+    except (RecipeError, ValueError, RuntimeError, FileNotFoundError, EngineError) as exc:
         print(f"flywheel train {args.stage}: {exc}", file=sys.stderr)
         return 1
 
@@ -101,6 +148,49 @@ def _tasks(args: argparse.Namespace) -> int:
     )
     manifest = export(tasks, args.out, seed=args.seed, samples_per_task=args.samples)
     print(json.dumps(manifest, indent=2))
+    return 0
+
+
+def _starter(args: argparse.Namespace) -> int:
+    from training.starter import StarterConfig, model_card, run, ship
+
+    config = StarterConfig(
+        out=args.out,
+        quick=args.quick,
+        sources=args.source,
+        projects=args.projects,
+        eval_tasks=args.eval_tasks,
+    )
+    final = run(config, log=lambda line: print(line, flush=True))
+    if args.ship:
+        from agent.model import STARTER_DIR
+
+        ship(final, STARTER_DIR, model_card(final))
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from training.evaluate import EvalConfig, evaluate_agent, write_report
+
+    report = evaluate_agent(
+        args.model,
+        args.tasks,
+        EvalConfig(split=args.split, limit=args.limit, max_steps=args.max_steps),
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    summary = {k: v for k, v in report.to_dict().items() if k != "results"}
+    print(json.dumps(summary, indent=2))
+    if args.json:
+        write_report(report, args.json)
+    return 0
+
+
+def _rl(args: argparse.Namespace) -> int:
+    from training.rl import load_rl_recipe, train_rl
+
+    recipe = load_rl_recipe(args.recipe, parse_overrides(args.set))
+    final = train_rl(recipe, resume=not args.no_resume, progress=not args.no_progress)
+    print(f"model written to {final}")
     return 0
 
 

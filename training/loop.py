@@ -35,6 +35,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -438,7 +439,9 @@ class _progress:
 
     def __init__(self, recipe: Recipe, start: int, enabled: bool) -> None:
         self.bar = None
-        if not enabled:
+        self.lines = enabled and not sys.stdout.isatty()  # a log file: one line per log step
+        self.recipe = recipe
+        if not enabled or self.lines:
             return
         from rich.progress import (
             BarColumn,
@@ -462,6 +465,12 @@ class _progress:
         self.bar.start()
 
     def update(self, step: int, loss: float, eval_loss: float | None) -> None:
+        if self.lines and (step % self.recipe.log_every == 0 or step == self.recipe.steps):
+            shown = "-" if eval_loss is None else f"{eval_loss:.3f}"
+            print(
+                f"{self.recipe.stage} step {step}/{self.recipe.steps} loss {loss:.3f} eval {shown}",
+                flush=True,
+            )
         if self.bar:
             self.bar.update(
                 self.task,

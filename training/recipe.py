@@ -54,6 +54,8 @@ class Recipe:
     rope_type: str = "linear"  # long_context: transformers rope type (linear | yarn | dynamic)
     rope_factor: float = 4.0  # long_context: position scaling factor
     eval_seq_len: int = 0  # long_context: held-out length; 0 = 4x the init model's context
+    context_length: int = 0  # long_context: context the model declares (max positions) after
+    # scaling; 0 = max(seq_len, eval_seq_len)
     mtp_depth: int = 2  # mtp: number of heads
     telemetry_db: str = ""  # record the run and its metrics in this telemetry database; "" = no
 

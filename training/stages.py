@@ -190,7 +190,8 @@ def _long_context(recipe: Recipe, device: torch.device, rank: int) -> Job:
         return heldout_loss(trunk, heldout, eval_len, recipe.eval_batches, batch_size, device)
 
     before = long_loss()
-    set_rope_scaling(trunk, recipe.rope_type, recipe.rope_factor, max(recipe.seq_len, eval_len))
+    context = recipe.context_length or max(recipe.seq_len, eval_len)
+    set_rope_scaling(trunk, recipe.rope_type, recipe.rope_factor, context)
     job = _corpus_job(recipe, device, rank, trunk, ckpt.tokenizer, ckpt.version)
     short_eval = job.evaluate
 

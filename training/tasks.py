@@ -26,9 +26,13 @@ Vocabulary used throughout:
 The held-out split is by project (hash of template and seed), so held-out tasks come from
 projects the training split never saw.
 
+Trajectories are what the harness sees at run time: its system prompt, tool schemas and
+repository map (agent/harness/prompts.py, context.py), and tool results from its own tools
+(`run_tool` on a real `Workspace` over a scratch copy; see `HarnessScratch`). The fast-apply
+prompt is agent/chat_format.py's `apply_messages`, the one the engine's apply path uses.
+
 What it does not do: languages other than Python, multi-package repositories, tasks needing the
-network. Tool result texts imitate the harness's (see `_tool_result`); switch to the harness's
-own tool functions once agent/harness/tools.py exists.
+network.
 
     flywheel train tasks --out runs/starter/tasks --projects 200
 """
@@ -49,6 +53,8 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from agent.chat_format import apply_messages
 
 TEST_COMMAND = "python -m unittest"
 TEST_TIMEOUT_S = 20.0
@@ -1049,61 +1055,6 @@ def generate_tasks(
 
 # --- oracle trajectories ---------------------------------------------------------------------
 
-SYSTEM_PROMPT = (
-    "You are Flywheel, a coding agent working in the user's workspace. Use the tools to read, "
-    "search, edit and test code. Make the smallest change that does what was asked, run the "
-    "tests, then reply with a short summary."
-)
-
-
-def _tool(name: str, description: str, properties: dict, required: list[str]) -> dict:
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {"type": "object", "properties": properties, "required": required},
-        },
-    }
-
-
-_S = {"type": "string"}
-_I = {"type": "integer"}
-TOOLS = [
-    _tool("list_files", "List files under a folder of the workspace.", {"path": _S}, []),
-    _tool(
-        "read_file",
-        "Read a file, optionally lines start_line..end_line (1-based).",
-        {"path": _S, "start_line": _I, "end_line": _I},
-        ["path"],
-    ),
-    _tool("search", "Regex search over the workspace.", {"pattern": _S, "path": _S}, ["pattern"]),
-    _tool(
-        "edit_file",
-        "Apply search/replace hunks to a file.",
-        {
-            "path": _S,
-            "hunks": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {"search": _S, "replace": _S},
-                    "required": ["search", "replace"],
-                },
-            },
-        },
-        ["path", "hunks"],
-    ),
-    _tool(
-        "write_file",
-        "Create or overwrite a file.",
-        {"path": _S, "content": _S},
-        ["path", "content"],
-    ),
-    _tool("run_tests", "Run the project's tests and summarise failures.", {}, []),
-    _tool("run_command", "Run a shell command in the workspace.", {"command": _S}, ["command"]),
-]
-
 
 def hunks_for(old: str, new: str, rng: random.Random | None = None) -> list[dict[str, str]]:
     """Search/replace hunks turning `old` into `new`, each search text unique in `old`."""
@@ -1131,57 +1082,37 @@ def apply_hunks(text: str, hunks: list[dict[str, str]]) -> str:
     return text
 
 
-def _numbered(text: str, start: int = 1, end: int | None = None) -> str:
-    lines = text.splitlines()
-    end = len(lines) if end is None else min(end, len(lines))
-    return "\n".join(f"{n:>4}  {lines[n - 1]}" for n in range(start, end + 1))
+class HarnessScratch:
+    """A scratch copy of a task's workspace, with the harness's own tools running on it.
 
+    Tool results are exactly what `agent.harness.tools.run_tool` returns at run time (the same
+    numbering, edit reports, test summaries, sandbox). The project's tests run with the task's
+    own command (`ToolsConfig.test_command`), as the evaluation and RL rollouts configure it.
+    """
 
-class _Scratch:
-    """A scratch copy of a task's workspace on which the oracle's tool calls really run."""
+    def __init__(self, task: Task) -> None:
+        from agent.harness import Sandbox, ToolContext, Workspace
 
-    def __init__(self, files: dict[str, str]) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="flywheel-oracle-"))
-        self.files = dict(files)
-        for path, text in files.items():
+        for path, text in task.files.items():
             Path(self.root, path).write_text(text)
+        self.workspace = Workspace(self.root)
+        self.ctx = ToolContext(self.workspace, Sandbox(self.root), task_tools_config(task))
+
+    def call(self, name: str, args: dict) -> tuple[str, bool]:
+        from agent.harness import run_tool
+
+        return run_tool(self.ctx, name, args)
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def call(self, name: str, args: dict) -> str:
-        if name == "list_files":
-            return "\n".join(sorted(self.files))
-        if name == "read_file":
-            return _numbered(
-                self.files[args["path"]], args.get("start_line", 1), args.get("end_line")
-            )
-        if name == "search":
-            regex = re.compile(args["pattern"])
-            hits = [
-                f"{path}:{n}: {line}"
-                for path in sorted(self.files)
-                for n, line in enumerate(self.files[path].splitlines(), 1)
-                if regex.search(line)
-            ]
-            return "\n".join(hits) or "no matches"
-        if name == "edit_file":
-            text = apply_hunks(self.files[args["path"]], args["hunks"])
-            self._write(args["path"], text)
-            return f"edited {args['path']}: {len(args['hunks'])} hunk(s) applied"
-        if name == "write_file":
-            self._write(args["path"], args["content"])
-            return f"wrote {args['path']} ({len(args['content'].splitlines())} lines)"
-        if name == "run_tests":
-            code, output = _run(TEST_COMMAND, str(self.root), TEST_TIMEOUT_S)
-            status = "passed" if code == 0 else f"failed (exit code {code})"
-            output = output.replace(f"{self.root}/", "")
-            return f"$ {TEST_COMMAND}\ntests {status}\n{output[-1500:]}"
-        raise ValueError(f"the oracle does not use tool {name!r}")
 
-    def _write(self, path: str, text: str) -> None:
-        self.files[path] = text
-        Path(self.root, path).write_text(text)
+def task_tools_config(task: Task):
+    """The harness's tool settings for a task: its own test command (oracle, evaluation, RL)."""
+    from agent.harness import ToolsConfig
+
+    return ToolsConfig(test_command=task.test_command, test_timeout_s=TEST_TIMEOUT_S)
 
 
 _INTROS = [
@@ -1230,41 +1161,44 @@ _ANSWERS = {
 def oracle_trajectory(task: Task, rng: random.Random) -> dict:
     """A correct, varied trajectory for `task`: {"messages", "tools", "task_id", "family"}.
 
-    Every tool call really runs on a scratch copy of the workspace, so every tool result is the
-    true one; the final `run_tests` result shows the tests passing.
+    The conversation is what the harness builds at run time: its system prompt, the task with
+    its repository map (agent.harness.prompts / context), its tool schemas, and tool results from
+    the harness's own tools run on a scratch copy of the workspace. The final `run_tests` result
+    shows the tests passing; a trajectory that would not get there raises `TaskRejected`.
     """
-    scratch = _Scratch(task.files)
-    messages: list[dict] = [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": task.instruction},
-    ]
+    from agent.harness import HarnessConfig
+    from agent.harness.context import render_context
+    from agent.harness.prompts import first_messages, tool_schemas
+
+    scratch = HarnessScratch(task)
+    context = render_context(scratch.workspace, task.instruction, None, HarnessConfig().map_tokens)
+    messages: list[dict] = first_messages(task.instruction, context)
     counter = iter(range(1, 1000))
 
-    def step(content: str, *calls: tuple[str, dict]) -> None:
+    def step(content: str, *calls: tuple[str, dict]) -> list[tuple[str, bool]]:
         tool_calls = [
             {
                 "id": f"call_{next(counter)}",
                 "type": "function",
-                "function": {"name": n, "arguments": json.dumps(a)},
+                "function": {"name": n, "arguments": json.dumps(a, ensure_ascii=False)},
             }
             for n, a in calls
         ]
         messages.append({"role": "assistant", "content": content, "tool_calls": tool_calls})
+        results = []
         for call, (name, args) in zip(tool_calls, calls, strict=True):
+            result, is_error = scratch.call(name, args)
+            results.append((result, is_error))
             messages.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": call["id"],
-                    "name": name,
-                    "content": scratch.call(name, args),
-                }
+                {"role": "tool", "tool_call_id": call["id"], "name": name, "content": result}
             )
+        return results
 
     try:
         changed = sorted(task.solution)
         bug = task.family.startswith("bugfix/")
         if rng.random() < 0.5:
-            step(rng.choice(_INTROS), ("list_files", {"path": "."}))
+            step(rng.choice(_INTROS), ("list_files", {}))
         if bug and rng.random() < 0.7:
             step(rng.choice(_TEST_INTROS), ("run_tests", {}))
         symbol = (
@@ -1293,12 +1227,16 @@ def oracle_trajectory(task: Task, rng: random.Random) -> dict:
             old, new = task.files.get(path, ""), task.solution[path]
             intro = rng.choice(_EDIT_INTROS).format(f=path)
             if not old or (rng.random() < 0.12 and len(new) < 3000):
-                step(intro, ("write_file", {"path": path, "content": new}))
+                results = step(intro, ("write_file", {"path": path, "content": new}))
             else:
-                step(intro, ("edit_file", {"path": path, "hunks": hunks_for(old, new, rng)}))
+                results = step(
+                    intro, ("edit_file", {"path": path, "hunks": hunks_for(old, new, rng)})
+                )
+            if results[0][1]:
+                raise TaskRejected(f"oracle edit failed for task {task.id}: {results[0][0][:300]}")
         step(rng.choice(_VERIFY_INTROS), ("run_tests", {}))
-        if "tests passed" not in messages[-1]["content"]:
-            raise RuntimeError(f"oracle for task {task.id} did not make the tests pass")
+        if not messages[-1]["content"].startswith("tests passed"):
+            raise TaskRejected(f"oracle for task {task.id} did not make the tests pass")
         messages.append({"role": "assistant", "content": _answer(task, rng)})
     finally:
         scratch.close()
@@ -1306,7 +1244,7 @@ def oracle_trajectory(task: Task, rng: random.Random) -> dict:
         "task_id": task.id,
         "family": task.family,
         "split": task.split,
-        "tools": TOOLS,
+        "tools": tool_schemas(),
         "messages": messages,
     }
 
@@ -1332,12 +1270,6 @@ def _answer(task: Task, rng: random.Random) -> str:
 
 # --- fast apply ------------------------------------------------------------------------------
 
-APPLY_SYSTEM = (
-    "Apply the edit to the file. The edit shows changed code with `... existing code "
-    "...` comments for unchanged parts. Reply with the whole updated file and nothing "
-    "else."
-)
-
 
 def edit_sketch(old: str, new: str, context: int = 1) -> str:
     """The changed lines of `new` with `context` lines around them; gaps become markers."""
@@ -1352,20 +1284,6 @@ def edit_sketch(old: str, new: str, context: int = 1) -> str:
     if groups and groups[-1][-1][4] < len(b):
         out.append("# ... existing code ...")
     return "\n".join(out) + "\n"
-
-
-def apply_messages(path: str, original: str, sketch: str, updated: str | None = None) -> list[dict]:
-    """A fast-apply conversation; with `updated`, the assistant's answer is included."""
-    messages = [
-        {"role": "system", "content": APPLY_SYSTEM},
-        {
-            "role": "user",
-            "content": f'<file path="{path}">\n{original}</file>\n<edit>\n{sketch}</edit>',
-        },
-    ]
-    if updated is not None:
-        messages.append({"role": "assistant", "content": updated})
-    return messages
 
 
 def fast_apply_example(task: Task, rng: random.Random) -> dict:
@@ -1398,7 +1316,12 @@ def export(tasks: list[Task], out: str | Path, seed: int = 0, samples_per_task: 
             tf.write(json.dumps(asdict(task)) + "\n")
             counts["tasks"][task.split] = counts["tasks"].get(task.split, 0) + 1
             for _ in range(samples_per_task):
-                jf.write(json.dumps(oracle_trajectory(task, rng)) + "\n")
+                try:
+                    row = oracle_trajectory(task, rng)
+                except TaskRejected:
+                    counts["oracle_failed"] = counts.get("oracle_failed", 0) + 1
+                    continue
+                jf.write(json.dumps(row) + "\n")
                 counts["trajectories"] += 1
             af.write(json.dumps(fast_apply_example(task, rng)) + "\n")
             counts["apply"] += 1

@@ -7,7 +7,9 @@ import random
 
 import pytest
 
-from agent.chat_format import parse_assistant
+from agent.chat_format import APPLY_SYSTEM, parse_assistant
+from agent.harness import Sandbox, ToolContext, Workspace, run_tool
+from agent.harness.prompts import SYSTEM_PROMPT, tool_schemas
 from training.tasks import (
     TEMPLATES,
     Task,
@@ -25,6 +27,7 @@ from training.tasks import (
     oracle_trajectory,
     project_files,
     run_tests,
+    task_tools_config,
     verify,
 )
 
@@ -92,7 +95,10 @@ def test_oracle_trajectories_are_correct_and_varied(tasks, tokenizer):
     for i, task in enumerate(tasks):
         row = oracle_trajectory(task, random.Random(i))
         messages = row["messages"]
-        assert messages[0]["role"] == "system" and messages[1]["content"] == task.instruction
+        # what the harness starts a task with: its system prompt, the task and its repo map
+        assert messages[0] == {"role": "system", "content": SYSTEM_PROMPT}
+        assert messages[1]["content"].startswith(task.instruction + "\n\nRepository map")
+        assert row["tools"] == tool_schemas()
         assert messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls")
         assert "tests passed" in messages[-2]["content"]
         calls = [c["function"]["name"] for m in messages for c in m.get("tool_calls", [])]
@@ -109,11 +115,30 @@ def test_oracle_trajectories_are_correct_and_varied(tasks, tokenizer):
     assert len(shapes) >= 3
 
 
+def test_oracle_tool_results_are_the_harness_own(tasks, tmp_path):
+    """Issue 5: every tool result in a trajectory is what `run_tool` returns at run time."""
+    task = next(t for t in tasks if t.family.startswith("bugfix/"))
+    row = oracle_trajectory(task, random.Random(1))
+    for path, text in task.files.items():
+        (tmp_path / path).write_text(text)
+    ws = Workspace(tmp_path)
+    ctx = ToolContext(ws, Sandbox(tmp_path), task_tools_config(task))
+    results = {m["tool_call_id"]: m["content"] for m in row["messages"] if m["role"] == "tool"}
+    for message in row["messages"]:
+        for call in message.get("tool_calls", []):
+            name, args = call["function"]["name"], json.loads(call["function"]["arguments"])
+            if name == "run_tests":  # temporary folder names differ; the shape must not
+                assert results[call["id"]].startswith(run_tool(ctx, name, args)[0][:12])
+                continue
+            assert results[call["id"]] == run_tool(ctx, name, args)[0], name
+
+
 def test_fast_apply_example(tasks):
     task = tasks[0]
     row = fast_apply_example(task, random.Random(0))
     path = next(iter(task.solution))
     assert row["messages"][-1]["content"] == task.solution[path]
+    assert row["messages"][0]["content"] == APPLY_SYSTEM  # the engine's apply prompt
     assert task.files[path] in row["messages"][1]["content"]
     sketch = edit_sketch("a\nb\nc\nd\ne\n", "a\nb\nC\nd\ne\n", context=1)
     assert sketch == "# ... existing code ...\nb\nC\nd\n# ... existing code ...\n"

@@ -1,0 +1,45 @@
+"""The shipped starter model (agent/starter/) loads as "default" and answers with a tool call."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent.engine import EngineConfig, Request, SamplingParams, open_engine
+from agent.harness.prompts import first_messages, tool_schemas
+from agent.harness.tools import TOOLS
+from agent.model import STARTER_DIR, load_checkpoint
+
+
+def test_starter_loads_as_default_with_lineage():
+    ckpt = load_checkpoint("default")
+    assert ckpt.path == str(STARTER_DIR) and ckpt.heads is not None
+    meta = json.loads((STARTER_DIR / "flywheel.json").read_text())
+    assert ckpt.version == meta["version"] and meta["version"].startswith("starter-")
+    assert {"recipes", "data", "stages", "evaluation"} <= set(meta)
+    assert ckpt.trunk.config.max_position_embeddings >= 4096  # the harness's prompts fit
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 5: the shipped starter (SFT loss 2.1 after a 1-hour CPU budget) opens tool "
+    "calls but degenerates before closing them; remove this mark when a better starter ships",
+)
+def test_starter_answers_a_task_with_a_tool_call_that_parses():
+    engine = open_engine(EngineConfig(model="default"))
+    messages = first_messages(
+        "Run the tests, find out why they fail and fix the code (not the tests).",
+        "Repository map (most relevant first):\nreport.py\nstats.py\ntest_stats.py",
+    )
+    result = engine.generate(
+        Request(
+            messages=messages,
+            tools=tool_schemas(),
+            params=SamplingParams(max_tokens=64, temperature=0.0),
+        )
+    )
+    completion = result.completions[0]
+    assert not completion.tool_call_errors, completion.text
+    assert completion.tool_calls, completion.text
+    assert all(call.name in TOOLS for call in completion.tool_calls)

@@ -1,0 +1,40 @@
+"""The agent evaluation: tasks through the real harness, the verify command decides."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from training.evaluate import EvalConfig, TaskResult, evaluate_agent, pick_tasks
+from training.tasks import bugfix_tasks, make_project
+
+
+@pytest.fixture(scope="module")
+def task():
+    return bugfix_tasks(make_project("grades", 2), random.Random(0), 0.0, limit=1)[0]
+
+
+def test_pick_tasks_spreads_over_families(task):
+    tasks = [
+        *[type(task)(**{**task.__dict__, "id": f"a{i}", "family": "a"}) for i in range(5)],
+        *[type(task)(**{**task.__dict__, "id": f"b{i}", "family": "b"}) for i in range(5)],
+    ]
+    assert sorted(t.family for t in pick_tasks(tasks, 4)) == ["a", "a", "b", "b"]
+    assert pick_tasks(tasks, 0) == tasks
+
+
+def test_an_untrained_model_fails_the_task_and_the_report_says_why(tiny_checkpoint, task):
+    report = evaluate_agent(
+        str(tiny_checkpoint), [task], EvalConfig(max_steps=1, max_wall_s=5, speculative="none")
+    )
+    assert report.tasks == 1 and report.pass_at_1 == 0.0
+    (result,) = report.results
+    assert isinstance(result, TaskResult) and not result.passed
+    assert result.stop_reason != "waiting" and result.seconds < 60
+    assert 0.0 <= report.parse_rate <= 1.0 and report.valid_rate <= report.parse_rate
+
+
+def test_bad_config_is_refused():
+    with pytest.raises(ValueError, match="split"):
+        EvalConfig(split="dev")

@@ -1,0 +1,214 @@
+"""Agent evaluation: a model runs held-out synthetic tasks through the real harness.
+
+For each task: a fresh copy of its workspace, `agent.harness.Harness` over a local engine on the
+checkpoint (greedy; the task's own test command for `run_tests`, as in the oracle's
+trajectories), until the model answers or a limit stops it. Then the test files are restored
+from the task (a model must not pass by editing the tests) and the task's verifying command
+decides success.
+
+Vocabulary:
+
+    tool call     one call the model wrote between `<|tool_call|>` markers
+    parsed        a call that is JSON with a string name and object arguments
+                  (agent.chat_format.parse_assistant); `parse_rate` = parsed / all calls written
+    valid         a parsed call to a known tool whose arguments fit its schema
+    pass@1        share of tasks whose verifying command passes after one greedy attempt
+
+What it does not do: sampling several attempts (pass@k), or score code quality; the benchmark
+gate builds on `evaluate_agent` for that.
+
+    flywheel train eval --model runs/starter/model --tasks runs/starter/tasks --json eval.json
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from training.tasks import TEST_TIMEOUT_S, Task, _run, load_tasks, task_tools_config
+
+
+@dataclass
+class EvalConfig:
+    split: str = "heldout"  # which tasks: heldout | train | all
+    limit: int = 0  # at most this many tasks (spread over families); 0 = all
+    max_steps: int = 12  # model turns per task (the oracle needs at most 8)
+    max_wall_s: float = 180.0  # running time per task
+    device: str = "cpu"
+    speculative: str = "ngram"  # engine drafts (greedy: the output is the same as without)
+
+    def __post_init__(self) -> None:
+        if self.split not in ("heldout", "train", "all"):
+            raise ValueError(f"split must be heldout, train or all, not {self.split!r}")
+        if self.limit < 0 or self.max_steps < 1 or self.max_wall_s <= 0:
+            raise ValueError("limit must be >= 0, max_steps >= 1 and max_wall_s > 0")
+
+
+@dataclass
+class TaskResult:
+    task_id: str
+    family: str
+    passed: bool
+    stop_reason: str
+    steps: int
+    calls: int  # tool calls written
+    parsed: int  # of which parsed
+    valid: int  # of which named a known tool with fitting arguments
+    seconds: float
+    detail: str = ""
+
+
+@dataclass
+class EvalReport:
+    model: str
+    tasks: int
+    pass_at_1: float
+    parse_rate: float  # parsed / written tool calls (1.0 when none were written)
+    valid_rate: float  # valid / written tool calls
+    by_family: dict[str, float] = field(default_factory=dict)  # family -> pass@1
+    stop_reasons: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    results: list[TaskResult] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def pick_tasks(tasks: list[Task], limit: int) -> list[Task]:
+    """Up to `limit` tasks, round-robin over families so every family is represented."""
+    if not limit or limit >= len(tasks):
+        return tasks
+    by_family: dict[str, list[Task]] = {}
+    for task in sorted(tasks, key=lambda t: t.id):
+        by_family.setdefault(task.family, []).append(task)
+    picked: list[Task] = []
+    while len(picked) < limit:
+        for family in sorted(by_family):
+            if by_family[family] and len(picked) < limit:
+                picked.append(by_family[family].pop(0))
+    return picked
+
+
+def run_task(engine, task: Task, config: EvalConfig) -> TaskResult:
+    """One task through the harness on a scratch copy of its workspace."""
+    from agent.harness import Harness, HarnessConfig, Workspace
+    from agent.harness.tools import TOOLS, check_arguments
+
+    root = Path(tempfile.mkdtemp(prefix="flywheel-eval-"))
+    counts = {"calls": 0, "parsed": 0, "valid": 0}
+
+    def on_event(event: dict) -> None:
+        if event.get("kind") != "assistant":
+            return
+        calls, errors = event.get("calls") or [], event.get("errors") or []
+        counts["calls"] += len(calls) + len(errors)
+        counts["parsed"] += len(calls)
+        counts["valid"] += sum(
+            c["name"] in TOOLS and check_arguments(TOOLS[c["name"]], c["arguments"]) is None
+            for c in calls
+        )
+
+    t0 = time.monotonic()
+    try:
+        for path, text in task.files.items():
+            Path(root, path).parent.mkdir(parents=True, exist_ok=True)
+            Path(root, path).write_text(text)
+        harness = Harness(
+            engine,
+            Workspace(root),
+            HarnessConfig(
+                max_steps=config.max_steps,
+                max_wall_s=config.max_wall_s,
+                temperature=0.0,
+                editor="rollout",
+                tools=task_tools_config(task),
+            ),
+            on_event=on_event,
+        )
+        outcome = harness.start(task.instruction, verify_command=task.test_command)
+        while outcome.approval:  # risky actions (deleting a file) are refused, as a user might
+            outcome = harness.resume(outcome.thread_id, False)
+        for path, text in task.files.items():  # the tests decide, not the model's edits to them
+            if Path(path).name.startswith("test_"):
+                Path(root, path).write_text(text)
+        code, output = _run(task.test_command, str(root), TEST_TIMEOUT_S)
+        return TaskResult(
+            task_id=task.id,
+            family=task.family,
+            passed=code == 0,
+            stop_reason=outcome.stop_reason or "waiting",
+            steps=outcome.steps,
+            seconds=round(time.monotonic() - t0, 2),
+            detail=outcome.detail[:300],
+            **counts,
+        )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def evaluate_agent(
+    model: str,
+    tasks: str | Path | list[Task],
+    config: EvalConfig | None = None,
+    log: Callable[[str], None] | None = None,
+) -> EvalReport:
+    """Run `tasks` (a tasks folder/file or a list) with the checkpoint `model`; see the module doc."""
+    from agent.engine import EngineConfig, SpeculativeConfig, open_engine
+
+    config = config or EvalConfig()
+    if not isinstance(tasks, list):
+        tasks = load_tasks(tasks, None if config.split == "all" else config.split)
+    tasks = pick_tasks(tasks, config.limit)
+    if not tasks:
+        raise ValueError(f"no {config.split} tasks to evaluate")
+    engine = open_engine(
+        EngineConfig(
+            model=str(model),
+            device=config.device,
+            speculative=SpeculativeConfig(config.speculative),
+        )
+    )
+    t0 = time.monotonic()
+    results = []
+    try:
+        for i, task in enumerate(tasks, 1):
+            result = run_task(engine, task, config)
+            results.append(result)
+            if log:
+                done = sum(r.passed for r in results)
+                log(
+                    f"eval {i}/{len(tasks)} {task.family:<24} "
+                    f"{'PASS' if result.passed else 'fail'} ({result.stop_reason}, "
+                    f"{result.steps} turns, {result.seconds:.0f}s)  pass@1 so far {done}/{i}"
+                )
+    finally:
+        close = getattr(engine, "close", None)
+        if callable(close):
+            close()
+    calls = sum(r.calls for r in results)
+    families: dict[str, list[bool]] = {}
+    reasons: dict[str, int] = {}
+    for r in results:
+        families.setdefault(r.family, []).append(r.passed)
+        reasons[r.stop_reason] = reasons.get(r.stop_reason, 0) + 1
+    return EvalReport(
+        model=str(model),
+        tasks=len(results),
+        pass_at_1=round(sum(r.passed for r in results) / len(results), 4),
+        parse_rate=round(sum(r.parsed for r in results) / calls, 4) if calls else 1.0,
+        valid_rate=round(sum(r.valid for r in results) / calls, 4) if calls else 1.0,
+        by_family={f: round(sum(v) / len(v), 3) for f, v in sorted(families.items())},
+        stop_reasons=reasons,
+        seconds=round(time.monotonic() - t0, 1),
+        results=results,
+    )
+
+
+def write_report(report: EvalReport, path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
