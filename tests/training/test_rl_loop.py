@@ -1,0 +1,147 @@
+"""The RL loop end to end on the toy ("say the magic token"): learned from chance in synchronous
+and asynchronous mode, faults recorded and skipped, a SIGKILLed run resumed, a dead worker
+restarted, and the Ray runtime (issue 7)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.training.rl_toy import FaultyEnv, toy_recipe, toy_values
+from training.rl import train_rl
+
+ROOT = Path(__file__).parents[2]
+
+
+def _records(out: Path, kind: str) -> list[dict]:
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == kind]
+
+
+def _check_learned(out: Path, max_staleness: int) -> None:
+    evals = _records(out, "eval")
+    assert evals[0]["pass@1"] <= 0.35  # chance is 1/8
+    assert evals[-1]["pass@1"] >= 0.9, evals
+    train = _records(out, "train")
+    assert len(train) <= 60  # the bound on updates
+    assert train[-1]["admitted_over_bound"] == 0
+    assert all(r["staleness_max"] <= max_staleness for r in train)
+    for key in ("reward_mean", "reward_std", "pass@1", "pass@8", "entropy", "kl_sampling_trained",
+                "ess", "staleness_mean", "refused_stale", "trajectories_per_min"):  # fmt: skip
+        assert key in train[0], key
+    meta = json.loads((out / "model" / "flywheel.json").read_text())
+    assert meta["stage"] == "rl" and meta["version"] == f"toy@rl{train[-1]['version']}"
+    assert meta["eval_after"]["pass@1"] >= 0.9 and meta["reward_version"].startswith("rv-")
+    assert (out / "rewards.png").stat().st_size > 0
+
+
+def test_toy_is_learned_in_synchronous_mode(tmp_path, tiny_checkpoint):
+    lines: list[str] = []
+    recipe = toy_recipe(tmp_path / "run", tiny_checkpoint, mode="sync")
+    final = train_rl(recipe, log=lines.append)
+    assert final == tmp_path / "run" / "model"
+    _check_learned(tmp_path / "run", max_staleness=0)
+    assert all(r["staleness_max"] == 0 for r in _records(tmp_path / "run", "train"))
+
+
+def test_toy_is_learned_in_asynchronous_mode(tmp_path, tiny_checkpoint):
+    lines: list[str] = []
+    recipe = toy_recipe(tmp_path / "run", tiny_checkpoint, mode="async", max_staleness=1,
+                        workers=2, in_flight=8)  # fmt: skip
+    train_rl(recipe, log=lines.append)
+    _check_learned(tmp_path / "run", max_staleness=1)
+
+
+def test_crashed_rollouts_and_raising_rewards_are_recorded_and_skipped(tmp_path, tiny_checkpoint):
+    lines: list[str] = []
+    recipe = toy_recipe(tmp_path / "run", tiny_checkpoint, mode="sync", steps=3)
+    env = FaultyEnv(
+        tasks_count=4, every=8, crash_on=(2, 6), bad_reward_on=(7,)
+    )  # call 2: an eval job
+    train_rl(recipe, env=env, log=lines.append)
+    text = "\n".join(lines)
+    assert "failed: RuntimeError: the sandbox fell over — skipped" in text
+    assert "reward task_success@1 raised TypeError" in text and "left out of training" in text
+    last = _records(tmp_path / "run", "train")[-1]
+    assert last["step"] == 3 and last["rollout_errors"] == 2 and last["bad_trajectories"] == 1
+
+
+def test_a_run_killed_mid_way_resumes_from_its_last_checkpoint(tmp_path, tiny_checkpoint):
+    recipe_file = tmp_path / "toy.toml"
+    values = toy_values(tmp_path / "run", tiny_checkpoint, steps=8, save_every=2, lr=5e-3,
+                        mode="sync")  # fmt: skip
+    rewards = values.pop("rewards")
+    recipe_file.write_text(
+        "\n".join(f"{k} = {json.dumps(v)}" for k, v in values.items())
+        + "\n[rewards]\n"
+        + "\n".join(f'"{k}" = {v}' for k, v in rewards.items())
+        + "\n"
+    )
+    command = [sys.executable, "-m", "training.cli", "rl", "--recipe", str(recipe_file)]
+    first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)  # fmt: skip
+    seen = []
+    for line in first.stdout:  # wait for the event, not for time
+        seen.append(line)
+        if "saved checkpoint step_0000004" in line:
+            first.send_signal(signal.SIGKILL)
+            break
+    first.wait(timeout=60)
+    assert first.returncode == -signal.SIGKILL, "".join(seen)
+    ckpts = tmp_path / "run" / "checkpoints"
+    partial = ckpts / ".step_0000006.tmp"  # as if killed while writing the next one
+    partial.mkdir(exist_ok=True)
+    (partial / "trainer.pt").write_bytes(b"half a file")
+    second = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert (
+        "resuming toy from step_0000004" in second.stdout
+        or "resuming toy from step_0000006" in second.stdout
+    )
+    assert not partial.exists()
+    steps = [r["step"] for r in _records(tmp_path / "run", "train")]
+    assert steps == list(range(1, 9))  # the curve continues without duplicates
+    meta = json.loads((tmp_path / "run" / "model" / "flywheel.json").read_text())
+    assert meta["step"] == 8 and meta["version"] == "toy@rl8"
+
+
+@pytest.mark.slow  # two spawned worker processes: about 25 s on 2 cores
+def test_a_dead_worker_process_is_restarted(tmp_path, tiny_checkpoint):
+    lines: list[str] = []
+    recipe = toy_recipe(tmp_path / "run", tiny_checkpoint, mode="sync", steps=2,
+                        runtime="processes", workers=1)  # fmt: skip
+    env = FaultyEnv(tasks_count=4, every=8, die_marker=str(tmp_path / "died"))
+    train_rl(recipe, env=env, log=lines.append)
+    text = "\n".join(lines)
+    assert "worker 0: worker died (exit code 3); restarting it (1 of 3" in text
+    last = _records(tmp_path / "run", "train")[-1]
+    assert last["step"] == 2 and last["rollout_errors"] == 1
+
+
+def test_reward_version_change_refuses_to_resume(tmp_path, tiny_checkpoint):
+    from training.loop import TrainingError
+
+    train_rl(toy_recipe(tmp_path / "run", tiny_checkpoint, steps=1, save_every=1), log=print)
+    changed = toy_recipe(tmp_path / "run", tiny_checkpoint, steps=2,
+                         rewards={"task_success@2": 1.0})  # fmt: skip
+    with pytest.raises(TrainingError, match="reward version"):
+        train_rl(changed, log=print)
+
+
+@pytest.mark.slow
+def test_ray_runtime_learns_the_toy(tmp_path, tiny_checkpoint, monkeypatch):
+    ray = pytest.importorskip("ray")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        recipe = toy_recipe(tmp_path / "run", tiny_checkpoint, mode="async", max_staleness=1,
+                            runtime="ray", workers=2, in_flight=8)  # fmt: skip
+        train_rl(recipe, log=print)
+    finally:
+        ray.shutdown()
+    _check_learned(tmp_path / "run", max_staleness=1)

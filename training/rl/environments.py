@@ -1,0 +1,356 @@
+"""Where rollouts happen: the agent's own harness on verifiable tasks, and a toy bandit.
+
+An environment is a small picklable object with three methods, called in the rollout worker:
+
+    tasks(split)                         -> the tasks of "train" or "heldout"
+    check(task)                          -> "" or why the task cannot be used (run once at start)
+    rollout(engine, tokenizer, task, G, seed) -> G `Trajectory`s with their signals
+
+`HarnessEnv` is the product itself: for each sample a fresh copy of the task's workspace, the real
+`agent.harness.Harness` (same tools, limits and sandbox as `flywheel run`; seed = seed + sample,
+the recipe's temperature), then the test files are restored from the task (a model must not pass
+by editing the tests) and the task's verifying command decides `passed`. The engine is wrapped in
+`RecordingEngine`, which records each model turn: the prompt token ids as the engine tokenized
+them (checked against the engine's own prompt token count), the output ids exactly as sampled
+(`Completion.token_ids`), the sampling logprobs and the policy version. Signals for the reward
+are the telemetry vocabulary: test counts after, tool calls, tool errors, invalid and repeated
+calls, the final answer and the stop reason. A trajectory stopped by a limit (turns, tokens,
+running time, context) or whose last turn hit `max_tokens` is *truncated*.
+
+`MagicTokenEnv` ("say the magic token") is the toy that proves the loop learns: task i is a fixed
+three-token prompt, the answer is the one sampled token, and it pays when token % every ==
+i % every (so chance is 1/every). It has no held-out split: its evaluation reuses its prompts.
+
+Tasks whose verifier cannot run (missing program, permission) are dropped by `check` with the
+reason; a verifier that crashes or hangs during a rollout makes that trajectory an error, left
+out of training.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.engine import EngineError, Request, Result, SamplingParams
+from training.rl.trajectory import Trajectory, Turn
+
+LIMIT_STOPS = ("max_steps", "max_tokens", "wall_time", "context_overflow")
+VERSION_RE = re.compile(r"@rl(\d+)$")
+
+
+def policy_version(model_version: str) -> int:
+    """The integer policy version in a checkpoint version like "run@rl12" (0 for the initial)."""
+    match = VERSION_RE.search(model_version or "")
+    return int(match.group(1)) if match else 0
+
+
+def version_name(run: str, version: int) -> str:
+    return f"{run}@rl{version}"
+
+
+# --- the toy ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MagicTask:
+    id: str
+    index: int
+    prompt_ids: tuple[int, ...]
+
+
+@dataclass
+class MagicTokenEnv:
+    tasks_count: int = 4  # prompts
+    every: int = 8  # token t pays on task i when t % every == i % every
+    max_tokens: int = 1  # output tokens sampled (only the first one is judged)
+    temperature: float = 1.0
+
+    def tasks(self, split: str) -> list[MagicTask]:
+        return [
+            MagicTask(f"magic-{i}", i, (40 + i, 50 + i, 60 + i)) for i in range(self.tasks_count)
+        ]
+
+    def check(self, task: MagicTask) -> str:
+        return ""
+
+    def paid(self, task: MagicTask, token: int) -> bool:
+        return token % self.every == task.index % self.every
+
+    def rollout(self, engine, tokenizer, task: MagicTask, group_size: int, seed: int):
+        params = SamplingParams(
+            max_tokens=self.max_tokens, temperature=self.temperature, seed=seed, n=group_size
+        )
+        result = engine.generate(Request(prompt=list(task.prompt_ids), params=params))
+        out = []
+        for i, comp in enumerate(result.completions):
+            hit = bool(comp.token_ids) and self.paid(task, comp.token_ids[0])
+            version = policy_version(comp.model_version or engine.model_version)
+            turn = Turn(list(task.prompt_ids), list(comp.token_ids), list(comp.logprobs or []),
+                        version, comp.finish_reason)  # fmt: skip
+            signals = {"tests_after_passed": int(hit), "tests_after_failed": int(not hit)}
+            out.append(Trajectory(task.id, i, [turn], signals, "answered", passed=hit))
+        return out
+
+
+# --- the harness -----------------------------------------------------------------------------
+
+
+class RecordingEngine:
+    """An Engine that passes requests through to `engine` and records every model turn."""
+
+    def __init__(self, engine, tokenizer) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.turns: list[Turn] = []
+        self.errors: list[str] = []
+
+    @property
+    def model_version(self) -> str:
+        return self.engine.model_version
+
+    @property
+    def context_length(self) -> int:
+        return self.engine.context_length
+
+    def prompt_ids(self, request: Request) -> list[int]:
+        """The prompt as the local engine tokenizes it (chat template, no special tokens added)."""
+        if request.messages is not None:
+            text = self.tokenizer.apply_chat_template(
+                request.messages, tools=request.tools, add_generation_prompt=True, tokenize=False
+            )
+            return self.tokenizer.encode(text, add_special_tokens=False)
+        if isinstance(request.prompt, str):
+            return self.tokenizer.encode(request.prompt, add_special_tokens=False)
+        return list(request.prompt or [])
+
+    def generate(self, request: Request) -> Result:
+        result = self.engine.generate(request)
+        prompt = self.prompt_ids(request)
+        if len(prompt) != result.metrics.prompt_tokens:
+            self.errors.append(
+                f"prompt token ids do not match the engine's ({len(prompt)} here, "
+                f"{result.metrics.prompt_tokens} in the engine): the tokenizer differs"
+            )
+        for comp in result.completions[:1]:
+            version = policy_version(comp.model_version or self.engine.model_version)
+            self.turns.append(
+                Turn(
+                    prompt,
+                    list(comp.token_ids),
+                    list(comp.logprobs or []),
+                    version,
+                    comp.finish_reason,
+                )  # fmt: skip
+            )
+        return result
+
+    def stream(self, request: Request):
+        raise EngineError("rollouts record model turns through generate(); stream is not used")
+
+    def swap(self, model: str) -> str:
+        return self.engine.swap(model)
+
+    def close(self) -> None:
+        pass  # the worker owns the engine
+
+
+_UNITTEST_RAN = re.compile(r"^Ran (\d+) tests?", re.MULTILINE)
+_UNITTEST_FAILED = re.compile(r"FAILED \(([^)]*)\)")
+_PYTEST = re.compile(r"(\d+) (passed|failed|error|errors)\b")
+
+
+def count_tests(code: int, output: str) -> tuple[int, int]:
+    """(passed, failed) from unittest or pytest output; (1, 0) / (0, 1) by exit code otherwise."""
+    ran = _UNITTEST_RAN.search(output)
+    if ran:
+        total = int(ran.group(1))
+        failed = 0
+        bad = _UNITTEST_FAILED.search(output)
+        if bad:
+            failed = sum(int(n) for n in re.findall(r"(?:failures|errors)=(\d+)", bad.group(1)))
+        if total:
+            return total - min(failed, total), min(failed, total)
+    counts = {"passed": 0, "failed": 0}
+    for n, kind in _PYTEST.findall(output):
+        counts["passed" if kind == "passed" else "failed"] += int(n)
+    if counts["passed"] or counts["failed"]:
+        return counts["passed"], counts["failed"]
+    return (1, 0) if code == 0 else (0, 1)
+
+
+def load_rl_tasks(path: str | Path, split: str) -> list:
+    """Synthetic tasks (`flywheel train tasks`) or telemetry's rl_tasks/benchmark.jsonl rows."""
+    from training.tasks import Task, load_tasks
+
+    path = Path(path)
+    file = path / "tasks.jsonl" if path.is_dir() else path
+    if not file.exists():
+        raise FileNotFoundError(
+            f"no tasks at {str(file)!r}: make them with `flywheel train tasks --out DIR` or "
+            "export them with `flywheel telemetry export`"
+        )
+    first = next((line for line in file.read_text().splitlines() if line.strip()), "{}")
+    if "workspace" not in json.loads(first):
+        return load_tasks(file, split)
+    # A telemetry export: rl_tasks.jsonl trains, benchmark.jsonl beside it is held out.
+    source = file if split == "train" else file.with_name("benchmark.jsonl")
+    if not source.exists():
+        return []
+    tasks = []
+    for line in source.read_text().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if not row.get("verify"):
+            continue
+        tasks.append(
+            Task(
+                row["id"],
+                "telemetry",
+                row["id"],
+                split,
+                row["instruction"],
+                row["workspace"],
+                {},
+                test_command=row["verify"],
+            )  # fmt: skip
+        )
+    return tasks
+
+
+@dataclass
+class HarnessEnv:
+    tasks_path: str
+    max_turns: int = 8  # model turns per rollout
+    turn_max_tokens: int = 512
+    temperature: float = 1.0
+    wall_s: float = 120.0  # the harness's running-time limit per rollout
+    limit: int = 0  # at most this many training tasks
+
+    def tasks(self, split: str) -> list:
+        tasks = load_rl_tasks(self.tasks_path, split)
+        if split == "train" and self.limit:
+            tasks = tasks[: self.limit]
+        return tasks
+
+    def check(self, task) -> str:
+        """The verifier must run on the untouched workspace (it is expected to fail there)."""
+        from training.tasks import run_tests
+
+        try:
+            code, output = run_tests(task.files, task.test_command, timeout=60)
+        except OSError as exc:
+            return f"verifier {task.test_command!r} cannot run: {exc}"
+        if code in (126, 127):
+            return f"verifier {task.test_command!r} cannot run (exit {code}): {output[-200:]}"
+        return ""
+
+    def rollout(self, engine, tokenizer, task, group_size: int, seed: int) -> list[Trajectory]:
+        return [self.one(engine, tokenizer, task, i, seed + i) for i in range(group_size)]
+
+    def one(self, engine, tokenizer, task, sample: int, seed: int) -> Trajectory:
+        from agent.harness import Harness, HarnessConfig, Workspace
+        from agent.harness.graph import _fingerprint
+        from training.tasks import TEST_TIMEOUT_S, _run, task_tools_config
+
+        t0 = time.monotonic()
+        root = Path(tempfile.mkdtemp(prefix="flywheel-rollout-"))
+        recording = RecordingEngine(engine, tokenizer)
+        counts: dict[str, Any] = {"tool_calls": 0, "tool_errors": 0, "invalid_tool_calls": 0}
+        seen: set[str] = set()
+        repeated = 0
+
+        def on_event(event: dict) -> None:
+            nonlocal repeated
+            if event.get("kind") == "assistant":
+                calls = event.get("calls") or []
+                counts["tool_calls"] += len(calls) + len(event.get("errors") or [])
+                counts["invalid_tool_calls"] += len(event.get("errors") or [])
+                for call in calls:
+                    fp = _fingerprint(call["name"], call["arguments"])
+                    repeated += fp in seen
+                    seen.add(fp)
+            elif event.get("kind") == "tool" and event.get("is_error"):
+                counts["tool_errors"] += 1
+
+        traj = Trajectory(task.id, sample, [])
+        harness = None
+        try:
+            for path, text in task.files.items():
+                Path(root, path).parent.mkdir(parents=True, exist_ok=True)
+                Path(root, path).write_text(text)
+            harness = Harness(
+                recording,
+                Workspace(root),
+                HarnessConfig(
+                    max_steps=self.max_turns,
+                    max_wall_s=self.wall_s,
+                    turn_max_tokens=self.turn_max_tokens,
+                    temperature=self.temperature,
+                    seed=seed,
+                    editor="rollout",
+                    tools=task_tools_config(task),
+                ),
+                on_event=on_event,
+            )
+            outcome = harness.start(task.instruction, verify_command=task.test_command)
+            while outcome.approval:  # risky actions are refused, as a cautious user would
+                outcome = harness.resume(outcome.thread_id, False)
+            for path, text in task.files.items():
+                if Path(path).name.startswith("test_"):
+                    Path(root, path).write_text(text)
+            try:
+                code, output = _run(task.test_command, str(root), TEST_TIMEOUT_S)
+            except OSError as exc:
+                traj.error = f"verifier {task.test_command!r} could not run: {exc}"
+                code, output = 1, ""
+            passed, failed = count_tests(code, output)
+            traj.turns = recording.turns
+            traj.stop_reason = outcome.stop_reason or "waiting"
+            traj.passed = code == 0 and not traj.error
+            last = recording.turns[-1].finish_reason if recording.turns else ""
+            traj.truncated = traj.stop_reason in LIMIT_STOPS or last == "length"
+            traj.signals = {
+                "tests_after_passed": passed,
+                "tests_after_failed": failed,
+                "final_message": outcome.final,
+                "final_message_chars": len(outcome.final or ""),
+                "stop_reason": traj.stop_reason,
+                "stop_detail": outcome.detail,
+                "repeated_tool_calls": repeated,
+                **counts,
+            }
+            if code == 124:
+                traj.error = traj.error or "the verifier timed out"
+            if recording.errors:
+                traj.error = traj.error or recording.errors[0]
+        except Exception as exc:  # a crashed rollout is one bad trajectory, not a dead run
+            traj.turns = recording.turns
+            traj.error = f"rollout crashed: {type(exc).__name__}: {exc}"
+        finally:
+            if harness is not None:
+                harness.close()
+            shutil.rmtree(root, ignore_errors=True)
+        traj.seconds = time.monotonic() - t0
+        return traj
+
+
+def make_env(recipe) -> MagicTokenEnv | HarnessEnv:
+    if recipe.env == "magic":
+        return MagicTokenEnv(
+            recipe.magic_tasks, recipe.magic_every, recipe.max_tokens, recipe.temperature
+        )
+    return HarnessEnv(
+        recipe.tasks,
+        max_turns=recipe.max_turns,
+        turn_max_tokens=recipe.max_tokens,
+        temperature=recipe.temperature,
+        wall_s=recipe.rollout_wall_s,
+        limit=recipe.task_limit,
+    )
