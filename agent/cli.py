@@ -25,6 +25,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "agent.models_cli",
         "the model registry: list, show, add, promote (gated), rollback",
     ),
+    "cycle": (
+        "training.cycle",
+        "train on new sessions, benchmark, gate, promote (--watch repeats)",
+    ),
     "train": ("training.cli", "build data and tasks; run a training stage from a recipe"),
     "tokenizer": ("agent.tokenizer", "train a byte-level BPE tokenizer from source files"),
     "dashboard": ("training.dashboard", "local web page: sessions, acceptance, rewards, models"),

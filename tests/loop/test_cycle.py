@@ -1,0 +1,108 @@
+"""`flywheel cycle` (issue 8): logged sessions -> a trained, benchmarked, gated candidate that a
+running server picks up; one cycle at a time; clear messages when there is nothing to do."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+import httpx
+
+from tests.flywheel_server import running_server
+from tests.loop.conftest import record_sessions
+from training import cycle
+from training.cycle import CycleBusy, cycle_lock, due
+
+MODULES = {"cycle": "training.cycle", "models": "agent.models_cli"}
+
+
+def flywheel(command: str, *args: str) -> subprocess.CompletedProcess:
+    """`flywheel COMMAND ARGS` once agent/cli.py lists it; `python -m MODULE ARGS` until then."""
+    from agent.cli import COMMANDS
+
+    head = ["agent.cli", command] if command in COMMANDS else [MODULES[command]]
+    return subprocess.run([sys.executable, "-m", *head, *args], capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+
+
+def version_and_ids(url: str) -> tuple[str, list[int]]:
+    body = {"prompt": "def add(a, b):", "max_tokens": 6, "temperature": 1.0, "seed": 0,
+            "return_token_ids": True}  # fmt: skip
+    answer = httpx.post(url + "/v1/completions", json=body, timeout=60).json()
+    return answer["system_fingerprint"], answer["choices"][0]["token_ids"]
+
+
+def test_cycle_trains_gates_promotes_and_the_server_follows(registry, tiny_checkpoint, tmp_path):
+    db = tmp_path / "telemetry.db"
+    record_sessions(db, 3)
+    v1 = registry.add(tiny_checkpoint)
+    registry.promote(v1, forced=True)
+    flags = ("--registry", str(registry.root), "--reload-interval", "600")
+    with running_server("registry", *flags) as url:
+        before = version_and_ids(url)
+        assert before[0] == v1
+        done = flywheel("cycle", "--quick", "--registry", str(registry.root), "--telemetry-db",
+                        str(db), "--work", str(tmp_path / "work"), "--held-out-percent", "0",
+                        "--bench-projects", "1", "--bench-tasks", "4")  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        candidate = registry.promoted()
+        assert candidate != v1 and f"{candidate} promoted" in done.stdout
+        after = version_and_ids(url)
+        assert after[0] == candidate and after[1] != before[1]  # new weights, next request
+        assert flywheel("models", "--registry", str(registry.root), "rollback").returncode == 0
+        assert version_and_ids(url) == before
+
+    record = registry.get(candidate)
+    assert record["parent"] == v1 and set(record["recipe"]) == {"sft", "mtp"}
+    assert record["data"]["new_trajectories"] == 3 and record["reward"].startswith("total@")
+    assert record["gate"][-1]["accepted"] and record["benchmarks"][0]["provisional"]
+    assert (registry.verify(candidate) / "mtp" / "model.safetensors").exists()
+    conn = sqlite3.connect(db)
+    runs = dict(conn.execute("SELECT stage, status FROM training_runs").fetchall())
+    assert runs["cycle"] == "promoted" and runs["sft"] == "done" and runs["mtp"] == "done"
+    (metrics,) = conn.execute("SELECT metrics FROM model_versions WHERE id = ?", (candidate,))
+    assert "oracle_logprob" in json.loads(metrics[0])["benchmark"]
+
+    # Nothing new since: the next cycle says so and trains nothing.
+    again = flywheel("cycle", "--quick", "--registry", str(registry.root), "--telemetry-db",
+                     str(db), "--work", str(tmp_path / "work"))  # fmt: skip
+    assert again.returncode == 0 and "0 new session(s)" in again.stdout
+    assert registry.promoted() == v1 and len(registry.versions()) == 2
+
+
+def test_two_cycles_at_once_one_is_refused(registry, tmp_path, capsys):
+    db = tmp_path / "telemetry.db"
+    args = ["--registry", str(registry.root), "--telemetry-db", str(db),
+            "--work", str(tmp_path / "w")]  # fmt: skip
+    with cycle_lock(registry.root):
+        assert cycle.main(args) == 3
+        err = capsys.readouterr().err
+        assert "another flywheel cycle is running" in err and "pid" in err
+        try:
+            with cycle_lock(registry.root):
+                raise AssertionError("the lock was taken twice")
+        except CycleBusy:
+            pass
+    assert cycle.main(args) == 2  # the lock is free again; now the missing database is named
+    assert "no telemetry database at" in capsys.readouterr().err
+
+
+def test_an_empty_telemetry_database_is_a_clear_skip(registry, tmp_path, capsys):
+    from telemetry import open_db
+
+    db = tmp_path / "empty.db"
+    open_db(db).conn.close()
+    args = ["--registry", str(registry.root), "--telemetry-db", str(db), "--work", str(tmp_path)]
+    assert cycle.main(args) == 0
+    assert "has no sessions yet" in capsys.readouterr().out
+    assert not registry.exists()
+
+
+def test_when_a_watched_cycle_is_due():
+    state = {"last_at": 1000.0}
+    assert due(state, 5, 1001.0, min_sessions=5, period_s=3600) == "5 new session(s) (>= 5)"
+    assert due(state, 4, 1001.0, min_sessions=5, period_s=3600) == ""
+    assert due(state, 1, 4600.0, min_sessions=5, period_s=3600).startswith("3600 s since")
+    assert due(state, 0, 9999.0, min_sessions=5, period_s=3600) == ""  # nothing new to learn

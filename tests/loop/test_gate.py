@@ -1,0 +1,75 @@
+"""The promotion gate (issue 8): an equal-or-better candidate passes, a deliberately worse one
+(weights perturbed) is rejected with reasons, and undecidable cases are refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from training.gate import GateConfig, GateError, compare, gate_promotion
+from training.provisional_bench import BenchConfig, run_benchmark
+
+BENCH = BenchConfig(projects=1, max_tasks=4)
+
+
+def rows(values):
+    return {"task_set": "s", "metrics": {"pass": "higher"},
+            "tasks": [{"id": f"t{i}", "scores": {"pass": v}} for i, v in enumerate(values)]}  # fmt: skip
+
+
+def test_worked_example_of_the_docstring():
+    current = rows([1, 1, 1, 1, 1, 1])
+    assert compare(rows([1, 1, 1, 1, 1, 0]), current).accepted  # one task lost: noise
+    worse = compare(rows([-0.2, 0.1, -0.1, 0, -0.3, 0.2]), current)
+    assert not worse.accepted
+    assert worse.reasons[0] == "rejected: worse than the current version beyond noise on pass"
+    (c,) = worse.comparisons
+    assert c.interval[1] < 0 and c.tasks == 6 and c.method == "paired bootstrap"
+
+
+def test_interval_fallback_and_flat_rows():
+    cand = {"summary": {"pass": {"mean": 0.2, "ci95": [0.1, 0.3]}}}
+    cur = {"summary": {"pass": {"mean": 0.8, "ci95": [0.7, 0.9]}}}
+    decision = compare(cand, cur)
+    assert not decision.accepted and decision.comparisons[0].method == "interval overlap"
+    flat = {"results": [{"task_id": "a", "passed": True, "wall_s": 3.0},
+                        {"task_id": "b", "passed": False, "wall_s": 1.0}]}  # fmt: skip
+    decision = compare(flat, flat)  # timings are never gated without a declaration
+    assert decision.accepted and [c.metric for c in decision.comparisons] == ["passed"]
+    with pytest.raises(GateError, match="share 0 scored task"):
+        compare(rows([1]), {"tasks": [{"id": "other", "scores": {"pass": 1}}]})
+
+
+def test_equal_accepted_perturbed_rejected_with_reasons(
+    registry, tiny_checkpoint, perturbed_checkpoint
+):
+    v1 = registry.add(tiny_checkpoint)
+    same = registry.add(tiny_checkpoint)
+    worse = registry.add(perturbed_checkpoint)
+    registry.promote(v1, forced=True)
+    for vid in (v1, same, worse):
+        registry.attach_benchmark(vid, run_benchmark(registry.verify(vid), BENCH))
+
+    equal = gate_promotion(registry, same)
+    assert equal.accepted, equal.reasons
+    assert equal.comparisons[0].difference == 0.0
+
+    decision = gate_promotion(registry, worse, GateConfig())
+    assert not decision.accepted
+    assert decision.reasons[0].startswith("rejected: worse than the current version beyond noise")
+    assert "oracle_logprob" in decision.reasons[1] and "worse beyond noise" in decision.reasons[1]
+    (c,) = decision.comparisons
+    assert c.candidate < c.current and c.interval[1] < -c.tolerance
+
+    # The better one (the original, against the perturbed one promoted) passes.
+    registry.promote(worse, forced=True)
+    assert gate_promotion(registry, v1).accepted
+
+
+def test_refusals(registry, tiny_checkpoint):
+    v1, v2 = registry.add(tiny_checkpoint), registry.add(tiny_checkpoint)
+    registry.promote(v1, forced=True)
+    with pytest.raises(GateError, match="has no benchmark result"):
+        gate_promotion(registry, v2)
+    registry.attach_benchmark(v2, rows([1, 1]))
+    with pytest.raises(GateError, match="not benchmarked on the task set"):
+        gate_promotion(registry, v2)

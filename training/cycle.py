@@ -1,0 +1,569 @@
+"""`flywheel cycle`: new sessions -> training -> benchmark -> gate -> promotion, as one recorded run.
+
+One cycle, in order:
+
+    lock       one cycle per registry at a time (fcntl lock on REGISTRY/cycle.lock; a second
+               cycle is refused with the first one's pid)
+    sessions   count sessions logged since the last cycle (the watermark in WORK/state.json);
+               fewer than `min_sessions` -> skipped, nothing trained
+    base       an empty registry first gets `base` (the starter model) as its promoted version
+    export     telemetry.export of the whole store; the rows no earlier cycle used are new
+    train      from the promoted version, the stages the new data calls for:
+                 pretrain  on new code (file snapshots, task workspaces) when there are at least
+                           `min_code_chars` characters of it
+                 sft       on new good trajectories (tasks whose reward >= `min_reward`) when
+                           there are at least `min_trajectories`
+               nothing to train on -> skipped
+    mtp        re-distill the MTP heads on the new model (its trunk changed; SFT drops them)
+    register   the candidate goes into the registry with its lineage: parent, export manifest,
+               stage recipes, reward function@version
+    benchmark  candidate and, when it has no result on the same task set, the promoted version
+               (the provisional benchmark, training/provisional_bench.py, until
+               training/benchmark.py is wired in)
+    gate       training/gate.py; the decision and its reasons are kept in the registry
+    promote    when accepted; running `flywheel serve` / `flywheel lsp --model registry`
+               processes switch to it by themselves
+
+Each cycle is a telemetry `training_run` (stage "cycle", running -> promoted | rejected | skipped
+| failed, its summary as config), each stage a run of its own with its metrics, and the candidate
+a `model_version`. WORK/CYCLE_ID/ keeps the export, the stage runs and summary.json.
+
+`--watch` repeats: a cycle starts when `min_sessions` new sessions are logged, or when `period_s`
+has passed since the last one and at least one session is new.
+
+    flywheel cycle --quick                              # tiny stages: a smoke test
+    flywheel cycle --watch --min-sessions 20 --period 86400
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.registry import Registry, RegistryError, path_from_cli
+from training.gate import GateConfig, GateError, gate_promotion
+from training.provisional_bench import BenchConfig
+
+# Recipe values per stage (training/recipe.py fields); `quick` replaces them with QUICK's.
+STAGE_SETTINGS: dict[str, dict[str, Any]] = {
+    "pretrain": dict(seq_len=512, batch_size=8, steps=100, lr=5e-4, warmup_steps=10,
+                     log_every=10, eval_every=50, eval_batches=2, save_every=50),
+    "sft": dict(seq_len=2048, batch_size=1, grad_accum=2, steps=60, lr=5e-4, warmup_steps=5,
+                log_every=10, eval_every=30, eval_batches=4, save_every=30),
+    "mtp": dict(seq_len=256, batch_size=4, steps=40, lr=2e-3, warmup_steps=4, log_every=10,
+                eval_every=20, eval_batches=2, save_every=20),
+}  # fmt: skip
+QUICK: dict[str, dict[str, Any]] = {
+    "pretrain": dict(seq_len=64, batch_size=2, steps=3, lr=1e-3, warmup_steps=1, log_every=1,
+                     eval_every=3, eval_batches=1, save_every=3),
+    "sft": dict(seq_len=2000, batch_size=1, steps=4, lr=3e-3, warmup_steps=1, log_every=1,
+                eval_every=4, eval_batches=1, save_every=4),
+    "mtp": dict(seq_len=32, batch_size=2, steps=2, lr=2e-3, warmup_steps=1, log_every=1,
+                eval_every=2, eval_batches=1, save_every=2),
+}  # fmt: skip
+
+
+class CycleError(RuntimeError):
+    """A cycle cannot run (no database, bad settings); the message says what to do."""
+
+
+class CycleBusy(CycleError):
+    """Another cycle holds the registry's cycle lock."""
+
+
+@dataclass
+class CycleConfig:
+    registry: str  # the model registry folder
+    telemetry_db: str  # the telemetry database the sessions come from (and runs go to)
+    work: str  # cycle folders (exports, stage runs, summaries) and state.json
+    base: str = "default"  # promoted first when the registry is empty ("default": the starter)
+    min_sessions: int = 1  # new sessions needed before a cycle trains
+    min_trajectories: int = 1  # new good trajectories needed for an SFT stage
+    min_code_chars: int = 20_000  # characters of new code needed for a pretraining stage
+    reward: str = "total"  # reward function that picks good trajectories (telemetry/rewards.py)
+    min_reward: float = 0.5  # trajectories below this reward are not trained on
+    held_out_percent: float = 10.0  # sessions kept out of training for the benchmark
+    quick: bool = False  # tiny stages (a few steps each): tests and smoke runs
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-stage recipe overrides
+    bench: BenchConfig = field(default_factory=BenchConfig)
+    gate: GateConfig = field(default_factory=GateConfig)
+    device: str = "cpu"  # torch device for training and benchmarking
+    progress: bool = False  # progress lines from the stages
+
+    def __post_init__(self) -> None:
+        if self.min_sessions < 1 or self.min_trajectories < 1 or self.min_code_chars < 1:
+            raise CycleError("min_sessions, min_trajectories and min_code_chars must be >= 1")
+        unknown = set(self.stages) - set(STAGE_SETTINGS)
+        if unknown:
+            raise CycleError(f"unknown stage(s) {sorted(unknown)}; use {sorted(STAGE_SETTINGS)}")
+
+    def recipe_values(self, stage: str) -> dict[str, Any]:
+        return {**(QUICK if self.quick else STAGE_SETTINGS)[stage], **self.stages.get(stage, {})}
+
+
+# --- the lock and the state ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def cycle_lock(registry_root: str | Path) -> Iterator[None]:
+    """Hold REGISTRY/cycle.lock, or raise CycleBusy naming the cycle that holds it."""
+    root = Path(registry_root)
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / "cycle.lock"
+    with path.open("a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise CycleBusy(
+                f"another flywheel cycle is running on {root} ({holder}); wait for it to "
+                "finish, or stop it (the lock is released when its process ends)"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.seek(0)
+            handle.truncate()
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def load_state(work: Path) -> dict[str, Any]:
+    path = work / "state.json"
+    if not path.exists():
+        return {"watermark": 0.0, "cycles": 0, "used_sft": [], "used_text": [], "last_at": 0.0}
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CycleError(
+            f"{path} is damaged ({exc}): remove it to treat every session as new"
+        ) from exc
+
+
+def save_state(work: Path, state: dict[str, Any]) -> None:
+    tmp = work / "state.json.tmp"
+    tmp.write_text(json.dumps(state, indent=2))
+    os.replace(tmp, work / "state.json")
+
+
+def new_sessions(db_path: str, since: float) -> tuple[int, int, float]:
+    """(all sessions, sessions started after `since`, the newest start) in the telemetry store."""
+    from telemetry import open_db
+
+    if not Path(db_path).exists():
+        raise CycleError(
+            f"no telemetry database at {db_path}: use Flywheel in an editor first (flywheel lsp "
+            "logs sessions there), or pass --telemetry-db"
+        )
+    db = open_db(db_path, create=False)
+    try:
+        total, fresh, newest = db.conn.execute(
+            "SELECT count(*), sum(started_at > ?), max(started_at) FROM sessions", (since,)
+        ).fetchone()
+    finally:
+        db.conn.close()
+    return int(total or 0), int(fresh or 0), float(newest or since)
+
+
+def due(state: dict[str, Any], fresh: int, now: float, min_sessions: int, period_s: float) -> str:
+    """Why a watched cycle should start now, or "" (pure: the watch loop's decision)."""
+    if fresh >= min_sessions:
+        return f"{fresh} new session(s) (>= {min_sessions})"
+    if fresh and period_s and now - state.get("last_at", 0.0) >= period_s:
+        return f"{period_s:g} s since the last cycle and {fresh} new session(s)"
+    return ""
+
+
+# --- one cycle -------------------------------------------------------------------------------
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def _train(stage: str, init: str, out: Path, config: CycleConfig, **data: Any) -> tuple[Path, dict]:
+    from training.loop import train
+    from training.recipe import Recipe
+
+    recipe = Recipe(name=f"{out.parent.name}-{stage}", stage=stage, out=str(out), init=init,
+                    device=config.device, telemetry_db=config.telemetry_db,
+                    **{**config.recipe_values(stage), **data})  # fmt: skip
+    return train(recipe, resume=False, progress=config.progress), recipe.to_dict()
+
+
+def _mtp_corpus(folder: Path, export: Path, tokenizer_dir: str, tokenizer) -> tuple[Path, int]:
+    """Text for re-distilling the heads: every exported code text and trajectory (rendered)."""
+    from training.data import CorpusConfig, build_corpus
+
+    texts = [{"text": r["text"]} for r in _jsonl(export / "pretrain.jsonl")]
+    for row in _jsonl(export / "sft.jsonl"):
+        rendered = tokenizer.apply_chat_template(row["messages"], tools=row.get("tools"),
+                                                 tokenize=False)  # fmt: skip
+        texts.append({"text": rendered})
+        # each message on its own too: near-identical sessions still give several documents
+        texts += [{"text": m["content"]} for m in row["messages"] if m.get("content")]
+    _write_jsonl(folder / "mtp_text.jsonl", texts)
+    manifest = build_corpus(
+        CorpusConfig(
+            exports=[str(folder / "mtp_text.jsonl")],
+            tokenizer=tokenizer_dir,
+            near_dup_threshold=0.95,
+            heldout_fraction=0.2,
+        ),  # fmt: skip
+        folder / "mtp_corpus",
+    )
+    tokens = min(manifest["splits"]["train"]["tokens"], manifest["splits"]["heldout"]["tokens"])
+    return folder / "mtp_corpus", tokens
+
+
+def run_cycle(config: CycleConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """One cycle (see the module docstring); returns its summary (also WORK/ID/summary.json)."""
+    registry = Registry(config.registry)
+    work = Path(config.work)
+    with cycle_lock(registry.root):
+        work.mkdir(parents=True, exist_ok=True)
+        state = load_state(work)
+        total, fresh, newest = new_sessions(config.telemetry_db, state["watermark"])
+        if total == 0:
+            return _skipped(config, log, f"the telemetry database {config.telemetry_db} has no "
+                            "sessions yet: use Flywheel in an editor first")  # fmt: skip
+        if fresh < config.min_sessions:
+            return _skipped(config, log, f"{fresh} new session(s) since the last cycle, fewer "
+                            f"than --min-sessions {config.min_sessions}")  # fmt: skip
+        cycle_id = f"cycle-{state['cycles'] + 1:04d}-{time.strftime('%Y%m%d-%H%M%S')}"
+        folder = work / cycle_id
+        folder.mkdir(parents=True)
+        run = _TelemetryRun(config.telemetry_db, cycle_id)
+        summary: dict[str, Any] = {"id": cycle_id, "new_sessions": fresh, "status": "failed"}
+        try:
+            summary.update(_cycle(config, registry, state, folder, log))
+            if summary["status"] != "skipped":
+                state.update(watermark=newest, cycles=state["cycles"] + 1, last_at=time.time(),
+                             used_sft=summary.pop("_used_sft"),
+                             used_text=summary.pop("_used_text"))  # fmt: skip
+                save_state(work, state)
+            return summary
+        finally:
+            summary.pop("_used_sft", None)
+            summary.pop("_used_text", None)
+            (folder / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+            run.end(summary)
+
+
+def _cycle(
+    config: CycleConfig, registry: Registry, state: dict, folder: Path, log: Callable[[str], None]
+) -> dict[str, Any]:
+    from agent.model import resolve_model
+    from telemetry import export
+
+    out: dict[str, Any] = {}
+    if registry.promoted() is None:
+        base = registry.add(resolve_model(config.base), note="the base model of the first cycle")
+        registry.promote(base, forced=True, reason="baseline: the first version of the registry")
+        log(f"registry was empty: {base} (from {config.base}) is the baseline")
+    parent = registry.promoted()
+    out["parent"] = parent
+    report = export(config.telemetry_db, folder / "export", reward=config.reward,
+                    min_reward=config.min_reward,
+                    held_out_percent=config.held_out_percent)  # fmt: skip
+    manifest = report.manifest
+    sft_rows = _jsonl(folder / "export" / "sft.jsonl")
+    text_rows = _jsonl(folder / "export" / "pretrain.jsonl")
+    used_sft, used_text = set(state["used_sft"]), set(state["used_text"])
+    new_sft = [r for r in sft_rows if r["id"] not in used_sft]
+    new_text = [r for r in text_rows if r["id"] not in used_text]
+    code_chars = sum(len(r["text"]) for r in new_text)
+    out["_used_sft"] = sorted(used_sft | {r["id"] for r in sft_rows})
+    out["_used_text"] = sorted(used_text | {r["id"] for r in text_rows})
+    out["data"] = {"new_trajectories": len(new_sft), "new_code_chars": code_chars,
+                   "export": {k: v["count"] for k, v in manifest["files"].items()}}  # fmt: skip
+    plan = []
+    if code_chars >= config.min_code_chars:
+        plan.append("pretrain")
+    if len(new_sft) >= config.min_trajectories:
+        plan.append("sft")
+    if not plan:
+        out["status"] = "skipped"
+        out["reason"] = (
+            f"nothing to learn from: {len(new_sft)} new good trajectories (< "
+            f"{config.min_trajectories}) and {code_chars} characters of new code "
+            f"(< {config.min_code_chars})"
+        )
+        log(f"cycle skipped: {out['reason']}")
+        return out
+
+    current = str(registry.verify(parent))
+    recipes: dict[str, Any] = {}
+    for stage in plan:
+        log(f"training {stage} from {Path(current).name} ...")
+        if stage == "pretrain":
+            from training.data import CorpusConfig, build_corpus
+
+            _write_jsonl(folder / "new_code.jsonl", new_text)
+            build_corpus(CorpusConfig(exports=[str(folder / "new_code.jsonl")], tokenizer=current,
+                                      heldout_fraction=0.1), folder / "code_corpus")  # fmt: skip
+            model, recipes[stage] = _train(stage, current, folder / stage, config,
+                                           data=str(folder / "code_corpus"))  # fmt: skip
+        else:
+            _write_jsonl(folder / "new_sft.jsonl", new_sft)
+            model, recipes[stage] = _train(stage, current, folder / stage, config,
+                                           sft_data=[str(folder / "new_sft.jsonl")])  # fmt: skip
+        current = str(model)
+
+    from transformers import AutoTokenizer
+
+    from training.data import CorpusError
+
+    try:
+        corpus, tokens = _mtp_corpus(folder, folder / "export", current,
+                                     AutoTokenizer.from_pretrained(current))  # fmt: skip
+    except CorpusError as exc:
+        corpus, tokens = folder, 0
+        log(f"no text to re-distill the MTP heads on: {exc}")
+    seq_len = min(config.recipe_values("mtp")["seq_len"], tokens - 1)
+    if seq_len >= 8:
+        log("re-distilling the MTP heads ...")
+        model, recipes["mtp"] = _train("mtp", current, folder / "mtp", config, data=str(corpus),
+                                       **({"seq_len": seq_len}))  # fmt: skip
+        current = str(model)
+    else:
+        log(f"MTP heads not re-distilled: only {tokens} tokens of text (the candidate has none)")
+    reward = manifest["reward"]
+    candidate = registry.add(
+        current,
+        parent=parent,
+        data={
+            "export": manifest["files"],
+            "sessions": manifest["sessions"],
+            "held_out": manifest["held_out"],
+            **out["data"],
+        },  # fmt: skip
+        recipe=recipes,
+        reward=f"{reward['function']}@{reward['version']} (min {reward['min']})",
+        note=f"trained by {folder.name}",
+    )
+    out["candidate"] = candidate
+    out["stages"] = list(recipes)
+    log(f"candidate {candidate}; benchmarking ...")
+    results = _benchmark(config, registry, candidate, parent, log)
+    out["benchmark"] = results
+    try:
+        decision = gate_promotion(registry, candidate, config.gate)
+    except GateError as exc:
+        out.update(status="rejected", reasons=[f"the gate could not decide: {exc}"])
+        return out
+    registry.record_gate(candidate, decision.to_dict())
+    out["reasons"] = decision.reasons
+    if decision.accepted:
+        registry.promote(candidate, reason=f"gate accepted ({folder.name})")
+        out["status"] = "promoted"
+    else:
+        out["status"] = "rejected"
+    for line in decision.reasons:
+        log(f"  {line}")
+    log(f"cycle {folder.name}: {candidate} {out['status']} (parent {parent})")
+    return out
+
+
+def _benchmark(
+    config: CycleConfig, registry: Registry, candidate: str, parent: str, log: Callable
+) -> dict[str, Any]:
+    """Score the candidate, and the parent when it has no result on the same task set."""
+    from training.provisional_bench import benchmark_tasks, run_benchmark, task_set_id
+
+    tasks = benchmark_tasks(config.bench)
+    task_set = task_set_id(tasks, config.bench)
+    out = {}
+    for vid in (candidate, parent):
+        known = [r for r in registry.get(vid)["benchmarks"] if r.get("task_set") == task_set]
+        if known:
+            out[vid] = known[-1]["summary"]
+            continue
+        result = run_benchmark(registry.verify(vid), config.bench, tasks)
+        registry.attach_benchmark(vid, result)
+        out[vid] = result["summary"]
+        log(f"  {vid}: " + ", ".join(f"{k} {v['mean']:.4g}" for k, v in result["summary"].items()))
+    return out
+
+
+def _skipped(config: CycleConfig, log: Callable[[str], None], reason: str) -> dict[str, Any]:
+    log(f"cycle skipped: {reason}")
+    return {"status": "skipped", "reason": reason}
+
+
+class _TelemetryRun:
+    """The cycle as a telemetry `training_run` (stage "cycle"), and its candidate's version."""
+
+    def __init__(self, db: str, run_id: str) -> None:
+        from telemetry import Recorder
+
+        self.run_id = run_id
+        self.recorder = Recorder(db)
+        self.recorder.record("training_run", id=run_id, stage="cycle", status="running")
+
+    def end(self, summary: dict[str, Any]) -> None:
+        self.recorder.record(
+            "training_run", id=self.run_id, stage="cycle", status=summary.get("status"),
+            model_in=summary.get("parent"), model_out=summary.get("candidate"),
+            ended_at=time.time(), config=summary,
+        )  # fmt: skip
+        if summary.get("candidate"):
+            bench = (summary.get("benchmark") or {}).get(summary["candidate"], {})
+            self.recorder.record(
+                "model_version", id=summary["candidate"], parent=summary.get("parent"),
+                stage="cycle", metrics={"benchmark": bench, "gate": summary.get("reasons")},
+                promoted_at=time.time() if summary.get("status") == "promoted" else None,
+            )  # fmt: skip
+        self.recorder.close()
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+def _xdg(environ: dict[str, str], *parts: str) -> str:
+    home = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return str(Path(home, "flywheel", *parts))
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="flywheel cycle",
+        description="Train on new sessions, benchmark, gate, promote: one recorded run "
+        "(--watch: repeat when enough sessions are new or a period has passed).",
+    )
+    p.add_argument("--watch", action="store_true", help="keep running cycles when due")
+    p.add_argument("--min-sessions", type=int, default=1, help="new sessions to start a cycle")
+    p.add_argument(
+        "--period",
+        type=float,
+        default=86400.0,
+        help="with --watch: also start after this many seconds if any session is new",
+    )
+    p.add_argument("--poll", type=float, default=60.0, help="with --watch: seconds between looks")
+    p.add_argument("--registry", help="model registry (default: $FLYWHEEL_REGISTRY or XDG data)")
+    p.add_argument("--telemetry-db", help="telemetry file (default: $FLYWHEEL_DB or XDG data)")
+    p.add_argument("--work", help="cycle folders (default: $XDG_DATA_HOME/flywheel/cycles)")
+    p.add_argument("--base", default="default", help="model to start an empty registry from")
+    p.add_argument("--min-trajectories", type=int, default=1, help="new good trajectories for SFT")
+    p.add_argument("--min-code-chars", type=int, default=20_000, help="new code for pretraining")
+    p.add_argument("--min-reward", type=float, default=0.5, help="reward a trajectory needs")
+    p.add_argument(
+        "--held-out-percent",
+        type=float,
+        default=10.0,
+        help="sessions kept out of training for the benchmark (default 10)",
+    )
+    p.add_argument("--quick", action="store_true", help="tiny stages (a few steps): smoke tests")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="STAGE.KEY=VALUE",
+        help="override a stage's recipe value, e.g. sft.steps=100 (repeatable)",
+    )
+    p.add_argument("--bench-projects", type=int, default=2, help="synthetic projects to score on")
+    p.add_argument("--bench-tasks", type=int, default=8, help="benchmark tasks (held out)")
+    p.add_argument(
+        "--harness-tasks",
+        type=int,
+        default=0,
+        help="of those, run this many through the harness for pass/fail (slower)",
+    )
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    return p  # fmt: skip
+
+
+def _stage_overrides(pairs: list[str]) -> dict[str, dict[str, Any]]:
+    from training.recipe import parse_overrides
+
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in parse_overrides(pairs).items():
+        stage, dot, name = key.partition(".")
+        if not dot or stage not in STAGE_SETTINGS:
+            raise CycleError(
+                f"--set {key}=...: use STAGE.KEY with STAGE in {sorted(STAGE_SETTINGS)}"
+            )
+        out.setdefault(stage, {})[name] = value
+    return out
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    env = dict(os.environ)
+    try:
+        config = CycleConfig(
+            registry=str(path_from_cli(args.registry)),
+            telemetry_db=args.telemetry_db or env.get("FLYWHEEL_DB") or _xdg(env, "telemetry.db"),
+            work=args.work or _xdg(env, "cycles"),
+            base=args.base,
+            min_sessions=args.min_sessions,
+            min_trajectories=args.min_trajectories,
+            min_code_chars=args.min_code_chars,
+            min_reward=args.min_reward,
+            held_out_percent=args.held_out_percent,
+            quick=args.quick,
+            stages=_stage_overrides(args.set),
+            bench=BenchConfig(projects=args.bench_projects, max_tasks=args.bench_tasks,
+                              harness_tasks=args.harness_tasks, device=args.device),
+            device=args.device,
+            progress=True,
+        )  # fmt: skip
+        if not args.watch:
+            summary = run_cycle(config, log=lambda line: print(line, flush=True))
+            return 1 if summary["status"] == "rejected" else 0
+        return _watch(config, args.period, args.poll)
+    except CycleBusy as exc:
+        print(f"flywheel cycle: {exc}", file=sys.stderr)
+        return 3
+    except (CycleError, RegistryError, GateError, ValueError, FileNotFoundError) as exc:
+        print(f"flywheel cycle: {exc}", file=sys.stderr)
+        return 2
+
+
+def _watch(config: CycleConfig, period_s: float, poll_s: float) -> int:
+    if poll_s <= 0:
+        raise CycleError("--poll must be > 0 seconds")
+    print(f"flywheel cycle: watching {config.telemetry_db} (a cycle at {config.min_sessions} new "
+          f"session(s) or every {period_s:g} s)", flush=True)  # fmt: skip
+    while True:
+        state = load_state(Path(config.work))
+        try:
+            _, fresh, _ = new_sessions(config.telemetry_db, state["watermark"])
+        except CycleError as exc:
+            print(f"flywheel cycle: {exc}", file=sys.stderr, flush=True)
+            fresh = 0
+        reason = due(state, fresh, time.time(), config.min_sessions, period_s)
+        if reason:
+            print(f"flywheel cycle: starting ({reason})", flush=True)
+            try:
+                run_cycle(dataclasses.replace(config, min_sessions=1),
+                          log=lambda line: print(line, flush=True))  # fmt: skip
+            except CycleBusy as exc:
+                print(f"flywheel cycle: {exc}", file=sys.stderr, flush=True)
+            except Exception as exc:  # keep watching; the failed cycle is recorded
+                print(f"flywheel cycle: the cycle failed: {exc}", file=sys.stderr, flush=True)
+        time.sleep(poll_s)  # the watch loop's pace, not a wait for an event
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
