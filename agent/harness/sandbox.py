@@ -34,6 +34,7 @@ import selectors
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -81,6 +82,21 @@ class CommandResult:
         return f"{head}\n{self.output}" if self.output else head
 
 
+def _keep_under_tmp(workspace: str) -> list[str]:
+    """Read-only binds for this Python's installation when it lives under /tmp.
+
+    The sandbox gives commands an empty /tmp; a virtual environment under /tmp (a fresh clone in
+    a temporary folder, as CI makes) would vanish with it, and the project's test command, which
+    runs this interpreter, would fail with "No such file or directory".
+    """
+    binds: list[str] = []
+    for prefix in sorted({os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}):
+        inside_ws = prefix == workspace or prefix.startswith(workspace + os.sep)
+        if prefix.startswith("/tmp/") and not inside_ws:
+            binds += ["--ro-bind", prefix, prefix]
+    return binds
+
+
 class Sandbox:
     """Runs commands in one workspace folder under the limits of a `SandboxConfig`."""
 
@@ -103,6 +119,7 @@ class Sandbox:
             "--dev", "/dev",
             "--proc", "/proc",
             "--tmpfs", "/tmp",
+            *_keep_under_tmp(ws),
             "--bind", ws, ws,
             "--unshare-net",
             "--unshare-pid",

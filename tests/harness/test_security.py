@@ -180,3 +180,28 @@ def test_unconfined_mode_warns_and_needs_approval(tmp_path):
     policy = ApprovalPolicy()
     assert "unconfined" in policy.reason("run_command", {"command": "ls"}, sb.confined)
     assert policy.reason("run_command", {"command": "ls"}, True) is None
+
+
+def test_an_interpreter_under_tmp_stays_visible_in_the_sandbox(tmp_path, monkeypatch):
+    """A fresh clone's virtual environment under /tmp must survive the sandbox's empty /tmp:
+    the project's test command runs this interpreter (found when `make test` ran in a clone
+    under /tmp: every sandboxed run_tests failed with "No such file or directory")."""
+    from agent.harness import sandbox
+
+    monkeypatch.setattr(sandbox.sys, "prefix", "/tmp/clone/.venv")
+    monkeypatch.setattr(sandbox.sys, "base_prefix", "/usr/local")
+    assert sandbox._keep_under_tmp("/tmp/ws") == [
+        "--ro-bind",
+        "/tmp/clone/.venv",
+        "/tmp/clone/.venv",
+    ]
+    assert sandbox._keep_under_tmp("/tmp/clone") == []  # inside the workspace: already bound
+
+
+@needs_bwrap
+def test_this_interpreter_runs_inside_the_sandbox(tmp_path):
+    import sys
+
+    sb = Sandbox(tmp_path, SandboxConfig(timeout_s=60))
+    res = sb.run(f"{sys.executable} -c 'print(6 * 7)'")
+    assert res.exit_code == 0 and "42" in res.output, res.output
