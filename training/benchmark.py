@@ -26,6 +26,12 @@ RL rollouts) on a scratch copy of the workspace; the verifier runs in the harnes
     interaction   invalid tool calls (unparsable, unknown tool, arguments that do not fit),
                   final-message length in characters
 
+and, with BenchConfig.oracle_logprob, per task that carries an oracle trajectory (synthetic
+tasks made with `from_synthetic(task, oracle=True)`, as `flywheel cycle` does) on a local
+checkpoint: `oracle_logprob`, the mean log-probability per assistant token of that correct
+trajectory (one teacher-forced pass, no sampling). A tiny model rarely passes any task, so
+pass@1 alone cannot separate two candidates; this low-noise score can. The gate compares both.
+
 and the shape of the task set as CursorBench reports it: median changed lines of the reference
 solutions and median prompt (instruction) length.
 
@@ -87,6 +93,8 @@ class BenchTask:
     # just before `verify` runs (hidden checks, restored tests)
     test_command: str | None = None  # what the harness's run_tests runs (None: detected)
     reference_changed_lines: int | None = None  # lines the reference solution changes
+    oracle: dict | None = None  # a correct trajectory (synthetic tasks, when asked for): what
+    # `oracle_logprob` scores
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -117,27 +125,44 @@ def diff_changed_lines(diff: str) -> int:
     )
 
 
+def from_synthetic(task: Any, oracle: bool = False) -> BenchTask:
+    """A training/tasks.py Task as a benchmark task (its tests restored before verifying);
+    `oracle`: also keep its oracle trajectory, for the `oracle_logprob` score."""
+    tests = {p: text for p, text in task.files.items() if Path(p).name.startswith("test_")}
+    return BenchTask(
+        id=f"synthetic/{task.id}",
+        source="synthetic",
+        family=task.family,
+        instruction=task.instruction,
+        files=dict(task.files),
+        verify=task.test_command,
+        verify_files=tests,
+        test_command=task.test_command,
+        reference_changed_lines=changed_lines(task.files, {**task.files, **task.solution}),
+        oracle=oracle_of(task) if oracle else None,
+    )
+
+
+_ORACLES: dict[str, dict] = {}  # task id -> its oracle trajectory (made once per process)
+
+
+def oracle_of(task: Any) -> dict:
+    """A correct trajectory for a synthetic task (the harness's own prompt, tools and results),
+    deterministic per task id."""
+    import random
+
+    from training.tasks import oracle_trajectory
+
+    if task.id not in _ORACLES:
+        _ORACLES[task.id] = oracle_trajectory(task, random.Random(f"bench:{task.id}"))
+    return _ORACLES[task.id]
+
+
 def synthetic_tasks(path: str | Path, split: str = "heldout") -> list[BenchTask]:
     """Tasks of training/tasks.py (a tasks folder or tasks.jsonl); their tests are restored."""
     from training.tasks import load_tasks as load_synthetic
 
-    out = []
-    for t in load_synthetic(path, None if split == "all" else split):
-        tests = {p: text for p, text in t.files.items() if Path(p).name.startswith("test_")}
-        out.append(
-            BenchTask(
-                id=f"synthetic/{t.id}",
-                source="synthetic",
-                family=t.family,
-                instruction=t.instruction,
-                files=dict(t.files),
-                verify=t.test_command,
-                verify_files=tests,
-                test_command=t.test_command,
-                reference_changed_lines=changed_lines(t.files, {**t.files, **t.solution}),
-            )
-        )
-    return out
+    return [from_synthetic(t) for t in load_synthetic(path, None if split == "all" else split)]
 
 
 def session_tasks(path: str | Path) -> list[BenchTask]:
@@ -222,8 +247,6 @@ def load_tasks(
     (held-out by default; telemetry's benchmark.jsonl is held out already).
     Raises BenchmarkError when nothing was asked for or the sources hold no task.
     """
-    from training.evaluate import pick_tasks
-
     if sessions is None and synthetic is None and not humaneval:
         raise BenchmarkError(
             "no task source: give --sessions EXPORT (telemetry benchmark.jsonl), "
@@ -251,6 +274,21 @@ def load_tasks(
     return tasks
 
 
+def pick_tasks(tasks: list, limit: int) -> list:
+    """Up to `limit` tasks (0: all), round-robin over families so every family is represented."""
+    if not limit or limit >= len(tasks):
+        return tasks
+    by_family: dict[str, list] = {}
+    for task in sorted(tasks, key=lambda t: t.id):
+        by_family.setdefault(task.family, []).append(task)
+    picked: list = []
+    while len(picked) < limit:
+        for family in sorted(by_family):
+            if by_family[family] and len(picked) < limit:
+                picked.append(by_family[family].pop(0))
+    return picked
+
+
 # --- running ---------------------------------------------------------------------------------
 
 
@@ -266,6 +304,9 @@ class BenchConfig:
     verify_timeout_s: float = 60.0  # the verifier is killed after this; recorded as a fail
     lint: bool = True  # ruff before/after on the changed files
     resamples: int = 1000  # bootstrap resamples for the confidence intervals
+    oracle_logprob: bool = False  # also score tasks that carry an oracle trajectory by its
+    # mean log-probability per assistant token (local checkpoints only; see `oracle_logprob`)
+    oracle_max_seq: int = 2048  # tokens of the oracle scored: its end (at most the context)
 
     def __post_init__(self) -> None:
         if self.samples < 1:
@@ -302,6 +343,7 @@ class SampleResult:
     changed_lines: int  # lines the model changed
     lint_before: int | None  # ruff findings in the changed .py files before (None: no ruff)
     lint_after: int | None  # ... and after
+    parsed_calls: int = 0  # tool calls that parsed (JSON with a name and object arguments)
 
     @property
     def lint_delta(self) -> int | None:
@@ -391,12 +433,13 @@ def run_sample(engine, task: BenchTask, config: BenchConfig, sample: int) -> Sam
     from agent.harness.tools import TOOLS, check_arguments
 
     seed = sample_seed(config.seed, task.id, sample)
-    counts = {"calls": 0, "valid": 0}
+    counts = {"calls": 0, "parsed": 0, "valid": 0}
 
     def on_event(event: dict) -> None:
         if event.get("kind") == "assistant":
             calls, errors = event.get("calls") or [], event.get("errors") or []
             counts["calls"] += len(calls) + len(errors)
+            counts["parsed"] += len(calls)
             counts["valid"] += sum(
                 c["name"] in TOOLS and check_arguments(TOOLS[c["name"]], c["arguments"]) is None
                 for c in calls
@@ -454,6 +497,7 @@ def run_sample(engine, task: BenchTask, config: BenchConfig, sample: int) -> Sam
             changed_lines=changed_lines(task.files, after),
             lint_before=lint_before,
             lint_after=lint_after,
+            parsed_calls=counts["parsed"],
         )
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -531,6 +575,12 @@ def task_set_shape(tasks: list[BenchTask]) -> dict[str, Any]:
     }
 
 
+def task_set_id(task_ids: Iterable[str]) -> str:
+    """A hash of a task set's ids (what BenchmarkResult.task_set reports, before running)."""
+    ids = "\n".join(sorted(task_ids))
+    return hashlib.sha256(ids.encode()).hexdigest()[:16]
+
+
 @dataclass
 class BenchmarkResult:
     model: str  # what was asked for (folder, "default", URL)
@@ -548,8 +598,7 @@ class BenchmarkResult:
 
     def task_set(self) -> str:
         """A hash of the task ids: two results are comparable when theirs are equal."""
-        ids = "\n".join(sorted(t.task_id for t in self.tasks))
-        return hashlib.sha256(ids.encode()).hexdigest()[:16]
+        return task_set_id(t.task_id for t in self.tasks)
 
     def scores(self) -> dict[str, Any]:
         """Everything that must match between two runs with the same seed (no wall time)."""
@@ -561,9 +610,16 @@ class BenchmarkResult:
             "samples": [s.scores() for s in self.samples],
         }
 
+    def gated_metrics(self) -> dict[str, dict[str, Any]]:
+        """What the promotion gate compares: pass@1, and oracle_logprob when it was scored."""
+        out: dict[str, dict[str, Any]] = {"pass@1": {"direction": "higher", "tolerance": 0.0}}
+        if any(t.scores.get("oracle_logprob") is not None for t in self.tasks):
+            out["oracle_logprob"] = {"direction": "higher", "tolerance": ORACLE_TOLERANCE}
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON the registry stores and training/gate.py reads: `metrics` declares what to
-        gate on (pass@1, higher is better), `tasks[].scores` are the per-task scores, `summary`
+        gate on (pass@1 and oracle_logprob, higher is better), `tasks[].scores` are the per-task scores, `summary`
         the overall means with `ci95`; `groups` holds the same per source."""
 
         def intervals(metrics: dict[str, Interval | None]) -> dict[str, Any]:
@@ -576,7 +632,7 @@ class BenchmarkResult:
             "benchmark": "agent",
             "provisional": False,
             "task_set": self.task_set(),
-            "metrics": {"pass@1": {"direction": "higher", "tolerance": 0.0}},
+            "metrics": self.gated_metrics(),
             "model": self.model,
             "model_version": self.model_version,
             "config": self.config,
@@ -614,8 +670,14 @@ def score(
     tasks: list[BenchTask],
     samples: list[SampleResult],
     config: BenchConfig,
+    extra: dict[str, dict[str, float]] | None = None,
 ) -> tuple[list[TaskScore], dict[str, dict[str, Interval | None]], dict[str, dict[str, Any]]]:
-    """Per-task scores, per-group (overall and each source) means with CIs, and shapes."""
+    """Per-task scores, per-group (overall and each source) means with CIs, and shapes.
+
+    `extra`: task id -> further per-task scores (oracle_logprob), summarised like the measures.
+    """
+    extra = extra or {}
+    extra_names = sorted({m for values in extra.values() for m in values})
     by_task: dict[str, list[SampleResult]] = {}
     for s in samples:
         by_task.setdefault(s.task_id, []).append(s)
@@ -629,6 +691,7 @@ def score(
         for m in MEASURES:
             seen = [getattr(s, m) for s in runs if getattr(s, m) is not None]
             values[m] = round(sum(seen) / len(seen), 4) if seen else None
+        values.update(extra.get(t.id, {}))
         scores.append(TaskScore(t.id, t.source, t.family, n, c, values, [s.verdict for s in runs]))
     groups = {"overall": scores}
     for source in SOURCES:
@@ -643,7 +706,7 @@ def score(
                 config.resamples,
                 config.seed,
             )
-            for m in [f"pass@{k}" for k in config.ks] + list(MEASURES)
+            for m in [f"pass@{k}" for k in config.ks] + list(MEASURES) + extra_names
         }
     shape = {"overall": task_set_shape(tasks)}
     for source in SOURCES:
@@ -651,6 +714,54 @@ def score(
         if members_t:
             shape[source] = task_set_shape(members_t)
     return scores, summary, shape
+
+
+ORACLE_TOLERANCE = 0.02  # nats per token of oracle_logprob the gate lets a candidate lose
+
+
+def oracle_logprob(checkpoint: Any, oracle: dict, max_seq: int) -> float:
+    """Mean log-probability per assistant token of an oracle trajectory under `checkpoint`.
+
+    One teacher-forced forward pass over the trajectory's last `max_seq` tokens (within the
+    model's context): a continuous, low-noise measure of how well the model predicts a correct
+    solution. A tiny model rarely passes a task, so pass@1 alone cannot separate two of them;
+    this can, and it moves with small changes of the weights.
+    """
+    import torch
+
+    from training.stages import encode_conversation
+
+    ids, mask = encode_conversation(checkpoint.tokenizer, oracle, 1 << 30)
+    window = min(max_seq, int(checkpoint.trunk.config.max_position_embeddings))
+    ids, mask = ids[-window:], mask[-window:]
+    ids_t = torch.tensor([ids], device=checkpoint.trunk.device)  # [1, seq]
+    with torch.no_grad():
+        logits = checkpoint.trunk(input_ids=ids_t[:, :-1]).logits.float()  # [1, seq-1, vocab]
+    logp = torch.log_softmax(logits, -1).gather(-1, ids_t[:, 1:, None])[0, :, 0]  # [seq-1]
+    keep = torch.tensor(mask[1:], dtype=torch.bool, device=logp.device)  # [seq-1]
+    return round(float(logp[keep].mean() if keep.any() else logp.mean()), 6)
+
+
+def _oracle_scores(
+    engine: Any, tasks: list[BenchTask], config: BenchConfig, log: Callable[[str], None] | None
+) -> dict[str, dict[str, float]]:
+    """task id -> {"oracle_logprob": ...} for the tasks with an oracle; {} when the model is not
+    a local checkpoint (a server gives no log-probabilities of a whole conversation here)."""
+    from agent.engine import EngineConfig
+    from agent.model import load_checkpoint
+
+    with_oracle = [t for t in tasks if t.oracle is not None]
+    if not config.oracle_logprob or not with_oracle:
+        return {}
+    if not isinstance(engine, EngineConfig) or str(engine.model).startswith(("http:", "https:")):
+        if log:
+            log("oracle_logprob: skipped (it needs a local checkpoint, not a server)")
+        return {}
+    checkpoint = load_checkpoint(engine.model, device=engine.device)
+    return {
+        t.id: {"oracle_logprob": oracle_logprob(checkpoint, t.oracle, config.oracle_max_seq)}
+        for t in with_oracle
+    }
 
 
 def compare(
@@ -686,7 +797,9 @@ def run_benchmark(
 ) -> BenchmarkResult:
     """Run every task `config.samples` times through the harness and score it.
 
-    `engine`: an `EngineConfig` (opened here and closed after) or an open engine.
+    `engine`: an `EngineConfig` (opened here and closed after) or an open engine. With
+    `config.oracle_logprob`, tasks that carry an oracle trajectory are also scored by it (an
+    `EngineConfig` of a local checkpoint only).
     """
     from agent.engine import EngineConfig, open_engine
 
@@ -694,6 +807,7 @@ def run_benchmark(
     if not tasks:
         raise BenchmarkError("the task set is empty; nothing to benchmark")
     owned = isinstance(engine, EngineConfig)
+    config_engine = engine
     model = engine.model if owned else getattr(engine, "model_version", "engine")
     if owned:
         engine = open_engine(engine)
@@ -716,7 +830,8 @@ def run_benchmark(
         close = getattr(engine, "close", None) if owned else None
         if callable(close):
             close()
-    scores, summary, shape = score(tasks, samples, config)
+    extra = _oracle_scores(config_engine, tasks, config, log)
+    scores, summary, shape = score(tasks, samples, config, extra)
     return BenchmarkResult(
         model=str(model),
         model_version=version,

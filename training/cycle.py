@@ -17,9 +17,12 @@ One cycle, in order:
     mtp        re-distill the MTP heads on the new model (its trunk changed; SFT drops them)
     register   the candidate goes into the registry with its lineage: parent, export manifest,
                stage recipes, reward function@version
-    benchmark  candidate and, when it has no result on the same task set, the promoted version
-               (the provisional benchmark, training/provisional_bench.py, until
-               training/benchmark.py is wired in)
+    benchmark  candidate and, when it has no result on the same task set and settings, the
+               promoted version: `flywheel bench agent` (training/benchmark.run_benchmark) on
+               held-out synthetic tasks, the same tasks and sampling seed for both (a paired
+               comparison); pass@1 through the harness, and oracle_logprob (the mean
+               log-probability of each task's oracle trajectory: a tiny model rarely passes a
+               task, so pass@1 alone cannot tell two candidates apart)
     gate       training/gate.py; the decision and its reasons are kept in the registry
     promote    when accepted; running `flywheel serve` / `flywheel lsp --model registry`
                processes switch to it by themselves
@@ -31,7 +34,7 @@ a `model_version`. WORK/CYCLE_ID/ keeps the export, the stage runs and summary.j
 `--watch` repeats: a cycle starts when `min_sessions` new sessions are logged, or when `period_s`
 has passed since the last one and at least one session is new.
 
-    flywheel cycle --quick                              # tiny stages: a smoke test
+    flywheel cycle --quick                              # tiny stages and benchmark: a smoke test
     flywheel cycle --watch --min-sessions 20 --period 86400
 """
 
@@ -41,6 +44,7 @@ import argparse
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import json
 import os
 import sys
@@ -51,8 +55,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.registry import Registry, RegistryError, path_from_cli
+from training.benchmark import BenchConfig, BenchTask
 from training.gate import GateConfig, GateError, gate_promotion
-from training.provisional_bench import BenchConfig
 
 # Recipe values per stage (training/recipe.py fields); `quick` replaces them with QUICK's.
 STAGE_SETTINGS: dict[str, dict[str, Any]] = {
@@ -71,6 +75,53 @@ QUICK: dict[str, dict[str, Any]] = {
     "mtp": dict(seq_len=32, batch_size=2, steps=2, lr=2e-3, warmup_steps=1, log_every=1,
                 eval_every=2, eval_batches=1, save_every=2),
 }  # fmt: skip
+
+
+@dataclass
+class CycleBench:
+    """The cycle's benchmark: held-out synthetic tasks through `flywheel bench agent`."""
+
+    projects: int = 2  # synthetic projects whose tasks (all held out) make the task set
+    task_seed: int = 7919  # their seed: not one the starter model trained on (it uses 0)
+    max_tasks: int = 8  # at most this many tasks, spread over task families
+    seed: int = 0  # sampling seed, the same for the candidate and the current version
+    max_steps: int = 6  # harness turns per task
+    turn_max_tokens: int = 256  # output tokens per harness turn
+    max_wall_s: float = 120.0  # harness running time per task
+    oracle_logprob: bool = True  # also score each task's oracle trajectory's log-probability
+
+    def __post_init__(self) -> None:
+        if self.projects < 1 or self.max_tasks < 1:
+            raise CycleError("--bench-projects and --bench-tasks must be >= 1")
+        if self.max_steps < 1 or self.turn_max_tokens < 1 or self.max_wall_s <= 0:
+            raise CycleError("benchmark max_steps and turn_max_tokens must be >= 1")
+
+    def config(self) -> BenchConfig:
+        return BenchConfig(
+            seed=self.seed,
+            max_steps=self.max_steps,
+            turn_max_tokens=self.turn_max_tokens,
+            max_wall_s=self.max_wall_s,
+            oracle_logprob=self.oracle_logprob,
+        )
+
+
+QUICK_BENCH = dict(max_steps=2, turn_max_tokens=32)  # `--quick`: a benchmark of seconds
+
+
+@functools.lru_cache(maxsize=4)
+def _tasks(projects: int, task_seed: int, max_tasks: int, oracle: bool) -> tuple[BenchTask, ...]:
+    from training.benchmark import from_synthetic, pick_tasks
+    from training.tasks import generate_tasks
+
+    tasks = generate_tasks(projects, seed=task_seed, heldout_fraction=1.0)
+    return tuple(from_synthetic(t, oracle=oracle) for t in pick_tasks(tasks, max_tasks))
+
+
+def cycle_tasks(bench: CycleBench) -> list[BenchTask]:
+    """The task set: deterministic for the settings (made once per process: the tasks are
+    verified by running their tests)."""
+    return list(_tasks(bench.projects, bench.task_seed, bench.max_tasks, bench.oracle_logprob))
 
 
 class CycleError(RuntimeError):
@@ -95,7 +146,7 @@ class CycleConfig:
     held_out_percent: float = 10.0  # sessions kept out of training for the benchmark
     quick: bool = False  # tiny stages (a few steps each): tests and smoke runs
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-stage recipe overrides
-    bench: BenchConfig = field(default_factory=BenchConfig)
+    bench: CycleBench = field(default_factory=CycleBench)
     gate: GateConfig = field(default_factory=GateConfig)
     device: str = "cpu"  # torch device for training and benchmarking
     progress: bool = False  # progress lines from the stages
@@ -388,21 +439,29 @@ def _cycle(
 def _benchmark(
     config: CycleConfig, registry: Registry, candidate: str, parent: str, log: Callable
 ) -> dict[str, Any]:
-    """Score the candidate, and the parent when it has no result on the same task set."""
-    from training.provisional_bench import benchmark_tasks, run_benchmark, task_set_id
+    """Score the candidate, and the parent when it has no result on the same task set with the
+    same settings (the gate compares the two per task)."""
+    from agent.engine import EngineConfig, SpeculativeConfig
+    from training.benchmark import run_benchmark, task_set_id
 
-    tasks = benchmark_tasks(config.bench)
-    task_set = task_set_id(tasks, config.bench)
+    tasks = cycle_tasks(config.bench)
+    bench = config.bench.config()
+    task_set = task_set_id(t.id for t in tasks)
+    settings = json.loads(json.dumps(dataclasses.asdict(bench)))  # as the registry keeps it
     out = {}
     for vid in (candidate, parent):
-        known = [r for r in registry.get(vid)["benchmarks"] if r.get("task_set") == task_set]
+        known = [r for r in registry.benchmarks(vid)
+                 if r.get("task_set") == task_set and r.get("config") == settings]  # fmt: skip
         if known:
-            out[vid] = known[-1]["summary"]
-            continue
-        result = run_benchmark(registry.verify(vid), config.bench, tasks)
-        registry.attach_benchmark(vid, result)
+            result = known[-1]
+        else:
+            engine = EngineConfig(model=str(registry.verify(vid)), device=config.device,
+                                  speculative=SpeculativeConfig("none"))  # fmt: skip
+            result = run_benchmark(engine, tasks, bench).to_dict()
+            registry.attach_benchmark(vid, result)
         out[vid] = result["summary"]
-        log(f"  {vid}: " + ", ".join(f"{k} {v['mean']:.4g}" for k, v in result["summary"].items()))
+        gated = [m for m in result.get("metrics", {}) if result["summary"].get(m)]
+        log(f"  {vid}: " + ", ".join(f"{m} {result['summary'][m]['mean']:.4g}" for m in gated))
     return out
 
 
@@ -483,11 +542,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--bench-projects", type=int, default=2, help="synthetic projects to score on")
     p.add_argument("--bench-tasks", type=int, default=8, help="benchmark tasks (held out)")
+    p.add_argument("--bench-seed", type=int, default=0, help="benchmark sampling seed")
     p.add_argument(
-        "--harness-tasks",
+        "--bench-max-steps",
         type=int,
-        default=0,
-        help="of those, run this many through the harness for pass/fail (slower)",
+        default=None,
+        help="harness turns per benchmark task (default 6; --quick: 2)",
+    )
+    p.add_argument(
+        "--bench-turn-tokens",
+        type=int,
+        default=None,
+        help="output tokens per benchmark turn (default 256; --quick: 32)",
+    )
+    p.add_argument(
+        "--no-oracle-logprob",
+        action="store_true",
+        help="gate on pass@1 only (no oracle log-probability score)",
     )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     return p  # fmt: skip
@@ -507,6 +578,20 @@ def _stage_overrides(pairs: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _bench(args: argparse.Namespace) -> CycleBench:
+    quick = QUICK_BENCH if args.quick else {}
+    default = CycleBench()
+    return CycleBench(
+        projects=args.bench_projects,
+        max_tasks=args.bench_tasks,
+        seed=args.bench_seed,
+        max_steps=args.bench_max_steps or quick.get("max_steps", default.max_steps),
+        turn_max_tokens=args.bench_turn_tokens
+        or quick.get("turn_max_tokens", default.turn_max_tokens),
+        oracle_logprob=not args.no_oracle_logprob,
+    )
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     env = dict(os.environ)
@@ -523,8 +608,7 @@ def main(argv: list[str]) -> int:
             held_out_percent=args.held_out_percent,
             quick=args.quick,
             stages=_stage_overrides(args.set),
-            bench=BenchConfig(projects=args.bench_projects, max_tasks=args.bench_tasks,
-                              harness_tasks=args.harness_tasks, device=args.device),
+            bench=_bench(args),
             device=args.device,
             progress=True,
         )  # fmt: skip

@@ -4,7 +4,8 @@ For each task: a fresh copy of its workspace, `agent.harness.Harness` over a loc
 checkpoint (greedy; the task's own test command for `run_tests`, as in the oracle's
 trajectories), until the model answers or a limit stops it. Then the test files are restored
 from the task (a model must not pass by editing the tests) and the task's verifying command
-decides success.
+decides success. Each task is one sample of the benchmark (training/benchmark.py `run_sample`,
+without the lint delta); this module reports it as the training loop's evaluation.
 
 Vocabulary:
 
@@ -14,8 +15,8 @@ Vocabulary:
     valid         a parsed call to a known tool whose arguments fit its schema
     pass@1        share of tasks whose verifying command passes after one greedy attempt
 
-What it does not do: sampling several attempts (pass@k), or score code quality; the benchmark
-gate builds on `evaluate_agent` for that.
+What it does not do: sampling several attempts (pass@k), or score code quality; `flywheel bench
+agent` (training/benchmark.py) does, and the promotion gate reads its results.
 
     flywheel train eval --model runs/starter/model --tasks runs/starter/tasks --json eval.json
 """
@@ -23,14 +24,15 @@ gate builds on `evaluate_agent` for that.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from training.tasks import TEST_TIMEOUT_S, Task, _run, load_tasks, task_tools_config
+from training.benchmark import pick_tasks
+from training.tasks import TEST_TIMEOUT_S, Task, load_tasks
+
+__all__ = ["EvalConfig", "EvalReport", "TaskResult", "evaluate_agent", "pick_tasks", "run_task"]
 
 
 @dataclass
@@ -39,14 +41,17 @@ class EvalConfig:
     limit: int = 0  # at most this many tasks (spread over families); 0 = all
     max_steps: int = 12  # model turns per task (the oracle needs at most 8)
     max_wall_s: float = 180.0  # running time per task
+    turn_max_tokens: int = 2048  # output tokens per model turn (the harness's default)
     device: str = "cpu"
     speculative: str = "ngram"  # engine drafts (greedy: the output is the same as without)
 
     def __post_init__(self) -> None:
         if self.split not in ("heldout", "train", "all"):
             raise ValueError(f"split must be heldout, train or all, not {self.split!r}")
-        if self.limit < 0 or self.max_steps < 1 or self.max_wall_s <= 0:
-            raise ValueError("limit must be >= 0, max_steps >= 1 and max_wall_s > 0")
+        if self.limit < 0 or self.max_steps < 1 or self.max_wall_s <= 0 or self.turn_max_tokens < 1:
+            raise ValueError(
+                "limit must be >= 0, max_steps >= 1, max_wall_s > 0 and turn_max_tokens >= 1"
+            )
 
 
 @dataclass
@@ -79,76 +84,32 @@ class EvalReport:
         return asdict(self)
 
 
-def pick_tasks(tasks: list[Task], limit: int) -> list[Task]:
-    """Up to `limit` tasks, round-robin over families so every family is represented."""
-    if not limit or limit >= len(tasks):
-        return tasks
-    by_family: dict[str, list[Task]] = {}
-    for task in sorted(tasks, key=lambda t: t.id):
-        by_family.setdefault(task.family, []).append(task)
-    picked: list[Task] = []
-    while len(picked) < limit:
-        for family in sorted(by_family):
-            if by_family[family] and len(picked) < limit:
-                picked.append(by_family[family].pop(0))
-    return picked
-
-
 def run_task(engine, task: Task, config: EvalConfig) -> TaskResult:
-    """One task through the harness on a scratch copy of its workspace."""
-    from agent.harness import Harness, HarnessConfig, Workspace
-    from agent.harness.tools import TOOLS, check_arguments
+    """One task through the harness on a scratch copy of its workspace (greedy): the
+    benchmark's `run_sample`, reported in this module's terms."""
+    from training.benchmark import BenchConfig, from_synthetic, run_sample
 
-    root = Path(tempfile.mkdtemp(prefix="flywheel-eval-"))
-    counts = {"calls": 0, "parsed": 0, "valid": 0}
-
-    def on_event(event: dict) -> None:
-        if event.get("kind") != "assistant":
-            return
-        calls, errors = event.get("calls") or [], event.get("errors") or []
-        counts["calls"] += len(calls) + len(errors)
-        counts["parsed"] += len(calls)
-        counts["valid"] += sum(
-            c["name"] in TOOLS and check_arguments(TOOLS[c["name"]], c["arguments"]) is None
-            for c in calls
-        )
-
-    t0 = time.monotonic()
-    try:
-        for path, text in task.files.items():
-            Path(root, path).parent.mkdir(parents=True, exist_ok=True)
-            Path(root, path).write_text(text)
-        harness = Harness(
-            engine,
-            Workspace(root),
-            HarnessConfig(
-                max_steps=config.max_steps,
-                max_wall_s=config.max_wall_s,
-                temperature=0.0,
-                editor="rollout",
-                tools=task_tools_config(task),
-            ),
-            on_event=on_event,
-        )
-        outcome = harness.start(task.instruction, verify_command=task.test_command)
-        while outcome.approval:  # risky actions (deleting a file) are refused, as a user might
-            outcome = harness.resume(outcome.thread_id, False)
-        for path, text in task.files.items():  # the tests decide, not the model's edits to them
-            if Path(path).name.startswith("test_"):
-                Path(root, path).write_text(text)
-        code, output = _run(task.test_command, str(root), TEST_TIMEOUT_S)
-        return TaskResult(
-            task_id=task.id,
-            family=task.family,
-            passed=code == 0,
-            stop_reason=outcome.stop_reason or "waiting",
-            steps=outcome.steps,
-            seconds=round(time.monotonic() - t0, 2),
-            detail=outcome.detail[:300],
-            **counts,
-        )
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    bench = BenchConfig(
+        max_steps=config.max_steps,
+        max_wall_s=config.max_wall_s,
+        turn_max_tokens=config.turn_max_tokens,
+        verify_timeout_s=TEST_TIMEOUT_S,
+        temperature=0.0,
+        lint=False,
+    )
+    s = run_sample(engine, from_synthetic(task), bench, 0)
+    return TaskResult(
+        task_id=task.id,
+        family=task.family,
+        passed=s.passed,
+        stop_reason=s.stop_reason,
+        steps=s.steps,
+        calls=s.tool_calls,
+        parsed=s.parsed_calls,
+        valid=s.tool_calls - s.invalid_calls,
+        seconds=round(s.wall_s, 2),
+        detail=s.detail,
+    )
 
 
 def evaluate_agent(

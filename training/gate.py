@@ -13,8 +13,8 @@ When a result has no per-task scores for a metric but reports a mean with an int
 (`summary[metric] = {"mean", "ci95": [lo, hi]}`), the gate falls back to comparing intervals:
 worse when the candidate's upper end lies below the current version's lower end.
 
-Benchmark results it reads (JSON objects; what `flywheel bench agent` and the cycle's provisional
-benchmark write):
+Benchmark results it reads (JSON objects; what `flywheel bench agent` writes, also for
+`flywheel cycle`):
 
     {"benchmark": "...", "task_set": "<hash of the task ids>", "provisional": false,
      "metrics": {"pass": {"direction": "higher", "tolerance": 0.0}, ...},   # what to gate on
@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 DEFAULT_METRICS = ("passed", "pass", "correct", "resolved", "score", "reward")
-LOWER_IS_BETTER = ("tokens", "steps", "wall_s", "seconds", "invalid_tool_calls", "lint_delta")
+LOWER_IS_BETTER = ("tokens", "steps", "wall_s", "seconds", "invalid_calls", "lint_delta")
 
 
 @dataclass

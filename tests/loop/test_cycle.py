@@ -57,7 +57,15 @@ def test_cycle_trains_gates_promotes_and_the_server_follows(registry, tiny_check
     record = registry.get(candidate)
     assert record["parent"] == v1 and set(record["recipe"]) == {"sft", "mtp"}
     assert record["data"]["new_trajectories"] == 3 and record["reward"].startswith("total@")
-    assert record["gate"][-1]["accepted"] and record["benchmarks"][0]["provisional"]
+    assert record["gate"][-1]["accepted"]
+    assert not record["benchmarks"][0]["provisional"]
+    (result,) = registry.benchmarks(
+        candidate
+    )  # the real benchmark, pass@1 and oracle_logprob per task
+    assert result["format"] == "flywheel-benchmark/1" and not result["provisional"]
+    assert set(result["metrics"]) == {"pass@1", "oracle_logprob"}
+    assert all("oracle_logprob" in t["scores"] for t in result["tasks"])
+    assert {r["task_set"] for r in registry.benchmarks(v1)} == {result["task_set"]}
     assert (registry.verify(candidate) / "mtp" / "model.safetensors").exists()
     conn = sqlite3.connect(db)
     runs = dict(conn.execute("SELECT stage, status FROM training_runs").fetchall())

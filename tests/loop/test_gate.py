@@ -5,10 +5,20 @@ from __future__ import annotations
 
 import pytest
 
+from agent.engine import EngineConfig
+from training.benchmark import run_benchmark
+from training.cycle import CycleBench, cycle_tasks
 from training.gate import GateConfig, GateError, compare, gate_promotion
-from training.provisional_bench import BenchConfig, run_benchmark
 
-BENCH = BenchConfig(projects=1, max_tasks=4)
+# The cycle's benchmark at its smallest: 4 held-out synthetic tasks, one harness turn of a few
+# tokens each (the tiny model passes none), and the oracle log-probability of each task.
+BENCH = CycleBench(projects=1, max_tasks=4, max_steps=1, turn_max_tokens=8)
+
+
+def bench(folder) -> dict:
+    return run_benchmark(
+        EngineConfig(model=str(folder)), cycle_tasks(BENCH), BENCH.config()
+    ).to_dict()
 
 
 def rows(values):
@@ -47,18 +57,24 @@ def test_equal_accepted_perturbed_rejected_with_reasons(
     worse = registry.add(perturbed_checkpoint)
     registry.promote(v1, forced=True)
     for vid in (v1, same, worse):
-        registry.attach_benchmark(vid, run_benchmark(registry.verify(vid), BENCH))
+        registry.attach_benchmark(vid, bench(registry.verify(vid)))
 
     equal = gate_promotion(registry, same)
     assert equal.accepted, equal.reasons
-    assert equal.comparisons[0].difference == 0.0
+    assert {c.metric for c in equal.comparisons} == {"pass@1", "oracle_logprob"}
+    assert all(c.difference == 0.0 for c in equal.comparisons)  # same weights, same seed
 
     decision = gate_promotion(registry, worse, GateConfig())
     assert not decision.accepted
-    assert decision.reasons[0].startswith("rejected: worse than the current version beyond noise")
-    assert "oracle_logprob" in decision.reasons[1] and "worse beyond noise" in decision.reasons[1]
-    (c,) = decision.comparisons
-    assert c.candidate < c.current and c.interval[1] < -c.tolerance
+    assert decision.reasons[0] == (
+        "rejected: worse than the current version beyond noise on oracle_logprob"
+    )
+    assert any(r.startswith("oracle_logprob") and ": worse beyond noise" in r
+               for r in decision.reasons)  # fmt: skip
+    by_metric = {c.metric: c for c in decision.comparisons}
+    passed, logprob = by_metric["pass@1"], by_metric["oracle_logprob"]
+    assert not passed.worse  # pass@1 cannot tell them apart: neither passes a task
+    assert logprob.candidate < logprob.current and logprob.interval[1] < -logprob.tolerance
 
     # The better one (the original, against the perturbed one promoted) passes.
     registry.promote(worse, forced=True)
