@@ -11,7 +11,9 @@
 
 The starter model is a small demonstration of the loop, not a replacement for a real model: it
 may fail the task. A failed task is still logged with its reward; that is the data the flywheel
-learns from. Exit status: 0 when the tests pass afterwards, 1 otherwise, 2 when it cannot start.
+learns from. Exit status: 0 when the demonstration ran end to end (task run, verified, logged
+and scored, whether or not the model solved it), 1 when the task could not be recorded, 2 when it
+cannot start.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         on_event=_progress(console),
     )
     console.print(f"model [bold]{engine.model_version}[/]; task: {INSTRUCTION}\n")
+    before = _count(Sandbox(folder, harness.config.sandbox).run(test_command).output)
     try:
         outcome = harness.start(INSTRUCTION, verify_command=test_command)
         while outcome.approval is not None:  # only without bubblewrap: deny unconfined commands
@@ -94,7 +97,16 @@ def main(argv: list[str] | None = None) -> int:
         harness.close()
         engine.close()
     passed, failed = _count(check.output)
-    console.print(f"\n[bold]tests after the task:[/] {passed} passed, {failed} failed")
+    solved = failed == 0 and passed > 0
+    console.print(
+        f"\n[bold]tests:[/] before {before[0]} passed, {before[1]} failed; after {passed} passed, "
+        f"{failed} failed — "
+        + (
+            "[green]solved[/]"
+            if solved
+            else f"[yellow]not solved[/] (stopped: {outcome.stop_reason})"
+        )
+    )
     recorder.flush()
     conn = open_db(db).conn
     row = conn.execute(
@@ -110,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         "outcome",
         session_id=session_id,
         task_id=task_id,
+        tests_before_passed=before[0],
+        tests_before_failed=before[1],
         tests_after_passed=passed,
         tests_after_failed=failed,
     )
@@ -134,7 +148,12 @@ def main(argv: list[str] | None = None) -> int:
   in your editor:  flywheel lsp (see README: Neovim and VS Code set-up)
   a real model:    flywheel run "..." --workspace DIR --model http://HOST:PORT/v1"""
     )
-    return 0 if failed == 0 and passed > 0 else 1
+    if not solved and args.model == "default":
+        console.print(
+            "\nThe starter model is tiny and trained for minutes on a CPU (agent/starter/README.md):"
+            " it rarely solves tasks. Try a real checkpoint or server with --model."
+        )
+    return 0
 
 
 def _count(output: str) -> tuple[int, int]:
