@@ -146,12 +146,17 @@ async def _run(args: argparse.Namespace) -> dict:
         await client.stop()
         engine.close()
     direct_s, lsp_s = _summary(times["direct"]), _summary(times["lsp"])
-    if answered < args.iterations + args.warmup:
+    total = args.iterations + args.warmup
+    # An empty suggestion (the model ended at once) is a real answer and costs the same on both
+    # paths; many of them mean the server is failing, and then the figures mean nothing.
+    if answered < 0.9 * total:
         raise RuntimeError(
-            f"the server answered {answered} of {args.iterations + args.warmup} requests with a "
-            "suggestion; the comparison would be meaningless (see the server log above)"
+            f"the server answered only {answered} of {total} requests with a suggestion; the "
+            "comparison would be meaningless (see the server log above)"
         )
     return {
+        "answered_with_suggestion": answered,
+        "requests": total,
         "model": args.model,
         "model_version": engine.model_version,
         "iterations": args.iterations,
