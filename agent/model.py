@@ -272,11 +272,9 @@ def resolve_model(model: str | Path) -> Path:
     return Path(model).expanduser()
 
 
-def load_checkpoint(path: str | Path, device: str = "cpu", dtype: str = "float32") -> Checkpoint:
-    """Load a checkpoint folder ("default": the starter), with one clear error per way it can break."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder = resolve_model(path)
+def checkpoint_folder(model: str | Path) -> Path:
+    """The folder `--model` names, checked to hold a trunk and its tokenizer (clear errors)."""
+    folder = resolve_model(model)
     if not folder.is_dir():
         raise EngineError(f"model folder {str(folder)!r} does not exist")
     missing = [f for f in TRUNK_FILES + TOKENIZER_FILES if not (folder / f).exists()]
@@ -287,6 +285,14 @@ def load_checkpoint(path: str | Path, device: str = "cpu", dtype: str = "float32
             f"model folder {str(folder)!r} is missing {', '.join(missing)}; "
             "a checkpoint needs the trunk (config + weights) and its tokenizer"
         )
+    return folder
+
+
+def load_checkpoint(path: str | Path, device: str = "cpu", dtype: str = "float32") -> Checkpoint:
+    """Load a checkpoint folder ("default": the starter), with one clear error per way it can break."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = checkpoint_folder(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
         trunk = AutoModelForCausalLM.from_pretrained(str(folder), dtype=getattr(torch, dtype))

@@ -11,15 +11,11 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-from agent.engine.request import EngineError
 from agent.model import Checkpoint, load_checkpoint
 from agent.tokenizer import CHAR_TO_BYTE
-
-STARTER_MODEL = Path(__file__).resolve().parent.parent / "starter"
 
 
 @dataclass
@@ -51,13 +47,6 @@ class LoadedModel:
     @classmethod
     def load(cls, model: str, device: str = "cpu", dtype: str = "float32") -> LoadedModel:
         """Load a checkpoint folder ("default" is the built-in starter model)."""
-        if model == "default":
-            if not (STARTER_MODEL / "config.json").exists():
-                raise EngineError(
-                    "the built-in starter model is not installed in this copy of Flywheel; "
-                    "pass a checkpoint folder instead (--model PATH)"
-                )
-            model = str(STARTER_MODEL)
         return cls.wrap(load_checkpoint(model, device=device, dtype=dtype))
 
     @classmethod

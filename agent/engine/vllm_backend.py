@@ -182,30 +182,15 @@ class VLLMEngine:
         )
 
     def _start(self, model: str) -> _Runner:
-        from agent.engine.model_runner import STARTER_MODEL, decode_table
-        from agent.model import TOKENIZER_FILES, TRUNK_FILES, WEIGHT_FILES, checkpoint_version
+        from agent.engine.model_runner import decode_table
+        from agent.model import checkpoint_folder, checkpoint_version
 
-        if model == "default":
-            if not (STARTER_MODEL / "config.json").exists():
-                raise EngineError(
-                    "the built-in starter model is not installed in this copy of Flywheel; "
-                    "pass a checkpoint folder instead (--model PATH)"
-                )
-            model = str(STARTER_MODEL)
-        folder = Path(model).expanduser()
-        if not folder.is_dir():
+        if model.startswith(("http://", "https://")):
             raise EngineError(
-                f"model folder {str(folder)!r} does not exist (the vllm backend loads a local "
-                "checkpoint folder; use the openai backend for a server URL)"
+                f"the vllm backend loads a local checkpoint folder, not {model!r}; "
+                "use the openai backend for a server URL"
             )
-        missing = [f for f in TRUNK_FILES + TOKENIZER_FILES if not (folder / f).exists()]
-        if not any((folder / f).exists() for f in WEIGHT_FILES):
-            missing.append("model.safetensors")
-        if missing:
-            raise EngineError(
-                f"model folder {str(folder)!r} is missing {', '.join(missing)}; "
-                "a checkpoint needs the trunk (config + weights) and its tokenizer"
-            )
+        folder = checkpoint_folder(model)
         from transformers import AutoTokenizer
 
         try:
