@@ -66,6 +66,13 @@ class Stream(Iterator[Delta]):
             self.result = stop.value
             raise
 
+    def finish(self) -> Result:
+        """Run to the end and return the whole result (what `Engine.generate` does)."""
+        for _ in self:
+            pass
+        assert self.result is not None
+        return self.result
+
     def close(self) -> None:
         self._deltas.close()
 

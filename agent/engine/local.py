@@ -113,11 +113,7 @@ class LocalEngine:
         return self._model.context_length
 
     def generate(self, request: Request) -> Result:
-        stream = self.stream(request)
-        for _ in stream:
-            pass
-        assert stream.result is not None
-        return stream.result
+        return self.stream(request).finish()
 
     def stream(self, request: Request) -> Stream:
         job = self._prepare(request, self._model)  # bad input raises here, before any output

@@ -133,11 +133,7 @@ class OpenAIEngine:
         return length
 
     def generate(self, request: Request) -> Result:
-        stream = self.stream(request)
-        for _ in stream:
-            pass
-        assert stream.result is not None
-        return stream.result
+        return self.stream(request).finish()
 
     def stream(self, request: Request) -> Stream:
         """Opens the HTTP stream now, so that a rejected request raises here, before any output."""

@@ -133,11 +133,7 @@ class VLLMEngine:
         return self._runner.context_length
 
     def generate(self, request: Request) -> Result:
-        stream = self.stream(request)
-        for _ in stream:
-            pass
-        assert stream.result is not None
-        return stream.result
+        return self.stream(request).finish()
 
     def stream(self, request: Request) -> Stream:
         job = self._prepare(request, self._runner)  # bad input raises here, before any output
