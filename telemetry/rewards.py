@@ -27,6 +27,8 @@ Worked example (values in tests/telemetry/test_rewards.py): a task whose tests w
 2 failed to 4 passed / 1 failed, one tool error in 4 calls, no repeats, lint 2 -> 1, a 300-char
 answer: task_success@2 = 4/5 - 0 = 0.8, tool_errors@1 = -0.5*1/4 = -0.125, loops@1 = 0,
 style@1 = +0.2, communication@1 = 1.0, so total@1 = 0.8 + 0.2*(-0.125) + 0.2*0.2 + 0.1*1.0 = 0.915.
+task_success@3 scores the gap closed instead: 1 of the 2 failing tests fixed = 0.5, so
+total@2 (the latest) = 0.5 - 0.025 + 0.04 + 0.1 = 0.615.
 """
 
 from __future__ import annotations
@@ -93,6 +95,33 @@ def task_success_v2(s: Signals) -> float | None:
     if s.get("accepted") is not None:
         return 1.0 if s["accepted"] else 0.0
     return None
+
+
+def task_success_v3(s: Signals) -> float | None:
+    """How much of the gap the change closed, from the test counts before and after:
+    1 when every test passes afterwards; else the share of previously failing tests now passing;
+    negative (down to -1) for the share of previously passing tests lost. Unlike @2, tests that
+    already passed earn nothing: a do-nothing change scores 0, not the pass share. Without the
+    counts before (or with no failing test before and none lost), task_success@2's rule.
+
+    >>> task_success_v3({"tests_before_passed": 2, "tests_before_failed": 2,
+    ...                  "tests_after_passed": 3, "tests_after_failed": 1})
+    0.5
+    """
+    if not _known(s, "tests_before_passed", "tests_before_failed", "tests_after_passed"):
+        return task_success_v2(s)
+    after_failed = s.get("tests_after_failed") or 0
+    if s["tests_after_passed"] + after_failed == 0:
+        return task_success_v2(s)
+    before_passed, before_failed = s["tests_before_passed"], s["tests_before_failed"]
+    gain = s["tests_after_passed"] - before_passed
+    if gain < 0:
+        return _clip(gain / max(before_passed, 1))
+    if before_failed == 0:
+        return task_success_v2(s)
+    if after_failed == 0:
+        return 1.0
+    return _clip(gain / before_failed, 0.0, 1.0)
 
 
 # Later checks say more about whether code was really kept.
@@ -186,13 +215,31 @@ TOTAL_V1_WEIGHTS: dict[str, float] = {
 }
 
 
-def total_v1(s: Signals) -> float | None:
-    """Weighted sum of the known components (TOTAL_V1_WEIGHTS); None if none is known."""
-    values = {key: REWARDS[key].fn(s) for key in TOTAL_V1_WEIGHTS}
+# total@2: the same weights, with task success measured against the tests before (@3) and
+# loops that count a stop for repeated failure (@2).
+TOTAL_V2_WEIGHTS: dict[str, float] = {
+    **{k: v for k, v in TOTAL_V1_WEIGHTS.items() if k not in ("task_success@2", "loops@1")},
+    "task_success@3": 1.0,
+    "loops@2": 0.3,
+}
+
+
+def _weighted(weights: dict[str, float], s: Signals) -> float | None:
+    values = {key: REWARDS[key].fn(s) for key in weights}
     known = {k: v for k, v in values.items() if v is not None}
     if not known:
         return None
-    return sum(TOTAL_V1_WEIGHTS[k] * v for k, v in known.items())
+    return sum(weights[k] * v for k, v in known.items())
+
+
+def total_v1(s: Signals) -> float | None:
+    """Weighted sum of the known components (TOTAL_V1_WEIGHTS); None if none is known."""
+    return _weighted(TOTAL_V1_WEIGHTS, s)
+
+
+def total_v2(s: Signals) -> float | None:
+    """Weighted sum of the known components (TOTAL_V2_WEIGHTS); None if none is known."""
+    return _weighted(TOTAL_V2_WEIGHTS, s)
 
 
 REWARDS: dict[str, RewardFunction] = {
@@ -200,6 +247,7 @@ REWARDS: dict[str, RewardFunction] = {
     for f in [
         RewardFunction("task_success", 1, task_success_v1, "all tests pass / edit accepted"),
         RewardFunction("task_success", 2, task_success_v2, "test pass share minus regressions"),
+        RewardFunction("task_success", 3, task_success_v3, "share of failing tests fixed"),
         RewardFunction("kept_code", 1, kept_code_v1, "accepted code still present later"),
         RewardFunction(
             "dissatisfied_followup", 1, dissatisfied_v1, "no revert/complaint/thumbs-down"
@@ -210,6 +258,7 @@ REWARDS: dict[str, RewardFunction] = {
         RewardFunction("loops", 1, loops_v1, "penalty for repeating identical tool calls"),
         RewardFunction("loops", 2, loops_v2, "loops@1, or -1 when stopped for a repeated failure"),
         RewardFunction("total", 1, total_v1, "weighted sum of the above (TOTAL_V1_WEIGHTS)"),
+        RewardFunction("total", 2, total_v2, "weighted sum (TOTAL_V2_WEIGHTS)"),
     ]
 }
 

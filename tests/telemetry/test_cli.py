@@ -61,7 +61,7 @@ def test_stats_export_import_rewards_forget(tmp_path: Path, capsys: pytest.Captu
 
     assert main(["rewards", "--db", str(db), "--recompute", "--function", "total"]) == 0
     out = capsys.readouterr().out
-    assert "recomputed 1 function(s) over 2 subjects" in out and "total@1" in out
+    assert "recomputed 1 function(s) over 2 subjects" in out and "total@2" in out
     assert count(db, "SELECT COUNT(*) FROM rewards") == 2
 
     assert main(["export", "--db", str(db), str(tmp_path / "e"), "--held-out-percent", "0"]) == 0

@@ -33,7 +33,38 @@ def test_worked_example():
     assert compute_reward("loops", WORKED) == 0.0
     assert compute_reward("style", WORKED) == pytest.approx(0.2)
     assert compute_reward("communication", WORKED) == 1.0
-    assert compute_reward("total", WORKED) == pytest.approx(0.915)
+    assert compute_reward("total@1", WORKED) == pytest.approx(0.915)
+    assert compute_reward("task_success", WORKED) == pytest.approx(0.5)  # @3: 1 of 2 fixed
+    assert compute_reward("total", WORKED) == pytest.approx(0.615)  # total@2, the latest
+
+
+@pytest.mark.parametrize(
+    ("counts", "expected"),
+    [
+        ((2, 2, 2, 2), 0.0),  # did nothing: @2 would give 0.5 for the tests already passing
+        ((2, 2, 4, 0), 1.0),  # fixed everything
+        ((2, 2, 3, 1), 0.5),  # fixed half
+        ((4, 0, 2, 2), -0.5),  # broke half of the passing tests
+        ((3, 1, 1, 3), -2 / 3),  # lost more than it fixed
+        ((0, 4, 0, 4), 0.0),
+    ],
+)
+def test_task_success_v3_scores_the_gap_closed(counts, expected):
+    before_passed, before_failed, after_passed, after_failed = counts
+    signals = {
+        "tests_before_passed": before_passed,
+        "tests_before_failed": before_failed,
+        "tests_after_passed": after_passed,
+        "tests_after_failed": after_failed,
+    }
+    assert compute_reward("task_success@3", signals) == pytest.approx(expected)
+
+
+def test_task_success_v3_without_counts_before_is_v2():
+    for signals in ({"tests_after_passed": 3, "tests_after_failed": 1}, {"accepted": True}, {}):
+        assert compute_reward("task_success@3", signals) == compute_reward(
+            "task_success@2", signals
+        )
 
 
 @pytest.mark.parametrize(
@@ -99,7 +130,7 @@ def test_hand_computed_cases(name: str, signals: dict, expected):
 
 
 def test_registry_names_and_versions():
-    assert rewards.get("task_success").version == 2  # latest
+    assert rewards.get("task_success").version == 3  # latest
     assert rewards.get("task_success", 1).fn is rewards.task_success_v1
     assert {f.name for f in rewards.latest()} == {
         "task_success",
@@ -177,7 +208,12 @@ def test_recompute_stores_every_version_and_keeps_old_rows(recorder: Recorder, d
         "SELECT function, version, value FROM rewards WHERE subject_kind = 'task' "
         "AND function = 'task_success' ORDER BY version"
     ).fetchall()
-    assert rows == [("task_success", 1, 1.0), ("task_success", 2, 1.0)]
+    assert [(name, version) for name, version, _ in rows] == [
+        ("task_success", 1),
+        ("task_success", 2),
+        ("task_success", 3),
+    ]
+    assert rows[0][2] == rows[1][2] == 1.0
     rewards.recompute(db.conn)  # idempotent
     assert db["rewards"].count == 2 * len(rewards.REWARDS)
     db.conn.close()
