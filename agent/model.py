@@ -123,8 +123,14 @@ def head_config(trunk_config):
         num_key_value_heads=trunk_config.num_key_value_heads,
         rms_norm_eps=trunk_config.rms_norm_eps,
         max_position_embeddings=trunk_config.max_position_embeddings,
-        rope_theta=getattr(trunk_config, "rope_theta", 10000.0),
     )
+    # The trunk's RoPE (theta and any long-context scaling), so that a head sees positions as the
+    # trunk does, and as vLLM's MTP layer does (it builds the layer from the target's config).
+    rope = dict(getattr(trunk_config, "rope_parameters", None) or {})
+    if rope:
+        config.rope_parameters = rope
+    else:
+        config.rope_theta = getattr(trunk_config, "rope_theta", 10000.0)
     # The blocks are built standalone (not through from_pretrained), so name the attention kernel.
     config._attn_implementation = "sdpa"
     return config

@@ -22,10 +22,13 @@ distribution) and also checks stop strings and stop tokens itself so it stops co
 Speculative decoding (`SpeculativeConfig.method`), passed to vLLM as `speculative_config`:
 - `ngram` -> {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max/min": ...};
 - `draft` -> {"method": "draft_model", "model": draft folder, "num_speculative_tokens": k};
-- `mtp` -> EngineError: vLLM cannot load Flywheel's MTP heads until they are exported in an
-  EAGLE/MTP layout (the training export); use the local backend or another method.
-vLLM keeps the draft length fixed (`num_draft_tokens`; `adaptive` is ignored) and does not use a
-request's `speculation` text. Draft counters come from vLLM's per-request spec-decode metrics.
+- `mtp` -> {"method": "mtp", "model": exported draft, "num_speculative_tokens": 1}: the
+  checkpoint's first MTP head, exported in vLLM's MiMo MTP layout into a temporary folder per
+  loaded model (`agent.engine.vllm_draft`, which says what is exact and what is not), plus
+  `hf_overrides` on the target; a checkpoint without heads is an EngineError.
+vLLM keeps the draft length fixed (`num_draft_tokens`, 1 for mtp; `adaptive` is ignored) and
+does not use a request's `speculation` text. Draft counters come from vLLM's per-request
+spec-decode metrics.
 
 Not here: `swap` builds a whole new `vllm.LLM` (tens of seconds on a CPU) and keeps the old one
 until its running requests finish, so two engines live side by side for a while. Streaming is
@@ -37,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import queue
+import tempfile
 import threading
 import time
 from collections.abc import Generator
@@ -171,11 +175,15 @@ class VLLMEngine:
                 "model": str(Path(spec.draft_model).expanduser()),
                 "num_speculative_tokens": spec.num_draft_tokens,
             }
-        raise EngineError(
-            "the vllm backend cannot use speculative method 'mtp' yet: vLLM loads draft heads "
-            "only in its EAGLE/MTP layouts, and Flywheel's MTP heads are not exported in one; "
-            "use --speculative ngram or draft with vLLM, or the local backend for mtp"
-        )
+        from agent.model import resolve_model
+
+        folder = resolve_model(self.config.model)
+        if not (folder / "mtp" / "config.json").exists():
+            raise EngineError(
+                f"speculative method 'mtp' needs MTP heads, and {str(folder)!r} has none "
+                "(mtp/config.json): train them (flywheel train, mtp stage) or use ngram or draft"
+            )
+        return {"method": "mtp"}  # the draft is exported per loaded model, in _start
 
     def _start(self, model: str) -> _Runner:
         from agent.engine.model_runner import decode_table
@@ -206,14 +214,28 @@ class VLLMEngine:
         )
         if self._speculative is not None:
             kwargs["per_request_spec_decode_metrics"] = "summary"
+        draft_dir = None  # the exported MTP draft of this model; removed when its runner ends
+        if self.config.speculative.method == "mtp":
+            from agent.engine.vllm_draft import export_vllm_draft, vllm_kwargs
+
+            draft_dir = tempfile.TemporaryDirectory(prefix="flywheel-vllm-draft-")
+            try:
+                kwargs.update(vllm_kwargs(export_vllm_draft(folder, draft_dir.name)))
+            except BaseException:
+                draft_dir.cleanup()
+                raise
         try:
             llm = self._vllm.LLM(**kwargs)
         except Exception as exc:  # vLLM raises many types; name the folder and the cause
+            if draft_dir is not None:
+                draft_dir.cleanup()
             raise EngineError(f"vLLM could not load the model in {str(folder)!r}: {exc}") from exc
         engine = llm.llm_engine
         vocab = int(engine.model_config.get_vocab_size())
         if len(tokenizer) > vocab:
             llm.llm_engine.engine_core.shutdown()
+            if draft_dir is not None:
+                draft_dir.cleanup()
             raise EngineError(
                 f"tokenizer in {str(folder)!r} has {len(tokenizer)} tokens but the model's "
                 f"vocabulary has {vocab}: the tokenizer does not belong to this model"
@@ -227,6 +249,7 @@ class VLLMEngine:
             version=checkpoint_version(folder),
             context_length=int(engine.model_config.max_model_len),
             vocab_size=vocab,
+            draft_dir=draft_dir,
         )
 
     def _prepare(self, request: Request, runner: _Runner) -> _Job:
@@ -343,13 +366,16 @@ class _Runner:
     `_ABORTED`) go to that request's own queue.
     """
 
-    def __init__(self, llm, tokenizer, token_bytes, version, context_length, vocab_size) -> None:
+    def __init__(
+        self, llm, tokenizer, token_bytes, version, context_length, vocab_size, draft_dir=None
+    ) -> None:
         self.llm = llm
         self.tokenizer = tokenizer
         self.token_bytes = token_bytes  # [vocab] the exact bytes of each token id
         self.version = version
         self.context_length = context_length
         self.vocab_size = vocab_size
+        self.draft_dir = draft_dir  # TemporaryDirectory of the exported MTP draft, or None
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._inboxes: dict[str, queue.SimpleQueue] = {}
         self._closed = False
@@ -412,6 +438,8 @@ class _Runner:
             self._drain_commands()
             with contextlib.suppress(Exception):  # best effort: the engine is going away
                 engine.engine_core.shutdown()
+            if self.draft_dir is not None:
+                self.draft_dir.cleanup()
 
     def _handle(self, engine, command, closing: bool, draining: bool) -> tuple[bool, bool]:
         kind = command[0]

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.engine import EngineConfig, EngineError, SpeculativeConfig
+from agent.engine import EngineConfig, EngineError
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -247,13 +247,3 @@ def test_missing_vllm_is_a_clear_error(tmp_path):
 
     with pytest.raises(EngineError, match=r"make test-vllm.*flywheel\[vllm\]"):
         VLLMEngine(EngineConfig(model=str(tmp_path), backend="vllm"))
-
-
-def test_mtp_speculation_is_refused_clearly(tmp_path):
-    from agent.engine.vllm_backend import VLLMEngine
-
-    config = EngineConfig(
-        model=str(tmp_path), backend="vllm", speculative=SpeculativeConfig(method="mtp")
-    )
-    with pytest.raises(EngineError, match="mtp.*EAGLE"):
-        VLLMEngine(config)
