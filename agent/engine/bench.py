@@ -6,7 +6,10 @@
 
 Workloads (greedy, same prompts and weights for every method):
 - *apply*: rewrite a ~150-line Python file from the standard library with a one-line change; the
-  original file is the request's `speculation` (the "fast apply" trick);
+  original file is the request's `speculation` (the "fast apply" trick). With a chat model the
+  prompt is the engine's own fast-apply conversation (agent/chat_format.py `apply_messages`: the
+  file, an edit sketch, "reply with the whole updated file"), up to `--apply-max-tokens` of it,
+  with drafts of up to `--apply-max-draft` tokens (a fast apply copies long runs);
 - *free*: continue code prompts.
 
 Methods: `plain`, `ngram`, `mtp` (when the checkpoint has heads), `draft` (with a draft model),
@@ -66,6 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--draft-model", help="draft checkpoint folder (method draft)")
     parser.add_argument("--max-tokens", type=int, default=128, help="tokens per generation")
     parser.add_argument("--num-draft", type=int, default=4, help="draft tokens per verify step")
+    parser.add_argument(
+        "--apply-max-tokens", type=int, default=512, help="tokens per generation, apply workload"
+    )
+    parser.add_argument(
+        "--apply-max-draft",
+        type=int,
+        default=16,
+        help="longest adaptive draft, apply workload (ngram)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per (prompt, method)")
     parser.add_argument("--step-samples", type=int, default=60, help="forward calls timed for (b)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's)")
@@ -125,14 +137,24 @@ def build_default_models(folder: Path) -> tuple[str, str]:
 
 def workloads(tokenizer) -> list[dict]:
     """[{workload, name, prompt, speculation}] built from this machine's standard library."""
+    from agent.chat_format import apply_messages
+
     original = (STDLIB / APPLY_FILE).read_text()
-    match = re.search(r"^def (\w+)\(", original, re.M)
+    match = re.search(r"^def (\w+)\((.*)$", original, re.M)
     assert match, f"{APPLY_FILE} has no function to rename"
-    old_name = match.group(1)
-    apply_prompt = (
-        f"# Apply this change: rename `{old_name}` to `{old_name}_checked`.\n"
-        f"# Original {APPLY_FILE}:\n{original}\n# Updated {APPLY_FILE}:\n"
-    )
+    old_name, rest = match.groups()
+    if getattr(tokenizer, "chat_template", None):  # the engine's fast-apply conversation
+        sketch = (
+            f"# ... existing code ...\ndef {old_name}_checked({rest}\n# ... existing code ...\n"
+        )
+        apply_prompt = tokenizer.apply_chat_template(
+            apply_messages(APPLY_FILE, original, sketch), tokenize=False, add_generation_prompt=True
+        )
+    else:
+        apply_prompt = (
+            f"# Apply this change: rename `{old_name}` to `{old_name}_checked`.\n"
+            f"# Original {APPLY_FILE}:\n{original}\n# Updated {APPLY_FILE}:\n"
+        )
     items = [dict(workload="apply", name=APPLY_FILE, prompt=apply_prompt, speculation=original)]
     for name, lines in FREE_PROMPTS:
         text = "".join((STDLIB / name).read_text().splitlines(keepends=True)[:lines])
@@ -170,27 +192,47 @@ def run(args, tmp: Path) -> dict:
         engines[method] = LocalEngine(
             EngineConfig(model=model_path, speculative=spec), target, draft
         )
+    # apply: the n-gram engine may grow its drafts further (the file is copied in long runs)
+    engines["ngram-apply"] = LocalEngine(
+        EngineConfig(
+            model=model_path,
+            speculative=SpeculativeConfig(
+                method="ngram",
+                num_draft_tokens=args.num_draft,
+                max_draft_tokens=max(args.apply_max_draft, args.num_draft),
+            ),
+        ),
+        target,
+        draft,
+    )
     peers = ["hf-greedy", "hf-prompt-lookup"] + (["hf-assisted"] if draft is not None else [])
     items = workloads(target.tokenizer)
     eos = target.tokenizer.eos_token_id
-    params = SamplingParams(temperature=0, max_tokens=args.max_tokens, logprobs=False)
+    for item in items:
+        item["max_tokens"] = (
+            args.apply_max_tokens if item["workload"] == "apply" else args.max_tokens
+        )
 
     def run_engine(method: str, item: dict) -> tuple[list[int], float, dict]:
+        params = SamplingParams(temperature=0, max_tokens=item["max_tokens"], logprobs=False)
         request = Request(prompt=item["prompt_ids"], speculation=item["speculation"], params=params)
+        if method == "ngram" and item["workload"] == "apply":
+            method = "ngram-apply"
         result = engines[method].generate(request)
         return result.completions[0].token_ids, result.metrics.total_s, result.metrics.as_dict()
 
     def run_peer(peer: str, item: dict) -> tuple[list[int], float, dict]:
         ids = torch.tensor([item["prompt_ids"]])
         kwargs = dict(
-            max_new_tokens=args.max_tokens,
+            max_new_tokens=item["max_tokens"],
             do_sample=False,
             eos_token_id=eos,
             pad_token_id=target.tokenizer.pad_token_id,
             attention_mask=torch.ones_like(ids),
         )
         if peer == "hf-prompt-lookup":
-            kwargs["prompt_lookup_num_tokens"] = args.num_draft
+            long = item["workload"] == "apply"  # the same longest draft as our ngram-apply
+            kwargs["prompt_lookup_num_tokens"] = args.apply_max_draft if long else args.num_draft
         if peer == "hf-assisted":
             kwargs["assistant_model"] = draft.trunk
         start = time.perf_counter()
@@ -206,7 +248,7 @@ def run(args, tmp: Path) -> dict:
         flush=True,
     )
     for name, fn in every:
-        fn(name, dict(items[-1], prompt_ids=items[-1]["prompt_ids"][:16]))
+        fn(name, dict(items[-1], prompt_ids=items[-1]["prompt_ids"][:16], max_tokens=8))
     times: dict[tuple[str, int], list[float]] = {}
     outputs: dict[tuple[str, int], tuple[list[int], dict]] = {}
     for _ in range(args.repeats):
@@ -277,7 +319,9 @@ def run(args, tmp: Path) -> dict:
         ),
         settings=dict(
             max_tokens=args.max_tokens,
+            apply_max_tokens=args.apply_max_tokens,
             num_draft=args.num_draft,
+            apply_max_draft=args.apply_max_draft,
             repeats=args.repeats,
             timing="best of repeats per prompt, methods interleaved",
             greedy=True,

@@ -1,0 +1,28 @@
+"""`flywheel bench engine` on a tiny checkpoint: every method's tokens equal plain decoding's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from agent.engine.bench import main
+
+
+def test_bench_engine_writes_rows_for_both_workloads(tmp_path, tiny_checkpoint, capsys):
+    model = tmp_path / "model"  # the tiny tokenizer makes the apply prompt ~2.4k tokens long
+    shutil.copytree(tiny_checkpoint, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 4096}))
+    out = tmp_path / "engine.json"
+    args = ["--model", str(model), "--max-tokens", "12", "--apply-max-tokens", "24"]
+    args += ["--repeats", "1", "--step-samples", "3", "--threads", "1", "--json", str(out)]
+    assert main(args) == 0
+    report = json.loads(out.read_text())
+    assert report["settings"]["apply_max_tokens"] == 24
+    methods = {(r["workload"], r["method"]) for r in report["rows"]}
+    for workload in ("apply", "free"):
+        for method in ("plain", "ngram", "mtp", "hf-greedy", "hf-prompt-lookup"):
+            assert (workload, method) in methods
+    assert all(r["identical_to_plain"] for r in report["rows"])
+    assert {"plain_vs_hf_greedy", "verify4_vs_decode_step"} <= set(report["targets"])
+    assert "apply" in capsys.readouterr().out
