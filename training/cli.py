@@ -63,7 +63,10 @@ def main(argv: list[str]) -> int:
     starter.add_argument(
         "--source", action="append", default=[], help="corpus folder; default: the stdlib"
     )
-    starter.add_argument("--projects", type=int, default=50, help="synthetic projects")
+    starter.add_argument("--projects", type=int, default=250, help="synthetic projects")
+    starter.add_argument(
+        "--samples", type=int, default=2, help="oracle trajectories per task (varied)"
+    )
     starter.add_argument("--eval-tasks", type=int, default=20, help="held-out tasks to evaluate")
 
     ev = sub.add_parser("eval", help="run held-out tasks through the harness; pass@1, parse rate")
@@ -159,6 +162,7 @@ def _starter(args: argparse.Namespace) -> int:
         quick=args.quick,
         sources=args.source,
         projects=args.projects,
+        samples=args.samples,
         eval_tasks=args.eval_tasks,
     )
     final = run(config, log=lambda line: print(line, flush=True))

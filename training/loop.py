@@ -370,6 +370,11 @@ def train(recipe: Recipe, resume: bool = True, progress: bool = True) -> Path:
         print(f"resuming {recipe.name} from {checkpoint.name} (step {step} of {recipe.steps})")
 
     bar = _progress(recipe, step, enabled=progress and runtime.main)
+    autocast = torch.autocast(
+        runtime.device.type,
+        dtype=torch.bfloat16,
+        enabled=recipe.precision == "bf16" and engine is None,
+    )
     last_eval: dict = {}
     status = "failed"
     try:
@@ -381,7 +386,8 @@ def train(recipe: Recipe, resume: bool = True, progress: bool = True) -> Path:
                 group["lr"] = lr
             total, extra = 0.0, {}
             for micro in range(recipe.grad_accum):
-                loss, extra = job.loss(job.batch(step * recipe.grad_accum + micro))
+                with autocast:
+                    loss, extra = job.loss(job.batch(step * recipe.grad_accum + micro))
                 if not torch.isfinite(loss):
                     raise TrainingError(
                         f"loss is {loss.item()} at step {step}: lower lr "

@@ -50,6 +50,8 @@ class Recipe:
     keep_checkpoints: int = 2  # resumable checkpoints kept (older ones are deleted)
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda
+    precision: str = "fp32"  # fp32 | bf16 (autocast for the plain-torch runtime; DeepSpeed's
+    # JSON owns its own)
     deepspeed: str = ""  # DeepSpeed JSON config; "" = plain torch
     rope_type: str = "linear"  # long_context: transformers rope type (linear | yarn | dynamic)
     rope_factor: float = 4.0  # long_context: position scaling factor
@@ -86,6 +88,8 @@ class Recipe:
             raise RecipeError(f"stage {self.stage} reads a built corpus: set `data`")
         if self.stage == "sft" and not self.sft_data:
             raise RecipeError("stage sft needs `sft_data` (chat JSONL files)")
+        if self.precision not in ("fp32", "bf16"):
+            raise RecipeError(f"precision must be fp32 or bf16, not {self.precision!r}")
         if self.rope_factor < 1:
             raise RecipeError("rope_factor must be >= 1")
 

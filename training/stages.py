@@ -259,6 +259,85 @@ def read_conversations(paths: list[str]) -> list[dict]:
     return rows
 
 
+def shared_prefix_groups(
+    encoded: list[tuple[list[int], list[int]]], key_len: int = 32, min_prefix: int = 64
+) -> tuple[list[int], list[int]]:
+    """Group conversations that open with the same tokens; returns (group of each, prefix of each group).
+
+    Every agent trajectory starts with the same system prompt and tool schemas (~1,200 tokens);
+    SFT runs that shared prefix once per micro-batch and lets every conversation of the batch
+    attend to its cached keys and values, the same logits and gradients at about half the cost
+    (tests/training/test_sft_prefix.py checks the equality). A group's prefix is the longest
+    common prefix of its members that holds no trained token and leaves each member at least
+    two tokens; below `min_prefix` tokens it is 0 (plain batches).
+    """
+    groups: dict[tuple[int, ...], int] = {}
+    members: list[list[int]] = []
+    group_of = []
+    for index, (ids, _) in enumerate(encoded):
+        key = tuple(ids[:key_len])
+        if key not in groups:
+            groups[key] = len(members)
+            members.append([])
+        members[groups[key]].append(index)
+        group_of.append(groups[key])
+    prefixes = []
+    for indices in members:
+        first_ids, _ = encoded[indices[0]]
+        length = min(len(encoded[i][0]) for i in indices) - 2
+        for i in indices[1:]:
+            ids = encoded[i][0]
+            n = 0
+            while n < length and ids[n] == first_ids[n]:
+                n += 1
+            length = n
+        for i in indices:  # the prefix and the first token after it are never trained on
+            mask = encoded[i][1]
+            trained = next((t for t, m in enumerate(mask) if m), len(mask))
+            length = min(length, trained - 1)
+        prefixes.append(length if length >= min_prefix else 0)
+    return group_of, prefixes
+
+
+def sft_loss(trunk: nn.Module, b: dict) -> tuple[torch.Tensor, dict]:
+    """Cross-entropy on the assistant tokens of a batch from `collate_sft` (shared prefix or not).
+
+    The output layer runs only where a token is trained (about a tenth of an agent trajectory):
+    with a small model and an 8k vocabulary it is half of the compute per position.
+    """
+    ids = b["ids"]  # [batch, seq+1]: each row's tokens after the shared prefix
+    body = trunk.get_decoder()
+    if b["prefix"].numel():
+        out = body(input_ids=b["prefix"][None], use_cache=True)  # [1, prefix]
+        cache = getattr(out, "cache", None) or out.past_key_values
+        cache.batch_repeat_interleave(ids.shape[0])
+        hidden = body(input_ids=ids[:, :-1], cache=cache).last_hidden_state  # [batch, seq, dim]
+    else:
+        hidden = body(input_ids=ids[:, :-1]).last_hidden_state  # [batch, seq, dim]
+    trained = b["mask"][:, 1:]  # [batch, seq]
+    logits = trunk.get_output_embeddings()(hidden[trained])  # [trained, vocab]
+    return F.cross_entropy(logits.float(), ids[:, 1:][trained]), {
+        "assistant_tokens": int(trained.sum())
+    }
+
+
+def collate_sft(
+    examples: list[tuple[list[int], list[int]]], prefix: int, pad: int, device: torch.device
+) -> dict:
+    """Right-padded rows of each example after its first `prefix` tokens (shared by all)."""
+    shared = torch.tensor(examples[0][0][:prefix], dtype=torch.long)  # [prefix]
+    start = max(prefix - 1, 0)  # the last prefix token is each row's first input
+    if prefix:
+        shared = shared[:-1]
+    length = max(len(ids) for ids, _ in examples) - start
+    ids = torch.full((len(examples), length), pad, dtype=torch.long)  # [batch, seq+1]
+    mask = torch.zeros((len(examples), length), dtype=torch.bool)  # [batch, seq+1]
+    for row, (tokens, keep) in enumerate(examples):
+        ids[row, : len(tokens) - start] = torch.tensor(tokens[start:])
+        mask[row, : len(keep) - start] = torch.tensor(keep[start:], dtype=torch.bool)
+    return {"prefix": shared.to(device), "ids": ids.to(device), "mask": mask.to(device)}
+
+
 def _sft(recipe: Recipe, device: torch.device, rank: int) -> Job:
     ckpt = _load_init(recipe, device)
     trunk, tokenizer = ckpt.trunk, ckpt.tokenizer
@@ -271,29 +350,29 @@ def _sft(recipe: Recipe, device: torch.device, rank: int) -> Job:
     encode = [encode_conversation(tokenizer, r, recipe.seq_len + 1) for r in train]
     encode_eval = [encode_conversation(tokenizer, r, recipe.seq_len + 1) for r in heldout]
     encode = [e for e in encode if sum(e[1]) > 0]
+    encode_eval = [e for e in encode_eval if sum(e[1]) > 0]
     if not encode:
         raise StageError("no conversation has an assistant turn within seq_len tokens")
     pad = tokenizer.convert_tokens_to_ids(PAD)
-
-    def collate(examples: list[tuple[list[int], list[int]]]) -> dict:
-        length = max(len(ids) for ids, _ in examples)
-        ids = torch.full((len(examples), length), pad, dtype=torch.long)  # [batch, seq+1]
-        mask = torch.zeros((len(examples), length), dtype=torch.bool)  # [batch, seq+1]
-        for row, (tokens, keep) in enumerate(examples):
-            ids[row, : len(tokens)] = torch.tensor(tokens)
-            mask[row, : len(keep)] = torch.tensor(keep, dtype=torch.bool)
-        return {"ids": ids.to(device), "mask": mask.to(device)}
+    group_of, prefixes = shared_prefix_groups(encode)
+    members: dict[int, list[int]] = {}  # group -> its conversations, shortest first
+    for index in sorted(range(len(encode)), key=lambda i: len(encode[i][0])):
+        members.setdefault(group_of[index], []).append(index)
+    rank_in_group = {index: r for group in members.values() for r, index in enumerate(group)}
 
     def batch(index: int) -> dict:
-        pick = _rng(recipe, rank, index).integers(0, len(encode), size=recipe.batch_size)
-        return collate([encode[i] for i in pick])
+        """An anchor drawn uniformly, and batch-mates of about its length from its group."""
+        rng = _rng(recipe, rank, index)
+        anchor = int(rng.integers(0, len(encode)))
+        group = members[group_of[anchor]]
+        width = 2 * recipe.batch_size  # neighbours by length: little padding
+        low = max(0, min(rank_in_group[anchor] - width // 2, len(group) - width))
+        pick = rng.choice(group[low : low + width], size=recipe.batch_size - 1)
+        rows = [encode[anchor]] + [encode[i] for i in pick]
+        return collate_sft(rows, prefixes[group_of[anchor]], pad, device)
 
     def loss(b: dict) -> tuple[torch.Tensor, dict]:
-        logits = trunk(input_ids=b["ids"][:, :-1]).logits  # [batch, seq, vocab]
-        labels = b["ids"][:, 1:].masked_fill(~b["mask"][:, 1:], -100)
-        return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100), {
-            "assistant_tokens": int(b["mask"][:, 1:].sum())
-        }
+        return sft_loss(trunk, b)
 
     def evaluate() -> dict:
         trunk.eval()
@@ -302,7 +381,7 @@ def _sft(recipe: Recipe, device: torch.device, rank: int) -> Job:
             for i in range(
                 0, min(len(encode_eval), recipe.eval_batches * recipe.batch_size), recipe.batch_size
             ):
-                b = collate(encode_eval[i : i + recipe.batch_size])
+                b = collate_sft(encode_eval[i : i + recipe.batch_size], 0, pad, device)
                 n = int(b["mask"][:, 1:].sum())
                 if n:
                     total += loss(b)[0].item() * n
@@ -311,7 +390,11 @@ def _sft(recipe: Recipe, device: torch.device, rank: int) -> Job:
         return {"eval_loss": total / max(count, 1)}
 
     job = Job(trunk, trunk, tokenizer, None, batch, loss, evaluate, ckpt.version)
-    job.summary = {"train_conversations": len(encode), "heldout_conversations": len(encode_eval)}
+    job.summary = {
+        "train_conversations": len(encode),
+        "heldout_conversations": len(encode_eval),
+        "shared_prefix_tokens": max(prefixes),
+    }
     return job
 
 

@@ -49,8 +49,8 @@ class StarterConfig:
     sources: list[str] = field(default_factory=list)  # corpus folders; [] = this Python's stdlib
     max_mb: float = 12.0  # corpus text read, MB
     vocab_size: int = 8192  # tokenizer vocabulary
-    projects: int = 50  # synthetic projects (about 8 tasks each)
-    samples: int = 1  # oracle trajectories per task
+    projects: int = 250  # synthetic projects (about 8 tasks each)
+    samples: int = 2  # oracle trajectories per task
     eval_tasks: int = 20  # held-out tasks evaluated through the harness (0 = none)
     seed: int = 0
 
