@@ -50,7 +50,7 @@ def test_export_writes_every_file_with_a_truthful_manifest(
     report = export(db_path, out, held_out_percent=25, min_reward=0.5)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest == report.manifest
-    assert manifest["reward"] == {"function": "total", "version": 1, "min": 0.5}
+    assert manifest["reward"] == {"function": "total", "version": 2, "min": 0.5}
     assert manifest["sessions"] == 4 and manifest["held_out"]["sessions"] == 1
     for name, info in manifest["files"].items():
         data = (out / name).read_bytes()
@@ -67,7 +67,7 @@ def test_sft_is_openai_chat_format_with_tool_calls(populated, db_path: Path, tmp
     export(db_path, tmp_path / "e", held_out_percent=25)
     (record,) = _lines(tmp_path / "e" / "sft.jsonl")
     assert record["id"] == populated["good"]
-    assert record["reward_function"] == "total@1" and record["reward"] >= 0.5
+    assert record["reward_function"] == "total@2" and record["reward"] >= 0.5
     assert record["stop_reason"] == "answered"  # why the recorded run ended (schema v3)
     messages = record["messages"]
     assert [m["role"] for m in messages] == [

@@ -139,7 +139,7 @@ def test_rl_recipe_loads_and_says_how_to_launch():
     recipe = load_rl_recipe(RL_TOML)
     assert recipe.stage == "rl" and recipe.env == "harness" and recipe.runtime == "processes"
     assert "flywheel train rl --recipe training/recipes/rl.toml" in RL_TOML.read_text()
-    assert recipe.rewards["task_success@2"] == 1.0
+    assert recipe.rewards["task_success@3"] == 1.0
     assert recipe.reward_version.startswith("rv-")
 
 
