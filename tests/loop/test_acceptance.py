@@ -1,8 +1,8 @@
 """The acceptance test of issue 8, end to end through real processes and a real LSP client:
 scripted editor sessions produce telemetry; `flywheel cycle` trains a candidate, benchmarks it and
 promotes it; the running language server serves the new version in the next request; a rollback
-restores the old one. (tests/loop/test_cycle.py is its short default-tier variant, with
-`flywheel serve` and sessions recorded directly.)"""
+restores the old one. (tests/loop/test_cycle.py is its shorter variant, with `flywheel serve` and
+sessions recorded directly.)"""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from tests.harness.replay import call
 from tests.loop.test_cycle import flywheel
 from tests.lsp.conftest import SAMPLING_OPTIONS, start_editor, stop_editor
 
-pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="function")]
+# ~35 s, in the default suite: CI runs the acceptance itself
+pytestmark = pytest.mark.asyncio(loop_scope="function")
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 TESTS = "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n" \
