@@ -226,6 +226,8 @@ class FlywheelServer(LanguageServer):
         self.notify("flywheel/status", status)
         version_now = status.get("modelVersion") or ""
         if version_now and version_now != self._model_version:
+            if not self._model_version:  # the engine is ready: the session learns its model
+                self.record("session_model", model_version=version_now)
             if self._model_version:
                 self.window_show_message(
                     types.ShowMessageParams(

@@ -112,6 +112,9 @@ EVENTS: dict[str, EventKind] = {
         "sessions", fields="id editor plugin_version model_version workspace_id git_head"
     ),
     "session_end": _spec("sessions"),
+    # the model a session runs, once known (an editor session starts before its engine loads);
+    # fills an empty sessions.model_version, never overwrites one
+    "session_model": _spec("sessions", required="model_version"),
     "suggestion": _spec(
         "suggestions",
         fields="id trigger document_uri document_version language latency_ms ttft_ms "
@@ -314,7 +317,8 @@ class Recorder:
         """Enqueue one event; return its id (a new one unless `id=` is given) or None if refused.
 
         `session_id` is required for every kind except session_start, model_version,
-        training_run and training_metric. For session_end the id is the session's.
+        training_run and training_metric. For session_end and session_model the id is the
+        session's.
         """
         if not self.enabled or self._closed:
             return None
@@ -334,7 +338,7 @@ class Recorder:
         for name, allowed in spec.choices:
             if fields.get(name) not in allowed:
                 return self._refuse(kind, f"{kind}: {name} must be one of {sorted(allowed)}")
-        if kind == "session_end":
+        if kind in ("session_end", "session_model"):
             event_id = session_id
         elif kind == "step":
             event_id = f"{fields['task_id']}:{fields['idx']}"
@@ -532,10 +536,17 @@ class Recorder:
             row.update(id=event.id, started_at=event.at, consent=self.policy.consent)
             new.add(event.id)
             return rows.add(event, "sessions", row)
-        if kind in ("session_end", "task_end", "hunk_outcome"):
+        if kind in ("session_end", "session_model", "task_end", "hunk_outcome"):
             rows.flush()  # the updates below must see the rows held so far
         if kind == "session_end":
             conn.execute("UPDATE sessions SET ended_at = ? WHERE id = ?", (event.at, event.id))
+            return None
+        if kind == "session_model":
+            conn.execute(
+                "UPDATE sessions SET model_version = ? WHERE id = ? "
+                "AND (model_version IS NULL OR model_version = '')",
+                (str(event.fields["model_version"]), event.id),
+            )
             return None
         if kind == "task_end":
             cur = conn.execute(

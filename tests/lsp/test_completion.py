@@ -41,6 +41,8 @@ async def test_ghost_text_shown_accepted_recorded_with_utf16_positions(editor, d
     assert row["kind"] == "inline" and row["output"] == item.insert_text
     assert row["model_version"] == "tiny-seed0" and row["document_version"] == 1
     assert row["context"].count("😀") == 2  # the prefix was cut at the right code point
+    (session,) = await ed.rows("sessions", id=row["session_id"])
+    assert session["model_version"] == "tiny-seed0"  # known once the engine loaded
 
     ed.client.protocol.notify("flywheel/completionShown", {"suggestionId": sid})
     # The editor inserts the text at the cursor, then runs the item's command.

@@ -417,3 +417,13 @@ def test_held_rows_with_duplicate_ids_in_one_batch_match_one_by_one_writes(
     assert count(db_path, "SELECT reason FROM dropped") == "duplicate id"
     stats = recorder.stats()
     assert stats["dropped"] == 1 and stats["written"] == 4
+
+
+def test_session_model_fills_an_empty_version_and_never_overwrites(recorder: Recorder, db_path):
+    empty = recorder.record("session_start", editor="nvim")  # the engine was still loading
+    known = recorder.record("session_start", editor="nvim", model_version="v1")
+    for sid in (empty, known):
+        assert recorder.record("session_model", session_id=sid, model_version="v2") == sid
+    assert recorder.flush()
+    rows = sqlite3.connect(db_path).execute("SELECT id, model_version FROM sessions").fetchall()
+    assert dict(rows) == {empty: "v2", known: "v1"}
