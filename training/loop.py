@@ -378,7 +378,10 @@ def train(recipe: Recipe, resume: bool = True, progress: bool = True) -> Path:
     last_eval: dict = {}
     status = "failed"
     try:
-        tokens_per_step = recipe.batch_size * recipe.seq_len * recipe.grad_accum * runtime.world
+        # tokens a micro-batch holds, unless its loss reports the real count (`tokens`: SFT rows
+        # vary in length and share a prefix)
+        tokens_per_micro = recipe.batch_size * recipe.seq_len
+        seen = 0  # tokens trained on since the last log line, all processes
         tick = time.perf_counter()
         while step < recipe.steps:
             lr = learning_rate(recipe, step)
@@ -388,6 +391,7 @@ def train(recipe: Recipe, resume: bool = True, progress: bool = True) -> Path:
             for micro in range(recipe.grad_accum):
                 with autocast:
                     loss, extra = job.loss(job.batch(step * recipe.grad_accum + micro))
+                seen += int(extra.pop("tokens", tokens_per_micro)) * runtime.world
                 if not torch.isfinite(loss):
                     raise TrainingError(
                         f"loss is {loss.item()} at step {step}: lower lr "
@@ -413,9 +417,10 @@ def train(recipe: Recipe, resume: bool = True, progress: bool = True) -> Path:
                     "kind": "train",
                     "loss": round(total, 5),
                     "lr": lr,
-                    "tokens_per_s": round(tokens_per_step * recipe.log_every / elapsed, 1),
+                    "tokens_per_s": round(seen / elapsed, 1),
                     **{k: round(v, 5) for k, v in extra.items()},
                 }
+                seen = 0
                 metrics.write(record)
                 telemetry.metric(step, {"loss": total})
             if step % recipe.eval_every == 0 or step == recipe.steps:

@@ -317,7 +317,8 @@ def sft_loss(trunk: nn.Module, b: dict) -> tuple[torch.Tensor, dict]:
     trained = b["mask"][:, 1:]  # [batch, seq]
     logits = trunk.get_output_embeddings()(hidden[trained])  # [trained, vocab]
     return F.cross_entropy(logits.float(), ids[:, 1:][trained]), {
-        "assistant_tokens": int(trained.sum())
+        "assistant_tokens": int(trained.sum()),
+        "tokens": b["tokens"],
     }
 
 
@@ -335,7 +336,13 @@ def collate_sft(
     for row, (tokens, keep) in enumerate(examples):
         ids[row, : len(tokens) - start] = torch.tensor(tokens[start:])
         mask[row, : len(keep) - start] = torch.tensor(keep[start:], dtype=torch.bool)
-    return {"prefix": shared.to(device), "ids": ids.to(device), "mask": mask.to(device)}
+    tokens = len(shared) + sum(len(t) - start - 1 for t, _ in examples)  # inputs the model runs
+    return {
+        "prefix": shared.to(device),
+        "ids": ids.to(device),
+        "mask": mask.to(device),
+        "tokens": tokens,
+    }
 
 
 def _sft(recipe: Recipe, device: torch.device, rank: int) -> Job:
