@@ -112,14 +112,19 @@ def parse_overrides(pairs: list[str]) -> dict:
     return out
 
 
-def load_recipe(path: str | Path, overrides: dict | None = None) -> Recipe:
-    path = Path(path)
+def read_toml(path: Path) -> dict:
+    """A recipe file's table; RecipeError names the file when it is unreadable or not TOML."""
     try:
-        values = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except OSError as exc:
         raise RecipeError(f"cannot read recipe {str(path)!r}: {exc.strerror}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise RecipeError(f"recipe {str(path)!r} is not valid TOML: {exc}") from exc
+
+
+def load_recipe(path: str | Path, overrides: dict | None = None) -> Recipe:
+    path = Path(path)
+    values = read_toml(path)
     values.update(overrides or {})
     known = {f.name: f for f in fields(Recipe)}
     unknown = sorted(set(values) - set(known))

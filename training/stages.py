@@ -326,10 +326,8 @@ def collate_sft(
     examples: list[tuple[list[int], list[int]]], prefix: int, pad: int, device: torch.device
 ) -> dict:
     """Right-padded rows of each example after its first `prefix` tokens (shared by all)."""
-    shared = torch.tensor(examples[0][0][:prefix], dtype=torch.long)  # [prefix]
     start = max(prefix - 1, 0)  # the last prefix token is each row's first input
-    if prefix:
-        shared = shared[:-1]
+    shared = torch.tensor(examples[0][0][:start], dtype=torch.long)  # [prefix - 1], cached
     length = max(len(ids) for ids, _ in examples) - start
     ids = torch.full((len(examples), length), pad, dtype=torch.long)  # [batch, seq+1]
     mask = torch.zeros((len(examples), length), dtype=torch.bool)  # [batch, seq+1]

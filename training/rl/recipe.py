@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from training.recipe import RecipeError, parse_overrides
+from training.recipe import RecipeError, parse_overrides, read_toml
 
 ENVS = ("harness", "magic")
 RUNTIMES = ("inline", "processes", "ray")
@@ -173,13 +172,7 @@ class RLRecipe:
 
 def load_rl_recipe(path: str | Path, overrides: dict | None = None) -> RLRecipe:
     path = Path(path)
-    try:
-        values = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise RecipeError(f"cannot read recipe {str(path)!r}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise RecipeError(f"recipe {str(path)!r} is not valid TOML: {exc}") from exc
-    return rl_recipe_from_dict(values, overrides, where=str(path))
+    return rl_recipe_from_dict(read_toml(path), overrides, where=str(path))
 
 
 def rl_recipe_from_dict(values: dict, overrides: dict | None = None, where: str = "") -> RLRecipe:
