@@ -52,6 +52,16 @@ def main(argv: list[str]) -> int:
     tasks.add_argument("--heldout", type=float, default=0.1, help="held-out share of projects")
     tasks.add_argument("--samples", type=int, default=2, help="oracle trajectories per task")
 
+    apply = sub.add_parser(
+        "apply", help="fast-apply examples from real source files (one edit each, via ast)"
+    )
+    apply.add_argument(
+        "--source", action="append", default=[], help="folder of .py files; default: the stdlib"
+    )
+    apply.add_argument("--out", required=True, help="JSONL file to write")
+    apply.add_argument("--count", type=int, default=1200, help="examples to write")
+    apply.add_argument("--seed", type=int, default=0)
+
     starter = sub.add_parser(
         "starter", help="the built-in starter model: data, tasks, all four stages, evaluation"
     )
@@ -111,6 +121,8 @@ def main(argv: list[str]) -> int:
             return _data(args)
         if args.stage == "tasks":
             return _tasks(args)
+        if args.stage == "apply":
+            return _apply(args)
         if args.stage == "starter":
             return _starter(args)
         if args.stage == "rl":
@@ -151,6 +163,17 @@ def _tasks(args: argparse.Namespace) -> int:
     )
     manifest = export(tasks, args.out, seed=args.seed, samples_per_task=args.samples)
     print(json.dumps(manifest, indent=2))
+    return 0
+
+
+def _apply(args: argparse.Namespace) -> int:
+    import sysconfig
+
+    from training.code_apply import CodeApplyConfig, build
+
+    sources = args.source or [sysconfig.get_paths()["stdlib"]]
+    config = CodeApplyConfig(sources=sources, count=args.count, seed=args.seed)
+    print(json.dumps(build(config, args.out), indent=2))
     return 0
 
 

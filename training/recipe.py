@@ -55,6 +55,8 @@ class Recipe:
     deepspeed: str = ""  # DeepSpeed JSON config; "" = plain torch
     rope_type: str = "linear"  # long_context: transformers rope type (linear | yarn | dynamic)
     rope_factor: float = 4.0  # long_context: position scaling factor
+    copy_fraction: float = 0.0  # pretrain, long_context: share of rows that repeat their opening
+    # span (a model learns to copy from its context, which code edits and fast apply need)
     eval_seq_len: int = 0  # long_context: held-out length; 0 = 4x the init model's context
     context_length: int = 0  # long_context: context the model declares (max positions) after
     # scaling; 0 = max(seq_len, eval_seq_len)
@@ -90,6 +92,8 @@ class Recipe:
             raise RecipeError("stage sft needs `sft_data` (chat JSONL files)")
         if self.precision not in ("fp32", "bf16"):
             raise RecipeError(f"precision must be fp32 or bf16, not {self.precision!r}")
+        if not 0.0 <= self.copy_fraction <= 1.0:
+            raise RecipeError(f"copy_fraction must be in [0, 1], not {self.copy_fraction}")
         if self.rope_factor < 1:
             raise RecipeError("rope_factor must be >= 1")
 

@@ -1,9 +1,11 @@
 """`flywheel train starter`: the built-in starter model, from offline sources, in one command.
 
     data   corpus + byte-level BPE from the local Python stdlib ─┐
+    apply  fast-apply examples from the corpus's own files        │
     tasks  synthetic tasks + oracle trajectories + fast apply     │ (a background process
            (harness format; runs beside pretraining)              │  beside pretraining)
-    pretrain (short context) → long_context (RoPE x4) → sft (trajectories + fast apply)
+    pretrain (short context, a quarter of rows repeated: learns to copy) → long_context
+           (RoPE x4) → sft (trajectories + both kinds of fast apply)
            → mtp (2 heads, self-distillation) → eval (held-out tasks, real harness) → model/
 
 Every stage reads its recipe from training/recipes/ (pretrain, long_context, sft, mtp .toml);
@@ -52,6 +54,7 @@ class StarterConfig:
     projects: int = 250  # synthetic projects (about 8 tasks each)
     samples: int = 2  # oracle trajectories per task
     eval_tasks: int = 20  # held-out tasks evaluated through the harness (0 = none)
+    code_apply: int = 1200  # fast-apply examples made from the corpus's own files
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -63,6 +66,7 @@ class StarterConfig:
             self.projects = min(self.projects, 3)
             self.samples = 1
             self.eval_tasks = min(self.eval_tasks, 2)
+            self.code_apply = min(self.code_apply, 8)
 
 
 # Overrides that make each stage take seconds (quick mode); the recipes stay the real ones.
@@ -97,6 +101,7 @@ def stage_overrides(config: StarterConfig, stage: str) -> dict:
             "sft_data": [
                 str(out / "tasks" / "trajectories.jsonl"),
                 str(out / "tasks" / "apply.jsonl"),
+                str(out / "apply_code.jsonl"),
             ],
         },
         "mtp": {"data": str(out / "data"), "init": str(out / "sft" / "model")},
@@ -155,6 +160,22 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
             data_dir,
         )
     mark("data", start)
+
+    start = time.monotonic()
+    apply_file = out / "apply_code.jsonl"
+    if not apply_file.exists():
+        from training.code_apply import CodeApplyConfig, build
+
+        try:
+            counts = build(
+                CodeApplyConfig(sources=config.sources, count=config.code_apply, seed=config.seed),
+                apply_file,
+            )
+            log(f"[starter] fast-apply examples from the corpus's files: {counts}")
+        except ValueError as exc:  # e.g. a corpus of small files: SFT goes on without them
+            apply_file.write_text("")
+            log(f"[starter] no fast-apply examples from the corpus: {exc}")
+    mark("apply", start)
 
     try:
         for stage in STAGE_ORDER:
@@ -250,6 +271,7 @@ def finish(config: StarterConfig, evaluation: dict | None, timings: dict, second
         "tasks_manifest_sha256": _sha256(out / "tasks" / "manifest.json"),
         "trajectories_sha256": _sha256(out / "tasks" / "trajectories.jsonl"),
         "apply_sha256": _sha256(out / "tasks" / "apply.jsonl"),
+        "apply_code_sha256": _sha256(out / "apply_code.jsonl"),
         "tasks": json.loads((out / "tasks" / "manifest.json").read_text())["counts"],
     }
     long_context = stages["long_context"]

@@ -61,6 +61,9 @@ TEST_TIMEOUT_S = 20.0
 
 # --- projects --------------------------------------------------------------------------------
 
+# Name pools. They are wide on purpose: with a handful of module names a small model learns
+# them by heart and writes `budget.py` whatever the prompt says; with hundreds, the only way to
+# get a name right is to copy it from the instruction or a tool result.
 _NOUNS = [
     "price",
     "order",
@@ -80,9 +83,72 @@ _NOUNS = [
     "frame",
     "cell",
     "point",
+    "parcel",
+    "shipment",
+    "fare",
+    "quote",
+    "bid",
+    "payment",
+    "refund",
+    "voucher",
+    "coupon",
+    "credit",
+    "debit",
+    "grade",
+    "mark",
+    "vote",
+    "rating",
+    "review",
+    "visit",
+    "booking",
+    "seat",
+    "slot",
+    "shift",
+    "lap",
+    "split",
+    "stage",
+    "step",
+    "tick",
+    "pulse",
+    "signal",
+    "event",
+    "alert",
+    "report",
+    "row",
+    "column",
+    "chunk",
+    "block",
+    "page",
+    "line",
+    "word",
 ]
-_VERBS = ["compute", "calc", "get", "find", "make", "count", "measure", "collect", "sum", "build"]
-_MODULES = [
+_VERBS = [
+    "compute",
+    "calc",
+    "get",
+    "find",
+    "make",
+    "count",
+    "measure",
+    "collect",
+    "sum",
+    "build",
+    "fetch",
+    "load",
+    "derive",
+    "tally",
+    "gather",
+    "resolve",
+    "estimate",
+    "score",
+    "rank",
+    "check",
+    "pick",
+    "total",
+    "average",
+    "merge",
+]
+_MODULE_WORDS = [
     "pricing",
     "ledger",
     "stats",
@@ -99,8 +165,95 @@ _MODULES = [
     "orders",
     "timesheet",
     "rates",
+    "tickets",
+    "invoices",
+    "refunds",
+    "vouchers",
+    "coupons",
+    "credits",
+    "fares",
+    "quotes",
+    "bids",
+    "bookings",
+    "seats",
+    "visits",
+    "reviews",
+    "ratings",
+    "votes",
+    "marks",
+    "grades",
+    "shifts",
+    "laps",
+    "splits",
+    "stages",
+    "signals",
+    "alerts",
+    "reports",
+    "rows",
+    "columns",
+    "chunks",
+    "blocks",
+    "pages",
+    "parcels",
+    "shipments",
+    "payments",
+    "readings",
+    "samples",
+    "packets",
+    "records",
+    "entries",
+    "tokens",
+    "frames",
+    "cells",
+    "points",
+    "totals",
+    "taxes",
+    "fees",
+    "discounts",
+    "balances",
+    "wallets",
+    "accounts",
+    "meters",
+    "buckets",
+    "queues",
+    "stocks",
+    "counters",
+    "registers",
 ]
-_CLASSES = ["Account", "Wallet", "Counter", "Register", "Meter", "Bucket", "Queue", "Stock"]
+_MODULE_SUFFIXES = ["", "", "", "_core", "_utils", "_calc", "_lib", "_ops", "_math"]
+_MODULES = sorted({w + s for w in _MODULE_WORDS for s in _MODULE_SUFFIXES})
+_HELPERS = [
+    f"{word}{suffix}"
+    for word in ["report", "service", "app", "views", "jobs", "tasks", "cli", "main", "api"]
+    for suffix in ["", "_app", "s_v2", "_runner"]
+]
+_CLASSES = [
+    "Account",
+    "Wallet",
+    "Counter",
+    "Register",
+    "Meter",
+    "Bucket",
+    "Queue",
+    "Stock",
+    "Ledger",
+    "Purse",
+    "Tab",
+    "Till",
+    "Vault",
+    "Tracker",
+    "Gauge",
+    "Tank",
+    "Reservoir",
+    "Budget",
+    "Fund",
+    "Pot",
+    "Kitty",
+    "Bank",
+    "Safe",
+    "Store",
+    "Cache",
+]
 
 
 @dataclass
@@ -488,7 +641,7 @@ def make_project(template: str, seed: int) -> Project:
     used: set[str] = set()
     names, constants, source, helper_source, calls = TEMPLATES[template](rng, used)
     module = rng.choice(_MODULES)
-    helper = rng.choice(["report", "service", "app", "billing_app", "views", "jobs"])
+    helper = rng.choice(_HELPERS)
     numeric = [
         names[k]
         for k in (

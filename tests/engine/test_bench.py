@@ -26,3 +26,16 @@ def test_bench_engine_writes_rows_for_both_workloads(tmp_path, tiny_checkpoint, 
     assert all(r["identical_to_plain"] for r in report["rows"])
     assert {"plain_vs_hf_greedy", "verify4_vs_decode_step"} <= set(report["targets"])
     assert "apply" in capsys.readouterr().out
+    apply = [r for r in report["rows"] if r["workload"] == "apply"]
+    assert all(0.0 <= r["similarity_to_expected"] <= 1.0 for r in apply)
+    assert all(r["similarity_to_expected"] is None for r in report["rows"] if r not in apply)
+
+
+def test_apply_expects_the_file_with_its_definition_renamed(tokenizer):
+    from agent.engine.bench import similarity, workloads
+
+    apply = next(item for item in workloads(tokenizer) if item["workload"] == "apply")
+    assert apply["expected"] != apply["speculation"]
+    assert "_checked(" in apply["expected"] and "_checked(" not in apply["speculation"]
+    assert similarity(apply["expected"][:500], apply["expected"]) == 1.0
+    assert similarity("of of of of of of", apply["expected"]) < 0.3

@@ -225,3 +225,28 @@ def test_cli_runs_a_stage_and_reports_bad_input(tmp_path, corpus):
     assert main(args) == 0
     assert main(["sft", "--recipe", str(recipe)]) == 1  # recipe for another stage
     assert main(["pretrain", "--recipe", str(tmp_path / "missing.toml")]) == 1
+
+
+def test_repeat_rows_tile_an_opening_span_and_leave_the_rest():
+    import numpy as np
+
+    from training.stages import repeat_rows
+
+    window = torch.arange(4 * 65).reshape(4, 65)  # [batch, seq+1], every token distinct
+    assert repeat_rows(window, np.random.default_rng(0), 0.0) is window
+    out = repeat_rows(window, np.random.default_rng(0), 1.0)
+    for row in out:
+        span = int((row == row[0]).nonzero()[1])  # where the opening comes round again
+        assert 16 <= span <= 32 and torch.equal(row[span : 2 * span], row[:span])
+    many = torch.arange(64 * 65).reshape(64, 65)
+    kept = (repeat_rows(many, np.random.default_rng(1), 0.5) == many).all(1)  # [64]
+    assert 16 < int(kept.sum()) < 48  # about half the rows are left as they were
+
+
+def test_pretrain_with_copy_rows_reports_copy_accuracy(tmp_path, corpus):
+    out = tmp_path / "run"
+    train(tiny("pretrain", out, data=str(corpus), copy_fraction=0.5, steps=3), progress=False)
+    evals = _records(out, "eval")
+    assert evals and all(0.0 <= r["copy_acc"] <= 1.0 for r in evals)
+    with pytest.raises(Exception, match="copy_fraction"):
+        tiny("pretrain", out, data=str(corpus), copy_fraction=1.5)

@@ -26,6 +26,7 @@ def test_quick_chain_writes_a_loadable_model_with_lineage(tmp_path):
     assert meta["version"].startswith("starter-") and meta["version"].endswith("-quick")
     assert set(meta["recipes"]) == {"pretrain", "long_context", "sft", "mtp"}
     assert meta["data"]["corpus_manifest_sha256"] and meta["evaluation"]["tasks"] >= 1
+    assert meta["data"]["apply_code_sha256"]  # fast apply from the corpus's own files
     assert load_checkpoint(tmp_path / "model").heads is not None
     assert "## Reproduce" in model_card(tmp_path / "model")
     assert main(["starter", "--out", str(tmp_path), "--quick"]) == 0  # a rerun resumes: no-op
