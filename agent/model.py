@@ -17,10 +17,17 @@ hidden state with the embedding of the token k positions ahead and predicts the 
 with h_0 the trunk's final (normed) hidden state, and `emb` / `lm_head` shared with the trunk
 (not copied: the heads hold references, and save only their own weights). Block_k is one decoder
 layer of the trunk's own family.
+
+Draft vocabulary (optional, FR-Spec, Zhao et al. 2025): `mtp/draft_vocab.json` lists the token
+ids the heads draft from, most frequent first (`frequent_tokens` over training data). Drafting
+then scores only those rows of `lm_head`, which on a small model costs as much as the rest of a
+head; the trunk still verifies over the whole vocabulary, so output is unchanged. Without the
+file the heads draft over the whole vocabulary.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import asdict, dataclass
@@ -164,6 +171,9 @@ class MTPHeads(nn.Module):
         # Shared, not owned: kept out of state_dict so saving writes only the heads.
         object.__setattr__(self, "_embed", trunk.get_input_embeddings())
         object.__setattr__(self, "_lm_head", trunk.get_output_embeddings())
+        # [d] token ids drafted from (most frequent first); None: the whole vocabulary. Saved as
+        # mtp/draft_vocab.json, not in the state dict (older loaders stay compatible).
+        self.register_buffer("draft_vocab", None, persistent=False)
 
     def state_dict(self, *args, **kwargs):  # noqa: D102 - the heads' own weights only
         return {
@@ -182,21 +192,79 @@ class MTPHeads(nn.Module):
         position_ids: [batch, seq]
         returns       [batch, seq, hidden]  h_k
         """
-        head = self.heads[k]
-        x = head.proj(
-            torch.cat([head.norm_hidden(hidden), head.norm_embed(self._embed(next_ids))], -1)
-        )
+        x = self._head_input(k, hidden, next_ids)
         seq = x.shape[1]
         mask = torch.full((seq, seq), float("-inf"), dtype=x.dtype, device=x.device).triu(1)
         mask = mask[None, None].expand(x.shape[0], 1, seq, seq)
         cos_sin = self.rotary(x, position_ids)
-        out = head.block(
+        out = self.heads[k].block(
             x, attention_mask=mask, position_ids=position_ids, position_embeddings=cos_sin
         )
         return out[0] if isinstance(out, tuple) else out
 
-    def logits(self, k: int, h: torch.Tensor) -> torch.Tensor:
-        return self._lm_head(self.heads[k].norm_out(h))
+    def new_cache(self) -> list:
+        """One empty KV cache per head for `forward_head_cached` (a `DynamicCache` each)."""
+        from transformers import DynamicCache
+
+        return [DynamicCache() for _ in self.heads]
+
+    def forward_head_cached(
+        self,
+        k: int,
+        hidden: torch.Tensor,
+        next_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        cache,
+    ) -> torch.Tensor:
+        """Run head k over new positions that follow those in its KV cache, appending them.
+
+        The incremental form of `forward_head` (inference only): the same inputs for the new
+        positions, attending to the cached keys/values of earlier ones. Roll back with
+        `cache[k].crop(-n)`, as for the trunk.
+
+        hidden:       [batch, m, hidden]  h_k-1 at the m new positions
+        next_ids:     [batch, m]          t[i+k+1] at each of them
+        position_ids: [batch, m]          their absolute positions (RoPE is relative: the cache
+                                          may start at any position, e.g. a window's first)
+        cache:        from `new_cache()`
+        returns       [batch, m, hidden]  h_k
+        """
+        x = self._head_input(k, hidden, next_ids)
+        m = x.shape[1]
+        mask = None  # one new position may attend to every cached one
+        if m > 1:  # causal among the new positions; the cached ones are all visible
+            past = cache[k].get_seq_length(k)
+            mask = torch.full((m, past + m), float("-inf"), dtype=x.dtype, device=x.device)
+            mask = mask.triu(past + 1)[None, None].expand(x.shape[0], 1, m, past + m)
+        out = self.heads[k].block(
+            x,
+            attention_mask=mask,
+            position_ids=position_ids,
+            position_embeddings=self.rotary(x, position_ids),
+            use_cache=True,
+            **{_layer_cache_kw(): cache[k]},
+        )
+        return out[0] if isinstance(out, tuple) else out
+
+    def _head_input(self, k: int, hidden: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
+        """W_k · [norm(h_k-1) ; norm(emb(t))]: [batch, seq, hidden]."""
+        head = self.heads[k]
+        return head.proj(
+            torch.cat([head.norm_hidden(hidden), head.norm_embed(self._embed(next_ids))], -1)
+        )
+
+    def logits(self, k: int, h: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Head k's logits [..., vocab]; with `rows` ([d, hidden], e.g. the `lm_head` rows of
+        `draft_vocab`), only those: [..., d]."""
+        normed = self.heads[k].norm_out(h)
+        return self._lm_head(normed) if rows is None else nn.functional.linear(normed, rows)
+
+    def draft_rows(self) -> torch.Tensor | None:
+        """The `lm_head` rows of `draft_vocab` [d, hidden] (a copy), or None without one."""
+        if self.draft_vocab is None:
+            return None
+        with torch.no_grad():
+            return self._lm_head.weight.index_select(0, self.draft_vocab)
 
     def save(self, folder: str | Path) -> None:
         from safetensors.torch import save_file
@@ -208,6 +276,9 @@ class MTPHeads(nn.Module):
             {k: v.contiguous() for k, v in self.state_dict().items()},
             str(folder / "model.safetensors"),
         )
+        if self.draft_vocab is not None:
+            ids = self.draft_vocab.tolist()
+            (folder / DRAFT_VOCAB_FILE).write_text(json.dumps({"token_ids": ids}) + "\n")
 
     @classmethod
     def load(cls, folder: str | Path, trunk) -> MTPHeads:
@@ -229,7 +300,54 @@ class MTPHeads(nn.Module):
             raise EngineError(
                 f"MTP heads in {folder} do not match: missing {missing[:3]}, unexpected {unexpected[:3]}"
             )
+        if (folder / DRAFT_VOCAB_FILE).exists():
+            heads.draft_vocab = _read_draft_vocab(
+                folder / DRAFT_VOCAB_FILE, trunk.config.vocab_size
+            )
         return heads
+
+
+DRAFT_VOCAB_FILE = "draft_vocab.json"  # {"token_ids": [most frequent first, ...]}
+
+
+def frequent_tokens(token_ids, vocab_size: int, size: int) -> list[int]:
+    """The `size` most frequent ids in `token_ids` (any int array), most frequent first: what
+    `MTPHeads.draft_vocab` holds. Ties go to the lower id; unseen ids are never chosen."""
+    import numpy as np
+
+    counts = np.bincount(np.asarray(token_ids, dtype=np.int64).ravel(), minlength=vocab_size)
+    order = np.argsort(-counts[:vocab_size], kind="stable")
+    return [int(i) for i in order[:size] if counts[i] > 0]
+
+
+def _read_draft_vocab(path: Path, vocab_size: int) -> torch.Tensor:
+    try:
+        ids = json.loads(path.read_text())["token_ids"]
+        ok = bool(ids) and all(isinstance(i, int) and 0 <= i < vocab_size for i in ids)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise EngineError(
+            f"could not read {path}: {exc}; delete it to draft over the whole vocabulary"
+        ) from exc
+    if not ok:
+        raise EngineError(
+            f"{path} must hold a non-empty list of token ids below {vocab_size} under "
+            '"token_ids"; delete it to draft over the whole vocabulary'
+        )
+    return torch.tensor(ids, dtype=torch.long)
+
+
+@functools.cache
+def _layer_cache_kw() -> str:
+    """The decoder layer's name for its cache argument in this transformers version."""
+    import inspect
+
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    params = inspect.signature(LlamaDecoderLayer.forward).parameters
+    return next(
+        (name for name in ("cache", "past_key_values", "past_key_value") if name in params),
+        "past_key_values",
+    )
 
 
 @dataclass

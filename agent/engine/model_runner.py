@@ -4,6 +4,11 @@
 returns logits and the trunk's final normed hidden states (h_0, what the MTP heads read). The
 cache is rolled back with `DynamicCache.crop(-n)` after rejected draft tokens.
 
+On the CPU, every `nn.Linear` of the trunk and heads becomes a `FewRowsLinear`: the same
+weights, with a product for 2..16 rows (a verify step, an MTP head over a few new positions)
+that runs faster on torch's CPU BLAS (see its docstring). One row (plain decoding) and long
+inputs (prefill) run exactly as before.
+
 Not thread-safe by itself: the engine holds its lock around every call.
 """
 
@@ -13,6 +18,7 @@ import inspect
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from agent.model import Checkpoint, load_checkpoint
 from agent.tokenizer import CHAR_TO_BYTE
@@ -51,10 +57,16 @@ class LoadedModel:
 
     @classmethod
     def wrap(cls, checkpoint: Checkpoint) -> LoadedModel:
+        """Wrap models already in memory; on the CPU their `nn.Linear`s become `FewRowsLinear`
+        in place (same weights and numerics for one row)."""
         tokenizer = checkpoint.tokenizer
         vocab = checkpoint.trunk.config.vocab_size
         known = decode_table(tokenizer)
         token_bytes = known[:vocab] + [b""] * max(0, vocab - len(known))
+        if checkpoint.trunk.device.type == "cpu":
+            use_few_rows_linear(checkpoint.trunk)
+            if checkpoint.heads is not None:
+                use_few_rows_linear(checkpoint.heads)
         params = inspect.signature(type(checkpoint.trunk.model).forward).parameters
         cache_kw = "cache" if "cache" in params else "past_key_values"
         return cls(checkpoint, token_bytes, cache_kw)
@@ -77,6 +89,36 @@ class LoadedModel:
         hidden = out.last_hidden_state  # [rows, m, hidden] h_0, normed
         logits = self.trunk.lm_head(hidden[:, -1:] if last_only else hidden)
         return logits, hidden
+
+
+class FewRowsLinear(nn.Linear):
+    """`nn.Linear` computing y = (W · xᵀ)ᵀ when x has 2..MAX_ROWS rows (CPU inference).
+
+    Why: torch's CPU BLAS (MKL) runs x · Wᵀ for a handful of rows far below its one-row speed;
+    the same product with W as the left operand does not. Measured on the starter model (3M,
+    one thread, 2-core AMD EPYC shared with a training run), one trunk forward over 2 / 3 tokens
+    costs 1.47x / 1.70x a one-token forward with `nn.Linear`, and 1.19-1.26x / 1.28-1.42x with
+    this class. Same weights and state dict, and still differentiable; one row and long inputs go
+    through `nn.functional.linear` unchanged.
+    """
+
+    MAX_ROWS = 16
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1]
+        if not 1 < rows <= self.MAX_ROWS:
+            return nn.functional.linear(x, self.weight, self.bias)
+        y = torch.mm(self.weight, x.reshape(rows, x.shape[-1]).T).T.contiguous()  # [rows, out]
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def use_few_rows_linear(module: nn.Module) -> None:
+    """Turn every plain `nn.Linear` inside `module` into a `FewRowsLinear`, in place."""
+    for child in module.modules():
+        if type(child) is nn.Linear:
+            child.__class__ = FewRowsLinear
 
 
 def decode_table(tokenizer) -> list[bytes]:

@@ -15,11 +15,19 @@ that run a model (`mtp`, `draft`).
   Worked example (ngram_max 2, k 3), context ... `x = 1 ; y = x` with tokens [x, =, 1, ;, y, =, x]:
   the suffix [=, x] does not occur earlier; [x] occurs at index 0, followed by [=, 1, ;]: the
   draft is [=, 1, ;] (deterministic, so q is one-hot).
-- `MTPProposer`: the trunk's own MTP heads (`agent.model.MTPHeads`). It keeps a rolling buffer of
-  the trunk's final hidden states h_0 for the last `window` positions in the target's KV cache
-  and re-runs the heads causally over that window each step (no per-head KV cache): head j at the
-  last position i = len(tokens) - 2 reads h_j[i] and the embedding of t[i+j+1] (the previous
-  draft for j >= 1) and drafts t[i+j+2]. Drafts are the heads' argmax (deterministic), at most
+- `MTPProposer`: the trunk's own MTP heads (`agent.model.MTPHeads`), run incrementally as in
+  DeepSeek-V3 / vLLM MTP drafting: each head keeps its own KV cache. Head j at position i reads
+  h_j[i] (h_0: the trunk's final hidden state, from `observe`) and the embedding of t[i+j+1], and
+  drafts t[i+j+2] from the last position i = len(tokens) - 2. Past the accepted tokens, t[i+j+1]
+  is an earlier draft, so head j caches only positions i < len(tokens) - 1 - j (inputs final) and
+  re-runs the rest on the next call; nothing is ever cropped for a rejection beyond that.
+  Worked example (2 heads, tokens t0..t5, so h_0 is known for positions 0..4): head 0 runs over
+  its new positions up to 4 reading t[i+1] (all accepted) and drafts d1 = t6; head 1 runs up to
+  4 reading t[i+2], which at position 4 is d1, drafts d2 = t7, then drops position 4 from its
+  cache. The heads attend over a window: their caches restart from the last `window` positions
+  once they span 2 * `window` (heads trained on short sequences draft worse over long contexts,
+  and a long prompt costs them only `window` positions). Drafts are argmax over the heads'
+  draft vocabulary (`MTPHeads.draft_vocab`, else the whole vocabulary), deterministic, at most
   `depth` per step. Approximate by design: the verifier makes the output exact.
 - `DraftModelProposer`: a smaller model sharing the tokenizer, with its own KV cache that is
   re-synchronised with the accepted tokens before each proposal; drafts are sampled from its own
@@ -124,7 +132,7 @@ def _match_after(haystack: np.ndarray, needle: np.ndarray, cursor: int) -> int |
 
 
 class MTPProposer:
-    """Drafts from the trunk's MTP heads over a rolling window of recent hidden states."""
+    """Drafts from the trunk's MTP heads, each run incrementally over its own KV cache."""
 
     needs_hidden = True
 
@@ -132,36 +140,79 @@ class MTPProposer:
         heads = model.checkpoint.heads
         if heads is None:
             raise ValueError("MTPProposer needs a checkpoint with MTP heads")
+        if window < 1:
+            raise ValueError("the MTP attention window must be >= 1")
         self.heads = heads
         self.max_depth = heads.config.depth
         self.window = window
-        self.hidden: torch.Tensor | None = None  # [<= window, hidden] h_0 of the last positions
+        self.device = model.device
+        self.draft_vocab = heads.draft_vocab  # [d] ids drafted from, or None: every id
+        self.draft_rows = heads.draft_rows()  # [d, hidden] their lm_head rows, or None
         self.known = 0  # positions whose h_0 has been observed (= target KV cache length)
+        self.history: torch.Tensor | None = None  # [<= 2 window, hidden] h_0 of the last positions
+        self.last: tuple[int, list[int]] = (0, [])  # len(tokens) and drafts of the last call
+        self._restart(0)
+
+    def _restart(self, base: int) -> None:
+        """Empty the heads' caches; they start again at position `base`."""
+        self.base = base
+        self.cache = self.heads.new_cache()  # head j: keys/values of positions [base, c_j)
+        self.cached = [base] * self.max_depth  # c_j >= c_j+1: head j's final inputs end sooner
+        # pending[j]: [c_j-1 - c_j, hidden] the final inputs h_j of positions [c_j, c_j-1) that
+        # head j has not cached yet (for j = 0: the observed h_0 of [c_0, known))
+        self.pending: list[torch.Tensor | None] = [None] * self.max_depth
+        if self.history is not None and self.known > base:
+            self.pending[0] = self.history[base - self.known :]
 
     def observe(self, hidden: torch.Tensor) -> None:
         self.known += hidden.shape[0]
-        joined = hidden if self.hidden is None else torch.cat([self.hidden, hidden])
-        self.hidden = joined[-self.window :]
+        self.pending[0] = _cat(self.pending[0], hidden)
+        self.history = _cat(self.history, hidden)[-2 * self.window :]
 
     def propose(self, tokens: list[int], k: int) -> Draft:
         k = min(k, self.max_depth)
-        if k <= 0 or self.hidden is None or self.known != len(tokens) - 1:
+        n = len(tokens)
+        if k <= 0 or self.known == 0 or self.known != n - 1:
             return NO_DRAFT
-        size = self.hidden.shape[0]
-        first = self.known - size  # absolute position of the window's first row
-        device = self.hidden.device
-        positions = torch.arange(first, self.known, device=device)[None]  # [1, size]
-        ext = torch.tensor(tokens[first:], device=device)  # t[first..]
-        h = self.hidden[None]  # [1, size, hidden]
+        if self.last[0] == n:  # asked again with nothing new observed: head 0 has no input
+            return Draft(self.last[1][:k])
+        if n - 1 - self.base > 2 * self.window:  # also the first call after a long prompt
+            self._restart(n - 1 - self.window)
         drafts: list[int] = []
+        speculative = None  # h_j of positions [n - j, n - 2]: built on drafts, never cached
         for j in range(k):
-            # head j at position i reads t[i + j + 1]; past the end those are earlier drafts
-            next_ids = ext[j + 1 : j + 1 + size][None]  # [1, size]
-            h = self.heads.forward_head(j, h, next_ids, positions)
-            draft = self.heads.logits(j, h[:, -1]).argmax(-1)  # [1]
-            drafts.append(int(draft))
-            ext = torch.cat([ext, draft])
+            start = self.cached[j]
+            h = _cat(self.pending[j], speculative)  # [n - 1 - start, hidden] h_j of [start, n-2]
+            ids = tokens[start + j + 1 :] + drafts  # t[i + j + 1] for i in [start, n - 2]
+            out = self.heads.forward_head_cached(
+                j,
+                h[None],
+                torch.tensor([ids], device=self.device),
+                torch.arange(start, n - 1, device=self.device)[None],
+                self.cache,
+            )[0]  # [n - 1 - start, hidden] h_j+1 of [start, n - 2]
+            best = int(self.heads.logits(j, out[-1], self.draft_rows).argmax())  # of d or vocab
+            drafts.append(best if self.draft_vocab is None else int(self.draft_vocab[best]))
+            final = n - 1 - j  # head j read only accepted tokens at positions < final
+            if j:
+                self.cache[j].crop(-j)  # drop the positions that read drafts
+            self.cached[j] = final
+            end = n - 1 if j == 0 else self.cached[j - 1]
+            self.pending[j] = h[final - start : end - start]  # h_j of [c_j, c_j-1)
+            if j + 1 < self.max_depth:
+                self.pending[j + 1] = _cat(self.pending[j + 1], out[: final - start])
+            speculative = out[final - start :]  # h_j+1 of [final, n - 2]
+        self.last = (n, drafts)
         return Draft(drafts)
+
+
+def _cat(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
+    """Rows of a then rows of b; either may be None."""
+    if a is None or not len(a):
+        return b
+    if b is None or not len(b):
+        return a
+    return torch.cat([a, b])
 
 
 class DraftModelProposer:

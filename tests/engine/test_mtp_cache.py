@@ -1,0 +1,126 @@
+"""MTP drafting with per-head KV caches equals recomputing every head over the whole sequence.
+
+`MTPProposer` runs each head incrementally and crops its cache to the positions whose inputs are
+final (accepted tokens only). The reference here is the definition: every head re-run causally
+over all positions with `MTPHeads.forward_head` (the training path), drafts from the last one.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
+from agent.engine.local import LocalEngine
+from agent.engine.model_runner import LoadedModel
+from agent.engine.proposers import MTPProposer
+from agent.engine.request import EngineError
+from agent.model import DRAFT_VOCAB_FILE, Checkpoint, MTPConfig, MTPHeads, frequent_tokens
+from tests.conftest import STDLIB, make_checkpoint
+
+
+def recomputed_drafts(
+    heads: MTPHeads, h0: torch.Tensor, tokens: list[int], k: int, first: int = 0
+) -> list[int]:
+    """Drafts from every head re-run over positions first..n-2. h0: [n - 1, hidden]."""
+    n = len(tokens)
+    positions = torch.arange(first, n - 1)[None]
+    ext = list(tokens)
+    h = h0[None, first:]  # [1, n - 1 - first, hidden]
+    for j in range(k):
+        h = heads.forward_head(j, h, torch.tensor([ext[first + j + 1 : j + n]]), positions)
+        ext.append(int(heads.logits(j, h[:, -1]).argmax(-1)))
+    return ext[n:]
+
+
+def lively(checkpoint: Checkpoint, depth: int, std: float = 0.15) -> LoadedModel:
+    """The tiny trunk with `depth` fresh heads, re-drawn with a wide spread so drafts vary."""
+    heads = MTPHeads(checkpoint.trunk, MTPConfig(depth=depth)).eval()
+    generator = torch.Generator().manual_seed(depth)
+    with torch.no_grad():
+        for module in (checkpoint.trunk, heads):
+            for param in module.parameters():
+                if param.ndim == 2:
+                    param.normal_(0.0, std, generator=generator)
+    return LoadedModel.wrap(Checkpoint(checkpoint.trunk, checkpoint.tokenizer, heads, "t", "mem"))
+
+
+@pytest.mark.parametrize(("depth", "window"), [(2, 128), (3, 128), (2, 5)])
+def test_cached_drafts_equal_a_recompute_through_accepts_and_rejections(
+    tiny_checkpoint, depth, window
+):
+    """window 128: never restarts, so the reference is a full recompute; window 5: the caches
+    restart every few steps, and the reference starts where they did."""
+    from agent.model import load_checkpoint
+
+    model = lively(load_checkpoint(tiny_checkpoint), depth)
+    heads, vocab = model.checkpoint.heads, model.vocab_size
+    rng = random.Random(depth)
+    tokens = [rng.randrange(vocab) for _ in range(9)]  # prompt + the first emitted token
+    proposer = MTPProposer(model, window=window)
+    observed = 0
+    restarts = set()
+    with torch.inference_mode():
+        for step in range(14):
+            # what the engine does: h_0 of every position in the target cache (all but the last)
+            h0 = model.trunk.model(torch.tensor([tokens[:-1]])).last_hidden_state[0]
+            proposer.observe(h0[observed:])
+            observed = len(tokens) - 1
+            k = 1 + step % depth if step % 5 else depth  # sometimes fewer heads than depth
+            draft = proposer.propose(tokens, k).token_ids
+            assert proposer.base == 0 or window < 128
+            restarts.add(proposer.base)
+            expected = recomputed_drafts(heads, h0, tokens, k, first=proposer.base)
+            assert draft == expected, f"step {step}"
+            # accept a prefix (all, some or none), then a recovered/bonus token
+            accepted = [k, 0, 1, k - 1][step % 4]
+            tokens += draft[:accepted] + [rng.randrange(vocab)]
+    for j in range(depth):  # each head caches exactly the positions whose inputs are final
+        assert proposer.cache[j].get_seq_length(j) == proposer.cached[j] - proposer.base
+        assert proposer.cached[j] <= len(tokens) - 2 - j
+    assert len(restarts) > (3 if window == 5 else 0)
+
+
+def test_mtp_greedy_output_equals_plain(lively_checkpoint):
+    """Regression guard for incremental MTP drafting: speculation never changes greedy output."""
+    model = LoadedModel.load(str(lively_checkpoint))
+    prompt = model.tokenizer.encode("def parse(text):\n    return", add_special_tokens=False)
+    params = SamplingParams(temperature=0, max_tokens=40)
+    outputs = {}
+    for method in ("none", "mtp"):
+        spec = SpeculativeConfig(method=method, num_draft_tokens=2)
+        engine = LocalEngine(EngineConfig(model="mem", speculative=spec), model)
+        result = engine.generate(Request(prompt=prompt, params=params))
+        outputs[method] = result.completions[0].token_ids
+        if method == "mtp":
+            assert result.metrics.verify_steps > 0
+    assert outputs["mtp"] == outputs["none"]
+
+
+def test_frequent_tokens_ranks_by_count_and_skips_unseen_ids():
+    assert frequent_tokens([3, 3, 1, 2, 2, 2], vocab_size=5, size=2) == [2, 3]
+    assert frequent_tokens([3, 3, 1, 2, 2, 2], vocab_size=5, size=10) == [2, 3, 1]
+
+
+def test_draft_vocabulary_is_saved_with_the_heads_and_limits_the_drafts(tmp_path, tokenizer):
+    from agent.model import load_checkpoint, save_checkpoint
+
+    checkpoint = load_checkpoint(make_checkpoint(tmp_path / "plain", tokenizer, seed=0))
+    assert checkpoint.heads.draft_vocab is None  # no draft_vocab.json: the whole vocabulary
+    text = (STDLIB / "json" / "decoder.py").read_text()
+    ids = frequent_tokens(tokenizer.encode(text), len(tokenizer), 40)
+    checkpoint.heads.draft_vocab = torch.tensor(ids)
+    folder = save_checkpoint(tmp_path / "fr", checkpoint.trunk, tokenizer, checkpoint.heads)
+    model = LoadedModel.load(str(folder))
+    assert model.checkpoint.heads.draft_vocab.tolist() == ids
+    proposer = MTPProposer(model)
+    tokens = tokenizer.encode(text[:300])
+    with torch.inference_mode():
+        proposer.observe(model.trunk.model(torch.tensor([tokens[:-1]])).last_hidden_state[0])
+        assert set(proposer.propose(tokens, 2).token_ids) <= set(ids)
+
+    (folder / "mtp" / DRAFT_VOCAB_FILE).write_text('{"token_ids": [1, 99999]}')
+    with pytest.raises(EngineError, match="token ids below"):
+        load_checkpoint(folder)
