@@ -57,10 +57,13 @@ class Recipe:
     rope_factor: float = 4.0  # long_context: position scaling factor
     copy_fraction: float = 0.0  # pretrain, long_context: share of rows that repeat their opening
     # span (a model learns to copy from its context, which code edits and fast apply need)
+    copy_warmup_steps: int = 0  # pretrain: first steps on short rows that all repeat (64 tokens,
+    # same tokens per step): induction heads form there in ~100 steps instead of not at all
     eval_seq_len: int = 0  # long_context: held-out length; 0 = 4x the init model's context
     context_length: int = 0  # long_context: context the model declares (max positions) after
     # scaling; 0 = max(seq_len, eval_seq_len)
     mtp_depth: int = 2  # mtp: number of heads
+    draft_vocab: int = 0  # mtp: draft over the N most frequent corpus tokens (0 = every token)
     telemetry_db: str = ""  # record the run and its metrics in this telemetry database; "" = no
 
     def __post_init__(self) -> None:
@@ -92,6 +95,8 @@ class Recipe:
             raise RecipeError("stage sft needs `sft_data` (chat JSONL files)")
         if self.precision not in ("fp32", "bf16"):
             raise RecipeError(f"precision must be fp32 or bf16, not {self.precision!r}")
+        if self.copy_warmup_steps < 0:
+            raise RecipeError("copy_warmup_steps must be >= 0")
         if not 0.0 <= self.copy_fraction <= 1.0:
             raise RecipeError(f"copy_fraction must be in [0, 1], not {self.copy_fraction}")
         if self.rope_factor < 1:
