@@ -1,13 +1,15 @@
 """What each stage trains and on what: a `Job` per stage, run by the one loop in `loop.py`.
 
     pretrain      next-token loss on packed corpus windows of `seq_len`; a fresh trunk of
-                  `model_size` (tokenizer from the corpus) or `init`. Copying from the
-                  context (induction heads) is taught on purpose: a 3M model pretrained on
-                  plain code for the starter's budget never learned to copy a name from its
-                  prompt. The first `copy_warmup_steps` run short rows (64 tokens) that all
-                  repeat their opening span, where induction heads form in ~100 steps; after
-                  that a `copy_fraction` of the rows repeat theirs. `copy_acc` is the greedy
-                  accuracy on held-out text repeated 512 tokens later
+                  `model_size` (tokenizer from the corpus) or `init`. `lm_acc` and
+                  `copy_acc` are the greedy accuracy on held-out text and on the same text
+                  repeated 512 tokens later: a model that copies from its context (induction
+                  heads) gets the repeat right far more often. An optional copy curriculum,
+                  off in the starter's recipes: the first `copy_warmup_steps` run short rows
+                  of random tokens that repeat their opening span, and a `copy_fraction` of
+                  later rows repeat theirs. A fresh 3M trunk learned to copy repeated random
+                  spans in ~150 steps when that was all it saw; inside the starter's
+                  pretraining budget neither form raised copy_acc above lm_acc for long
     long_context  the same loss at a longer `seq_len`, after RoPE scaling (`rope_type`,
                   `rope_factor`, written into the trunk's config so `transformers` and vLLM load
                   it); held-out loss at `eval_seq_len` (default 4x the init model's context) is
@@ -122,8 +124,7 @@ def copy_warmup_rows(train: PackedTokens, rng: np.random.Generator, recipe: Reci
 
     The tokens are drawn uniformly from the distinct tokens of 4,096 corpus positions, so only
     copying predicts a repeat (a span of code, full of spaces and brackets, is ambiguous to
-    match: on it the starter's copy accuracy rose from 0.05 to only 0.14 in 120 steps). As many
-    tokens per step as a normal batch.
+    match). As many tokens per step as a normal batch.
     """
     length = min(WARMUP_ROW, recipe.seq_len + 1)
     rows = max(1, recipe.batch_size * (recipe.seq_len + 1) // length)
