@@ -27,11 +27,14 @@ def flywheel(command: str, *args: str) -> subprocess.CompletedProcess:
                           timeout=600)  # fmt: skip
 
 
-def version_and_ids(url: str) -> tuple[str, list[int]]:
+def version_and_ids(url: str) -> tuple[str, list[int], list[float]]:
+    """The serving version, a seeded sample's token ids and their logprobs (which tell two sets of
+    weights apart even when a short sample happens to come out the same)."""
     body = {"prompt": "def add(a, b):", "max_tokens": 6, "temperature": 1.0, "seed": 0,
-            "return_token_ids": True}  # fmt: skip
+            "return_token_ids": True, "logprobs": 1}  # fmt: skip
     answer = httpx.post(url + "/v1/completions", json=body, timeout=60).json()
-    return answer["system_fingerprint"], answer["choices"][0]["token_ids"]
+    choice = answer["choices"][0]
+    return answer["system_fingerprint"], choice["token_ids"], choice["logprobs"]["token_logprobs"]
 
 
 def test_cycle_trains_gates_promotes_and_the_server_follows(registry, tiny_checkpoint, tmp_path):
@@ -50,7 +53,7 @@ def test_cycle_trains_gates_promotes_and_the_server_follows(registry, tiny_check
         candidate = registry.promoted()
         assert candidate != v1 and f"{candidate} promoted" in done.stdout
         after = version_and_ids(url)
-        assert after[0] == candidate and after[1] != before[1]  # new weights, next request
+        assert after[0] == candidate and after[1:] != before[1:]  # new weights, next request
         assert flywheel("models", "--registry", str(registry.root), "rollback").returncode == 0
         assert version_and_ids(url) == before
 
