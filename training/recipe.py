@@ -57,8 +57,8 @@ class Recipe:
     rope_factor: float = 4.0  # long_context: position scaling factor
     copy_fraction: float = 0.0  # pretrain, long_context: share of rows that repeat their opening
     # span (a model learns to copy from its context, which code edits and fast apply need)
-    copy_warmup_steps: int = 0  # pretrain: first steps on short rows that all repeat (64 tokens,
-    # same tokens per step): induction heads form there in ~100 steps instead of not at all
+    copy_warmup_steps: int = 0  # pretrain: first steps on short rows of random tokens that all
+    # repeat (64 tokens each, as many tokens per step); see training/stages.py
     eval_seq_len: int = 0  # long_context: held-out length; 0 = 4x the init model's context
     context_length: int = 0  # long_context: context the model declares (max positions) after
     # scaling; 0 = max(seq_len, eval_seq_len)

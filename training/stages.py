@@ -119,17 +119,16 @@ def heldout_loss(
 WARMUP_ROW = 64  # tokens per row during `copy_warmup_steps`
 
 
-def copy_warmup_rows(train: PackedTokens, rng: np.random.Generator, recipe: Recipe) -> torch.Tensor:
-    """Short rows of random corpus tokens, each its opening span repeated: [rows, WARMUP_ROW].
+def copy_warmup_rows(pool: np.ndarray, rng: np.random.Generator, recipe: Recipe) -> torch.Tensor:
+    """Short rows of random tokens, each its opening span repeated: [rows, WARMUP_ROW].
 
-    The tokens are drawn uniformly from the distinct tokens of 4,096 corpus positions, so only
-    copying predicts a repeat (a span of code, full of spaces and brackets, is ambiguous to
-    match). As many tokens per step as a normal batch.
+    The tokens are drawn uniformly from `pool` (the corpus's distinct tokens), so only copying
+    predicts a repeat (a span of code, full of spaces and brackets, is ambiguous to match). As
+    many tokens per step as a normal batch.
     """
     length = min(WARMUP_ROW, recipe.seq_len + 1)
     rows = max(1, recipe.batch_size * (recipe.seq_len + 1) // length)
-    pool = np.unique(train.windows(rng.integers(0, len(train) - 1, 4096), 1).numpy())
-    window = torch.from_numpy(rng.choice(pool, size=(rows, length)))
+    window = torch.from_numpy(rng.choice(pool, size=(rows, length)).astype(np.int64))
     return repeat_rows(window, rng, 1.0)
 
 
@@ -185,10 +184,13 @@ def _corpus_job(
             "corpus with the model's tokenizer (flywheel train data --tokenizer)"
         )
 
+    # the corpus's distinct tokens, for the copy warm-up's random rows (once, not per step)
+    pool = np.unique(train.tokens) if recipe.copy_warmup_steps else None
+
     def batch(index: int) -> dict:
         rng = _rng(recipe, rank, index)
         if index < recipe.copy_warmup_steps * recipe.grad_accum:
-            return {"window": copy_warmup_rows(train, rng, recipe).to(device)}
+            return {"window": copy_warmup_rows(pool, rng, recipe).to(device)}
         starts = train.random_starts(rng, recipe.batch_size, recipe.seq_len + 1)
         window = repeat_rows(train.windows(starts, recipe.seq_len + 1), rng, recipe.copy_fraction)
         return {"window": window.to(device)}

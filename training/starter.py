@@ -4,8 +4,8 @@
     apply  fast-apply examples from the corpus's own files        │
     tasks  synthetic tasks + oracle trajectories + fast apply     │ (a background process
            (harness format; runs beside pretraining)              │  beside pretraining)
-    pretrain (short context, a quarter of rows repeated: learns to copy) → long_context
-           (RoPE x4) → sft (trajectories + both kinds of fast apply)
+    pretrain (short context) → long_context (RoPE x4) → sft (trajectories + both kinds
+           of fast apply)
            → mtp (2 heads, self-distillation) → eval (held-out tasks, real harness) → model/
 
 Every stage reads its recipe from training/recipes/ (pretrain, long_context, sft, mtp .toml);
