@@ -27,7 +27,6 @@ file the heads draft over the whole vocabulary.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from dataclasses import asdict, dataclass
@@ -230,21 +229,40 @@ class MTPHeads(nn.Module):
         returns       [batch, m, hidden]  h_k
         """
         x = self._head_input(k, hidden, next_ids)
-        m = x.shape[1]
-        mask = None  # one new position may attend to every cached one
+        return self._block_cached(k, x, position_ids, cache[k])
+
+    def _block_cached(
+        self, k: int, x: torch.Tensor, position_ids: torch.Tensor, cache
+    ) -> torch.Tensor:
+        """Head k's Llama decoder layer over m new positions on top of `cache` (inference).
+
+        The same computation as calling the layer (tests/engine/test_mtp_cache.py compares
+        them), written out because drafting runs it once per token: the layer's generic path
+        (attention-interface dispatch, mask building, keyword plumbing) costs more than the
+        arithmetic at this size. x: [batch, m, hidden] -> [batch, m, hidden].
+        """
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+        layer = self.heads[k].block
+        attn = layer.self_attn
+        batch, m, _ = x.shape
+        h = layer.input_layernorm(x)
+        shape = (batch, m, -1, attn.head_dim)
+        q = attn.q_proj(h).view(shape).transpose(1, 2)  # [batch, heads, m, head_dim]
+        key = attn.k_proj(h).view(shape).transpose(1, 2)  # [batch, kv heads, m, head_dim]
+        value = attn.v_proj(h).view(shape).transpose(1, 2)
+        cos, sin = self.rotary(x, position_ids)
+        q, key = apply_rotary_pos_emb(q, key, cos, sin)
+        key, value = cache.update(key, value, attn.layer_idx)  # [batch, kv heads, past+m, hd]
+        mask = None  # one new position attends to every cached one
         if m > 1:  # causal among the new positions; the cached ones are all visible
-            past = cache[k].get_seq_length(k)
-            mask = torch.full((m, past + m), float("-inf"), dtype=x.dtype, device=x.device)
-            mask = mask.triu(past + 1)[None, None].expand(x.shape[0], 1, m, past + m)
-        out = self.heads[k].block(
-            x,
-            attention_mask=mask,
-            position_ids=position_ids,
-            position_embeddings=self.rotary(x, position_ids),
-            use_cache=True,
-            **{_layer_cache_kw(): cache[k]},
+            total = key.shape[2]
+            mask = torch.ones(m, total, dtype=torch.bool, device=x.device).tril(total - m)
+        out = nn.functional.scaled_dot_product_attention(
+            q, key, value, attn_mask=mask, scale=attn.scaling, enable_gqa=True
         )
-        return out[0] if isinstance(out, tuple) else out
+        x = x + attn.o_proj(out.transpose(1, 2).reshape(batch, m, -1))
+        return x + layer.mlp(layer.post_attention_layernorm(x))
 
     def _head_input(self, k: int, hidden: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
         """W_k · [norm(h_k-1) ; norm(emb(t))]: [batch, seq, hidden]."""
@@ -334,20 +352,6 @@ def _read_draft_vocab(path: Path, vocab_size: int) -> torch.Tensor:
             '"token_ids"; delete it to draft over the whole vocabulary'
         )
     return torch.tensor(ids, dtype=torch.long)
-
-
-@functools.cache
-def _layer_cache_kw() -> str:
-    """The decoder layer's name for its cache argument in this transformers version."""
-    import inspect
-
-    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
-
-    params = inspect.signature(LlamaDecoderLayer.forward).parameters
-    return next(
-        (name for name in ("cache", "past_key_values", "past_key_value") if name in params),
-        "past_key_values",
-    )
 
 
 @dataclass

@@ -124,3 +124,30 @@ def test_draft_vocabulary_is_saved_with_the_heads_and_limits_the_drafts(tmp_path
     (folder / "mtp" / DRAFT_VOCAB_FILE).write_text('{"token_ids": [1, 99999]}')
     with pytest.raises(EngineError, match="token ids below"):
         load_checkpoint(folder)
+
+
+def test_cached_head_hidden_states_equal_the_layer_run_over_everything(tiny_checkpoint):
+    """`forward_head_cached` (the written-out decoder layer) fed in chunks of 1-3 positions gives
+    the hidden states of `forward_head` (the `transformers` layer) over the whole window."""
+    from agent.model import load_checkpoint
+
+    model = lively(load_checkpoint(tiny_checkpoint), depth=2)
+    heads = model.checkpoint.heads
+    torch.manual_seed(0)
+    n = 13
+    hidden = torch.randn(1, n, heads.trunk_config.hidden_size)
+    ids = torch.randint(0, model.vocab_size, (1, n))
+    positions = torch.arange(7, 7 + n)[None]  # a window need not start at position 0
+    with torch.inference_mode():
+        for k in range(2):
+            whole = heads.forward_head(k, hidden, ids, positions)
+            cache, parts, start = heads.new_cache(), [], 0
+            for size in (1, 3, 2, 1, 3, 1, 2):
+                part = slice(start, start + size)
+                parts.append(
+                    heads.forward_head_cached(
+                        k, hidden[:, part], ids[:, part], positions[:, part], cache
+                    )
+                )
+                start += size
+            torch.testing.assert_close(torch.cat(parts, 1), whole, atol=1e-5, rtol=1e-5)
