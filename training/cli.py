@@ -51,6 +51,9 @@ def main(argv: list[str]) -> int:
     tasks.add_argument("--seed", type=int, default=0)
     tasks.add_argument("--heldout", type=float, default=0.1, help="held-out share of projects")
     tasks.add_argument("--samples", type=int, default=2, help="oracle trajectories per task")
+    tasks.add_argument(
+        "--workers", type=int, default=0, help="processes (0: twice the cores, at most 8)"
+    )
 
     apply = sub.add_parser(
         "apply", help="fast-apply examples from real source files (one edit each, via ast)"
@@ -153,15 +156,19 @@ def _data(args: argparse.Namespace) -> int:
 
 
 def _tasks(args: argparse.Namespace) -> int:
-    from training.tasks import export, generate_tasks
+    from training.tasks import default_workers, export, generate_tasks
 
+    workers = args.workers or default_workers()
     tasks = generate_tasks(
         args.projects,
         seed=args.seed,
         heldout_fraction=args.heldout,
         log=lambda line: print(line, file=sys.stderr),
+        workers=workers,
     )
-    manifest = export(tasks, args.out, seed=args.seed, samples_per_task=args.samples)
+    manifest = export(
+        tasks, args.out, seed=args.seed, samples_per_task=args.samples, workers=workers
+    )
     print(json.dumps(manifest, indent=2))
     return 0
 

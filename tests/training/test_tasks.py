@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+import re
+from dataclasses import asdict
 
 import pytest
 
@@ -20,6 +22,7 @@ from training.tasks import (
     edit_tasks,
     export,
     fast_apply_example,
+    generate_tasks,
     hunks_for,
     load_tasks,
     make_project,
@@ -151,3 +154,20 @@ def test_export_and_load(tasks, tmp_path):
     assert [t.id for t in loaded] == [t.id for t in tasks]
     rows = [json.loads(x) for x in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
     assert {r["task_id"] for r in rows} == {t.id for t in tasks}
+
+
+def _stable(text: str) -> str:
+    """What a test run prints that varies from run to run anyway: timings, scratch folders."""
+    text = re.sub(r"in \d+\.\d+s", "in Ts", text)
+    return re.sub(r"flywheel-oracle-\w+", "flywheel-oracle-X", text)
+
+
+def test_generation_and_export_in_processes_match_one_process(tmp_path):
+    serial = generate_tasks(3, seed=5, workers=1)
+    parallel = generate_tasks(3, seed=5, workers=3)
+    assert [asdict(t) for t in parallel] == [asdict(t) for t in serial]
+    for workers in (1, 2):
+        export(serial[:6], tmp_path / str(workers), seed=5, samples_per_task=2, workers=workers)
+    for name in ("tasks.jsonl", "trajectories.jsonl", "apply.jsonl", "manifest.json"):
+        one, two = ((tmp_path / w / name).read_text() for w in ("1", "2"))
+        assert _stable(one) == _stable(two), name
