@@ -1224,9 +1224,11 @@ def _project_tasks(job: tuple[str, int, float, int]) -> tuple[list[Task], list[s
 def in_order(fn: Callable, items: list, workers: int):
     """`map(fn, items)`, in `workers` processes when > 1; results in the order of `items`.
 
-    Generating tasks waits mostly on the sandboxed test runs (process and namespace start-up),
-    not on the CPU: measured on the 2-core machine, 5 projects took 18.7 s of wall time and
-    4.8 s of CPU. Several processes overlap those waits.
+    Generating tasks waits mostly on the sandboxed test runs, not on the CPU: on the 2-core
+    machine, 5 projects took 18.7 s of wall time and 4.8 s of CPU, the test runs' included
+    (bash `time`). Several processes overlap those waits: 250 projects took 9.5 min in 4
+    processes beside the starter's pretraining; 44.7 min in one, beside pretraining and another
+    job, before.
     """
     if workers <= 1 or len(items) <= 1:
         yield from map(fn, items)
