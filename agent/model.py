@@ -237,9 +237,10 @@ class MTPHeads(nn.Module):
         """Head k's Llama decoder layer over m new positions on top of `cache` (inference).
 
         The same computation as calling the layer (tests/engine/test_mtp_cache.py compares
-        them), written out because drafting runs it once per token: the layer's generic path
-        (attention-interface dispatch, mask building, keyword plumbing) costs more than the
-        arithmetic at this size. x: [batch, m, hidden] -> [batch, m, hidden].
+        them), written out because drafting runs it once per token and the layer's generic path
+        (attention-interface dispatch, mask building, keyword plumbing) is overhead there: a
+        one-position call on the starter model took 367 us through the layer, 325 us here
+        (1 thread). x: [batch, m, hidden] -> [batch, m, hidden].
         """
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
