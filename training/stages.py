@@ -139,8 +139,8 @@ def repeat_rows(
 ) -> torch.Tensor:
     """Rows chosen with probability `fraction` become their first s tokens tiled over the row.
 
-    s is log-uniform in [min_span, length // 2]: mostly short spans, many repeats a short way
-    back (where an induction head forms fastest), and some long ones (a whole function copied).
+    s is log-uniform in [min_span, length // 2]: mostly short spans repeated a short way back,
+    and some long ones (a whole function copied).
     """
     length = window.shape[1]
     if fraction <= 0 or length < 2 * min_span:
