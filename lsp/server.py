@@ -65,7 +65,7 @@ from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
 from agent.engine import Cancelled, EngineError, Request, SamplingParams
-from agent.harness import Harness, HarnessConfig, Outcome, Workspace
+from agent.harness import Harness, HarnessConfig, Outcome, SandboxConfig, Workspace
 from agent.harness.context import Diagnostic, EditorContext
 from agent.harness.recording import STATUS_OF_STOP
 from lsp.agent_tasks import (
@@ -995,6 +995,10 @@ async def _run_task(ls: FlywheelServer, kind: str, args: tuple[Any, ...]) -> dic
             turn_max_tokens=agent.max_tokens,
             editor=ls.editor or "editor",
             approval=approval_policy(agent.approval),
+            sandbox=SandboxConfig(
+                read_only_paths=tuple(agent.read_only_paths),
+                allow_unconfined=agent.allow_unconfined,
+            ),
         )
         recorder = TaskRecorder(ls.recorder, task_id) if ls.session_id else None
         overlay = {r: b.text for r, b in buffers.items()}

@@ -18,6 +18,7 @@ skipped and named in the returned warnings, which the server shows once.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_type_hints
@@ -94,6 +95,9 @@ class AgentSettings:
     max_tokens: int = 512  # tokens per model turn
     followup_window_s: float = 120.0  # asking again this soon after a task marks it dissatisfying
     approval_timeout_s: float = 600.0  # an unanswered approval request is denied after this
+    read_only_paths: list[str] = field(default_factory=list)  # folders agent commands may read
+    # besides the system, the interpreters and the workspace (absolute, or ~/...)
+    allow_unconfined: bool = False  # without bubblewrap: run commands unconfined, after approval
 
     def __post_init__(self) -> None:
         if self.approval not in APPROVAL_POLICIES:
@@ -102,6 +106,8 @@ class AgentSettings:
             raise ValueError("agent.maxSteps and agent.maxTokens must be >= 1")
         if not self.approval_timeout_s > 0:
             raise ValueError("agent.approvalTimeoutS must be > 0")
+        if not all(os.path.isabs(os.path.expanduser(p)) for p in self.read_only_paths):
+            raise ValueError("agent.readOnlyPaths must be absolute paths (or start with ~/)")
 
 
 @dataclass

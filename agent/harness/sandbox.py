@@ -1,14 +1,37 @@
 """Running a shell command for the agent: confined, time-limited, with capped output.
 
-With bubblewrap (`bwrap`) installed, a command runs as
+With bubblewrap (`bwrap`) installed, a command runs in a file system built from an allow-list
+(`_mounts`), with no network, in its own pid, IPC and UTS namespaces:
 
-    bwrap --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --bind WS WS --unshare-net
-          --unshare-pid --die-with-parent --new-session --chdir WS -- bash -c CMD
+    read-only   /usr, /bin, /sbin, /lib* (the system's programs and libraries);
+                a filtered /etc (`ETC_KEPT`: certificates, the dynamic linker, time zone, name
+                service and OS release files, language runtimes' system config) with a made-up
+                passwd and group naming only root, the current user and nobody; no shadow,
+                sudoers, SSH host keys, pip/npm/git system config;
+                this interpreter's installation and virtual environment (`sys.prefix`,
+                `sys.base_prefix`), and the interpreter of each virtual environment inside the
+                workspace (`home` in its pyvenv.cfg), so the project's tests run;
+                the folders in `SandboxConfig.read_only_paths` (`--read-only` on the command line,
+                `agent.readOnlyPaths` in the editor);
+    read-write  the workspace; an empty /tmp and an empty home (at $HOME's path, so `~` works),
+                both thrown away after the command;
+    nothing     else: the user's home (~/.ssh, ~/.aws, ~/.netrc, other projects), the
+                workspace's siblings, /opt, /var, /srv, /run, /mnt, /media, /root, /sys.
 
-so the whole system is read-only except the workspace (and a throw-away /tmp), there is no
-network (a port opened outside is unreachable), and the command lives in its own pid namespace.
-Without bwrap the command runs directly in the workspace: `Sandbox.confined` is False, a warning
-is logged once per process, and the harness's approval policy asks before every command.
+The environment is built from scratch (PATH, HOME, TMPDIR, LANG, TERM,
+PYTHONDONTWRITEBYTECODE): no variable of the user's (tokens, keys, proxies) reaches a command.
+The root of that file system is read-only, so a command cannot write anywhere else either.
+
+How this compares: Codex CLI's Linux sandbox (Landlock, or bubblewrap with `--ro-bind / /`) and
+Claude Code's bubblewrap runtime (`denyRead` deny-list) both let a command read the whole disk
+by default and restrict writes and network. Here reading is an allow-list too: a secret is
+hidden unless it sits in the workspace or a folder the user listed.
+
+Without bwrap, commands are refused: the result says why and how to fix it
+(`apt-get install bubblewrap`), and nothing runs. Only `SandboxConfig.allow_unconfined`
+(`flywheel run --allow-unconfined`, `agent.allowUnconfined`) lets them run directly in the
+workspace, unconfined; the harness's approval policy then asks before each one. A warning is
+logged once per process in both cases.
 
 Limits, in both modes:
 - time: at `timeout_s` the whole process tree is killed (SIGKILL to the process group; under
@@ -27,8 +50,11 @@ test output (tools.py).
 from __future__ import annotations
 
 import contextlib
+import fnmatch
+import grp
 import logging
 import os
+import pwd
 import resource
 import selectors
 import shutil
@@ -42,7 +68,24 @@ from pathlib import Path
 
 log = logging.getLogger("flywheel.harness")
 
-_WARNED = False
+_WARNED: set[str] = set()
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # read-only
+# /etc entries kept (read-only, when present; fnmatch patterns). passwd and group are made up.
+ETC_KEPT = (
+    "alternatives", "ca-certificates", "ca-certificates.conf", "crypto-policies", "pki", "ssl",
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "locale.alias",
+    "locale.conf", "hosts", "host.conf", "nsswitch.conf", "gai.conf", "protocols", "services",
+    "os-release", "debian_version", "lsb-release", "redhat-release", "alpine-release",
+    "mime.types", "magic", "magic.mime", "terminfo", "fonts", "shells", "mtab",
+    "python3", "python3.*", "perl", "java-*",
+)  # fmt: skip
+# What a refused command returns, and what `flywheel run` and the language server say once.
+NO_BWRAP = (
+    "bubblewrap (bwrap) is not installed, so agent commands cannot be confined and are refused; "
+    "install it (Debian/Ubuntu: apt-get install bubblewrap), or let them run unconfined with "
+    "`flywheel run --allow-unconfined` (editor setting agent.allowUnconfined)"
+)
 
 
 @dataclass
@@ -50,8 +93,10 @@ class SandboxConfig:
     timeout_s: float = 60.0  # wall time per command; the process tree is killed after it
     max_output_bytes: int = 32_000  # output kept (half from the start, half from the end)
     max_processes: int = 128  # processes/threads the command may have at once
-    max_file_bytes: int = 1 << 30  # largest file a command may write (RLIMIT_FSIZE)
-    use_bwrap: bool = True  # False forces the unconfined mode (tests of the fallback)
+    max_file_bytes: int = 1 << 30  # largest file a command writes (RLIMIT_FSIZE)
+    read_only_paths: tuple[str, ...] = ()  # extra folders commands may read (absolute or ~/...)
+    allow_unconfined: bool = False  # without bwrap: run commands unconfined instead of refusing
+    use_bwrap: bool = True  # False acts as if bwrap were missing (tests of the fallback)
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
@@ -60,12 +105,22 @@ class SandboxConfig:
             raise ValueError("max_output_bytes must be at least 100")
         if self.max_processes < 4:
             raise ValueError("max_processes must be at least 4")
+        paths = []
+        for path in self.read_only_paths:
+            full = os.path.expanduser(str(path))
+            if not os.path.isabs(full):
+                raise ValueError(f"read-only path {path!r} must be absolute (or start with ~/)")
+            full = os.path.normpath(full)
+            if full == "/":
+                raise ValueError("read-only path / would show the whole disk; list the folders")
+            paths.append(full)
+        self.read_only_paths = tuple(paths)
 
 
 @dataclass
 class CommandResult:
-    exit_code: int | None  # None when killed at the time limit
-    output: str  # merged stdout+stderr, capped (see `truncated_bytes`)
+    exit_code: int | None  # None when killed at the time limit, or when it did not run
+    output: str  # merged stdout+stderr, capped (see `truncated_bytes`); why, when it did not run
     timed_out: bool
     truncated_bytes: int  # output bytes dropped from the middle
     duration_s: float
@@ -75,6 +130,8 @@ class CommandResult:
         """What the model sees: status line, then the (capped) output."""
         if self.timed_out:
             head = f"killed: the command exceeded its time limit ({self.duration_s:.0f} s)"
+        elif self.exit_code is None:
+            head = "not run"
         else:
             head = f"exit code {self.exit_code}"
         if self.truncated_bytes:
@@ -82,58 +139,183 @@ class CommandResult:
         return f"{head}\n{self.output}" if self.output else head
 
 
-def _keep_under_tmp(workspace: str) -> list[str]:
-    """Read-only binds for this Python's installation when it lives under /tmp.
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
-    The sandbox gives commands an empty /tmp; a virtual environment under /tmp (a fresh clone in
-    a temporary folder, as CI makes) would vanish with it, and the project's test command, which
-    runs this interpreter, would fail with "No such file or directory".
+
+def _home() -> str:
+    """Where the command's empty home goes: $HOME's path, unless that is / or a system folder."""
+    home = os.path.normpath(os.path.abspath(os.path.expanduser("~")))
+    hidden = (*SYSTEM_DIRS, "/etc", "/dev", "/proc")
+    if home == "/" or any(_inside(home, d) for d in hidden):
+        return "/tmp"
+    return home
+
+
+def _venv_interpreters(workspace: str) -> list[str]:
+    """Installations of the virtual environments at the workspace's top level (pyvenv.cfg)."""
+    out = []
+    for cfg in sorted(Path(workspace).glob("*/pyvenv.cfg")):
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            for line in cfg.read_text().splitlines():
+                key, _, value = line.partition("=")
+                if key.strip() == "home" and os.path.isabs(value.strip()):
+                    out.append(os.path.dirname(os.path.realpath(value.strip())))
+    return out
+
+
+def _readable(workspace: str, home: str, read_only: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(source, target) read-only binds: the interpreters the project needs, then the user's list.
+
+    Each folder is bound at its real path and, when different, at the path it was named by (a
+    virtual environment's scripts name their interpreter by the path it was created at). Folders
+    under the system folders or the workspace are visible anyway and skipped. An interpreter
+    installed at a folder that holds the home (`--prefix=$HOME`) is bound by its bin/ and lib/
+    only, so that the home stays hidden.
     """
-    binds: list[str] = []
-    for prefix in sorted({os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}):
-        inside_ws = prefix == workspace or prefix.startswith(workspace + os.sep)
-        if prefix.startswith("/tmp/") and not inside_ws:
-            binds += ["--ro-bind", prefix, prefix]
-    return binds
+    interpreters = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+    interpreters.append(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
+    interpreters += _venv_interpreters(workspace)
+    wanted: list[str] = []
+    for root in interpreters:
+        if _inside(home, os.path.realpath(root)) and home != "/tmp":
+            wanted += [os.path.join(root, sub) for sub in ("bin", "lib", "lib64", "include")]
+        else:
+            wanted.append(root)
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for path in [*wanted, *read_only]:
+        source = os.path.realpath(path)
+        for target in dict.fromkeys((source, os.path.normpath(os.path.abspath(path)))):
+            skip = target == "/" or _inside(target, workspace)
+            skip = skip or any(_inside(target, d) for d in SYSTEM_DIRS)
+            if not skip and target not in seen:
+                seen.add(target)
+                out.append((source, target))
+    return out
+
+
+def _etc() -> list[str]:
+    """bwrap arguments for the kept /etc entries (a symlink stays a symlink)."""
+    try:
+        names = sorted(os.listdir("/etc"))
+    except OSError:
+        return []
+    args: list[str] = []
+    for name in names:
+        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in ETC_KEPT):
+            continue
+        path = f"/etc/{name}"
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        else:
+            args += ["--ro-bind-try", path, path]
+    return args
+
+
+def _accounts(home: str) -> tuple[str, str]:
+    """/etc/passwd and /etc/group for the sandbox: root, the current user (home: `home`), nobody."""
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = "user"
+    try:
+        group = grp.getgrgid(gid).gr_name
+    except KeyError:
+        group = user
+    passwd = {0: "root:x:0:0:root:/root:/bin/sh", 65534: "nobody:x:65534:65534:nobody:/:/bin/false"}
+    passwd[uid] = f"{user}:x:{uid}:{gid}:{user}:{home}:/bin/bash"
+    groups = {0: "root:x:0:", 65534: "nogroup:x:65534:", gid: f"{group}:x:{gid}:"}
+    return "".join(v + "\n" for v in passwd.values()), "".join(v + "\n" for v in groups.values())
+
+
+def mounts(
+    workspace: str, home: str, read_only: tuple[str, ...], passwd_fd: int, group_fd: int
+) -> list[str]:
+    """bwrap's file-system arguments (the module docstring says what is visible).
+
+    Order matters: a later mount covers an earlier one at the same place, so the empty /tmp and
+    home come before what is bound inside them, and the workspace comes last.
+    """
+    args: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):  # merged /usr: /bin -> usr/bin
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    args += _etc()
+    args += ["--ro-bind-data", str(passwd_fd), "/etc/passwd"]
+    args += ["--ro-bind-data", str(group_fd), "/etc/group"]
+    args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    if home != "/tmp":
+        args += ["--tmpfs", home]
+    for source, target in _readable(workspace, home, read_only):
+        args += ["--ro-bind-try", source, target]
+    args += ["--bind", workspace, workspace]
+    return args
+
+
+def _data_fd(text: str) -> int:
+    """A pipe holding `text` for bwrap's --ro-bind-data (small: fits the pipe's buffer)."""
+    read, write = os.pipe()
+    try:
+        os.write(write, text.encode())
+    finally:
+        os.close(write)
+    return read
 
 
 class Sandbox:
-    """Runs commands in one workspace folder under the limits of a `SandboxConfig`."""
+    """Runs commands in one workspace folder under the limits of a `SandboxConfig`.
+
+    `confined` is True when no command can run outside bubblewrap: bwrap is there, or commands
+    are refused without it (`refusal` then says why). The approval policy asks before commands
+    only when it is False (bwrap missing and `allow_unconfined` set).
+    """
 
     def __init__(self, root: str | os.PathLike[str], config: SandboxConfig | None = None) -> None:
         self.root = Path(root).resolve()
         self.config = config or SandboxConfig()
         self.bwrap = shutil.which("bwrap") if self.config.use_bwrap else None
-        self.confined = self.bwrap is not None
-        if not self.confined:
-            _warn_once()
+        self.refusal: str | None = None
+        if self.bwrap is None and not self.config.allow_unconfined:
+            self.refusal = NO_BWRAP
+            _warn_once(NO_BWRAP)
+        elif self.bwrap is None:
+            _warn_once(
+                "bubblewrap (bwrap) is not installed and unconfined commands are allowed: agent "
+                "commands run UNCONFINED in the workspace (the whole disk and the network); each "
+                "one needs your approval. Install it with `apt-get install bubblewrap`."
+            )
+        self.confined = self.bwrap is not None or self.refusal is not None
 
-    def argv(self, command: str) -> list[str]:
+    def argv(self, command: str, passwd_fd: int = -1, group_fd: int = -1) -> list[str]:
         inner = ["bash", "-c", command]
-        if not self.confined:
+        if self.bwrap is None:
             return inner
         ws = str(self.root)
+        home = _home()
         return [
             self.bwrap,
-            "--ro-bind", "/", "/",
-            "--dev", "/dev",
-            "--proc", "/proc",
-            "--tmpfs", "/tmp",
-            *_keep_under_tmp(ws),
-            "--bind", ws, ws,
+            *mounts(ws, home, self.config.read_only_paths, passwd_fd, group_fd),
+            "--remount-ro", "/",
             "--unshare-net",
             "--unshare-pid",
             "--unshare-ipc",
+            "--unshare-uts",
+            "--hostname", "sandbox",
             "--die-with-parent",
             "--new-session",
             "--chdir", ws,
-            "--setenv", "HOME", "/tmp",
             "--",
             *inner,
         ]  # fmt: skip
 
     def run(self, command: str, timeout_s: float | None = None) -> CommandResult:
         """Run `command` with bash in the workspace; never raises for the command's failures."""
+        if self.refusal is not None:
+            return CommandResult(None, f"refused: {self.refusal}", False, 0, 0.0, False)
         if not self.root.is_dir():
             return CommandResult(
                 None,
@@ -141,18 +323,24 @@ class Sandbox:
                 False,
                 0,
                 0.0,
-                self.confined,
+                self.bwrap is not None,
             )
         cfg = self.config
         timeout = min(timeout_s or cfg.timeout_s, cfg.timeout_s)
-        cgroup = _PidsCgroup.create(cfg.max_processes)
+        confined = self.bwrap is not None
+        home = _home() if confined else os.environ.get("HOME", "/tmp")
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "LANG": "C.UTF-8",
-            "HOME": "/tmp" if self.confined else os.environ.get("HOME", "/tmp"),
+            "HOME": home,
+            "TMPDIR": "/tmp",
             "TERM": "dumb",
             "PYTHONDONTWRITEBYTECODE": "1",
         }
+        fds: tuple[int, ...] = ()
+        if confined:
+            fds = tuple(_data_fd(text) for text in _accounts(home))
+        cgroup = _PidsCgroup.create(cfg.max_processes)
 
         def limit() -> None:  # runs in the child between fork and exec
             if cgroup is not None:
@@ -165,7 +353,7 @@ class Sandbox:
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
-                self.argv(command),
+                self.argv(command, *fds),
                 cwd=self.root,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -173,13 +361,17 @@ class Sandbox:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 preexec_fn=limit,
+                pass_fds=fds,
             )
         except OSError as exc:
             if cgroup is not None:
                 cgroup.remove()
             return CommandResult(
-                None, f"could not start the command: {exc}", False, 0, 0.0, self.confined
+                None, f"could not start the command: {exc}", False, 0, 0.0, confined
             )
+        finally:
+            for fd in fds:
+                os.close(fd)
         head, tail, dropped, timed_out = _read_capped(proc, start + timeout, cfg.max_output_bytes)
         _kill_tree(proc, cgroup)
         code = None if timed_out else proc.returncode
@@ -189,9 +381,7 @@ class Sandbox:
         if dropped:
             text += f"\n[... {dropped} bytes of output dropped ...]\n"
         text += tail.decode("utf-8", "replace")
-        return CommandResult(
-            code, text, timed_out, dropped, time.monotonic() - start, self.confined
-        )
+        return CommandResult(code, text, timed_out, dropped, time.monotonic() - start, confined)
 
 
 def _read_capped(
@@ -249,15 +439,10 @@ def _kill_tree(proc: subprocess.Popen[bytes], cgroup: _PidsCgroup | None) -> Non
         cgroup.remove()
 
 
-def _warn_once() -> None:
-    global _WARNED
-    if not _WARNED:
-        _WARNED = True
-        log.warning(
-            "bubblewrap (bwrap) is not installed: agent commands will run UNCONFINED in the "
-            "workspace (full file system and network access); every command will need your "
-            "approval. Install it with `apt-get install bubblewrap` (Debian/Ubuntu)."
-        )
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        log.warning("%s", message)
 
 
 class _PidsCgroup:

@@ -104,8 +104,11 @@ def test_command_cannot_write_outside(tmp_path):
     try:
         target = outside / "pwned"
         sb = Sandbox(ws, SandboxConfig(timeout_s=20))
-        res = sb.run(f"echo x > {target}; echo y > ../escaped; echo z > inside")
-        assert "Read-only file system" in res.output
+        res = sb.run(
+            f"echo x > {target}; echo y > ../escaped; echo w > /usr/pwned; echo z > inside"
+        )
+        assert "Read-only file system" in res.output  # /usr
+        assert f"{target}: No such file or directory" in res.output  # hidden (issue 15)
         assert not target.exists() and not (tmp_path / "escaped").exists()
         assert (ws / "inside").read_text() == "z\n"
     finally:
@@ -175,27 +178,26 @@ def test_huge_output_is_capped(tmp_path):
 def test_unconfined_mode_warns_and_needs_approval(tmp_path):
     from agent.harness import ApprovalPolicy
 
-    sb = Sandbox(tmp_path, SandboxConfig(use_bwrap=False))
+    sb = Sandbox(tmp_path, SandboxConfig(use_bwrap=False, allow_unconfined=True))
     assert not sb.confined
     policy = ApprovalPolicy()
     assert "unconfined" in policy.reason("run_command", {"command": "ls"}, sb.confined)
     assert policy.reason("run_command", {"command": "ls"}, True) is None
 
 
-def test_an_interpreter_under_tmp_stays_visible_in_the_sandbox(tmp_path, monkeypatch):
+def test_an_interpreter_under_tmp_stays_visible_in_the_sandbox(monkeypatch):
     """A fresh clone's virtual environment under /tmp must survive the sandbox's empty /tmp:
     the project's test command runs this interpreter (found when `make test` ran in a clone
     under /tmp: every sandboxed run_tests failed with "No such file or directory")."""
     from agent.harness import sandbox
 
     monkeypatch.setattr(sandbox.sys, "prefix", "/tmp/clone/.venv")
+    monkeypatch.setattr(sandbox.sys, "exec_prefix", "/tmp/clone/.venv")
     monkeypatch.setattr(sandbox.sys, "base_prefix", "/usr/local")
-    assert sandbox._keep_under_tmp("/tmp/ws") == [
-        "--ro-bind",
-        "/tmp/clone/.venv",
-        "/tmp/clone/.venv",
-    ]
-    assert sandbox._keep_under_tmp("/tmp/clone") == []  # inside the workspace: already bound
+    monkeypatch.setattr(sandbox.sys, "base_exec_prefix", "/usr/local")
+    monkeypatch.setattr(sandbox.sys, "executable", "/usr/bin/python3")
+    assert sandbox._readable("/tmp/ws", "/home/u", ()) == [("/tmp/clone/.venv", "/tmp/clone/.venv")]
+    assert sandbox._readable("/tmp/clone", "/home/u", ()) == []  # in the workspace: bound anyway
 
 
 @needs_bwrap
