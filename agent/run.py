@@ -5,13 +5,19 @@
     flywheel run --resume THREAD --checkpoint-db agent.db --workspace .   # after a restart
 
 Shows each step as it happens (the model's turn, each tool call and its result), then the final
-answer and the diff. Exit status: 0 when the model answered, 1 when the task stopped for any other
-reason (a limit, an engine error, repeated failures, a vanished workspace), 2 for bad usage (no
-such workspace, a model that cannot be opened), 3 when the task is left waiting for an approval
-(`--approve no-wait`), resumable with `--resume`.
+answer and the diff. Model and tool text is printed literally: never read as Rich markup or emoji
+codes, so `[/]`, `[bold]` or `:x:` appear as written. Exit status: 0 when the model answered, 1
+when the task stopped for any other reason (a limit, an engine error at any point, repeated
+failures, a vanished workspace), 2 for bad usage (no such workspace, a model that cannot be
+opened), 3 when the task is left waiting for an approval (`--approve no-wait`), resumable with
+`--resume`, 130 when interrupted. Every error is one line on stderr, never a traceback.
 
 `--model` is the one model flag: "default" (the built-in starter model), a checkpoint folder,
-or an http(s) URL of an OpenAI-compatible server; it becomes `EngineConfig(model=...)`.
+or an http(s) URL of an OpenAI-compatible server; it becomes `EngineConfig(model=...)`. A server
+that does not report its context length gets a stated default length (with a warning) unless
+`--context-length` gives it. Commands run in the sandbox (agent/harness/sandbox.py); it
+shows them the folders given with `--read-only` besides the system, the interpreters and the
+workspace; without bubblewrap they are refused unless `--allow-unconfined`.
 Telemetry goes to `--telemetry-db` (default: $FLYWHEEL_DB, else
 $XDG_DATA_HOME/flywheel/telemetry.db); `--no-telemetry` records nothing.
 """
@@ -19,6 +25,7 @@ $XDG_DATA_HOME/flywheel/telemetry.db); `--no-telemetry` records nothing.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
@@ -38,6 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
         help='"default", a checkpoint folder, or an OpenAI-compatible http(s) URL',
     )
     p.add_argument("--served-model-name", help="model name to ask an OpenAI-compatible server for")
+    p.add_argument(
+        "--context-length",
+        type=int,
+        metavar="TOKENS",
+        help="context length of an OpenAI-compatible server (default: what its /v1/models "
+        "reports, else an assumed default, with a warning)",
+    )
     limits = p.add_argument_group("limits")
     limits.add_argument("--max-steps", type=int, default=30, help="model turns (default 30)")
     limits.add_argument("--max-tokens", type=int, default=500_000, help="prompt+output tokens")
@@ -47,6 +61,21 @@ def build_parser() -> argparse.ArgumentParser:
     sampling = p.add_argument_group("sampling")
     sampling.add_argument("--temperature", type=float, default=0.0)
     sampling.add_argument("--seed", type=int)
+    sandbox = p.add_argument_group("sandbox (what agent commands can see)")
+    sandbox.add_argument(
+        "--read-only",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a folder commands may read besides the system, the interpreters and the workspace, "
+        "e.g. a toolchain in /opt (repeatable)",
+    )
+    sandbox.add_argument(
+        "--allow-unconfined",
+        action="store_true",
+        help="without bubblewrap, run commands unconfined (each asks for approval) instead of "
+        "refusing them",
+    )
     control = p.add_argument_group("approval and checkpoints")
     control.add_argument(
         "--approve",
@@ -82,34 +111,41 @@ def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + f" … [{len(text) - limit} more chars]"
 
 
-def _progress(console: Any) -> Any:
-    from rich.markup import escape
+def _line(*parts: str | tuple[str, str]) -> Any:
+    """A line of literal text: each part is a string, or (string, style); nothing is markup."""
+    from rich.text import Text
 
+    return Text.assemble(*parts)
+
+
+def _progress(console: Any) -> Any:
     def show(event: dict[str, Any]) -> None:
         kind = event["kind"]
         if kind == "assistant":
             console.print(
-                f"[bold cyan]step {event['step']}[/] [dim]({event['duration_s']:.1f} s)[/]"
-            )
+                _line((f"step {event['step']}", "bold cyan"), " ",
+                      (f"({event['duration_s']:.1f} s)", "dim"))
+            )  # fmt: skip
             if event["content"]:
-                console.print("  " + escape(_short(event["content"])))
+                console.print(_line("  ", _short(event["content"])))
             for call in event["calls"]:
-                console.print(
-                    f"  [yellow]→ {escape(call['name'])}[/] {escape(_short(str(call['arguments']), 200))}"
-                )
+                args = _short(str(call["arguments"]), 200)
+                console.print(_line("  ", (f"→ {call['name']}", "yellow"), " ", args))
             for error in event["errors"]:
-                console.print(f"  [red]✗ malformed tool call:[/] {escape(_short(error, 200))}")
+                console.print(
+                    _line("  ", ("✗ malformed tool call:", "red"), " ", _short(error, 200))
+                )
         elif kind == "tool":
-            mark = "[red]✗[/]" if event["is_error"] else "[green]✓[/]"
-            console.print(
-                f"  {mark} {escape(event['name'])}: {escape(_short(event['result'], 200))}"
-            )
+            mark = ("✗", "red") if event["is_error"] else ("✓", "green")
+            result = _short(event["result"], 200)
+            console.print(_line("  ", mark, " ", f"{event['name']}: {result}"))
         elif kind == "compact":
             console.print(
-                f"[magenta]compacted the history ({event['before']} → {event['after']} messages)[/]"
-            )
+                _line((f"compacted the history ({event['before']} → {event['after']} messages)",
+                       "magenta"))
+            )  # fmt: skip
         elif kind == "stop":
-            console.print(f"[bold]stopped:[/] {escape(event['reason'])} {escape(event['detail'])}")
+            console.print(_line(("stopped:", "bold"), f" {event['reason']} {event['detail']}"))
 
     return show
 
@@ -125,18 +161,45 @@ def _decide(approval: dict[str, Any], mode: str, console: Any) -> Any:
     decision = {}
     for call in calls:
         console.print(
-            f"[bold yellow]approval needed[/]: {call['name']} {call['arguments']} ({call['reason']})"
-        )
+            _line(("approval needed", "bold yellow"),
+                  f": {call['name']} {call['arguments']} ({call['reason']})")
+        )  # fmt: skip
         decision[call["id"]] = Confirm.ask("allow?", console=console, default=False)
     return decision
+
+
+class _Warnings(logging.Handler):
+    """Shows the library's warnings (flywheel.* loggers) as one line each on stderr."""
+
+    def __init__(self, err: Any) -> None:
+        super().__init__(logging.WARNING)
+        self.err = err
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.err.print(_line(("warning:", "yellow"), " ", record.getMessage()))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from rich.console import Console
 
-    console = Console(stderr=False, highlight=False, soft_wrap=True)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    # markup=False, emoji=False: model and tool text is printed as written; styles come from Text.
+    kw = {"highlight": False, "soft_wrap": True, "markup": False, "emoji": False}
+    console = Console(stderr=False, **kw)
+    err = Console(stderr=True, **kw)
+    logger = logging.getLogger("flywheel")
+    handler = _Warnings(err)
+    logger.addHandler(handler)
+    try:
+        return _run(args, console, err)
+    except KeyboardInterrupt:
+        err.print("flywheel run: interrupted")
+        return 130
+    finally:
+        logger.removeHandler(handler)
+
+
+def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
     if not args.instruction and not args.resume:
         err.print("flywheel run: give an instruction, or --resume THREAD to continue a task")
         return 2
@@ -170,14 +233,29 @@ def main(argv: list[str] | None = None) -> int:
             tools=ToolsConfig(
                 test_command=args.test_command, command_timeout_s=args.command_timeout
             ),
-            sandbox=SandboxConfig(timeout_s=max(args.command_timeout, 300.0)),
+            sandbox=SandboxConfig(
+                timeout_s=max(args.command_timeout, 300.0),
+                read_only_paths=tuple(args.read_only),
+                allow_unconfined=args.allow_unconfined,
+            ),
         )
         engine_config = EngineConfig(model=args.model, served_model_name=args.served_model_name)
     except ValueError as exc:
         err.print(f"flywheel run: {exc}")
         return 2
+    if args.context_length is not None and engine_config.backend != "openai":
+        err.print(
+            "flywheel run: --context-length is for an OpenAI-compatible server (--model "
+            "http://...); a checkpoint states its own"
+        )
+        return 2
     try:
-        engine = open_engine(engine_config)
+        if engine_config.backend == "openai":
+            from agent.engine.openai_backend import OpenAIEngine
+
+            engine = OpenAIEngine(engine_config, context_length=args.context_length)
+        else:
+            engine = open_engine(engine_config)
     except (EngineError, OSError, ValueError) as exc:
         err.print(f"flywheel run: cannot open model {args.model!r}: {exc}")
         return 2
@@ -190,22 +268,18 @@ def main(argv: list[str] | None = None) -> int:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         recorder = Recorder(path)
         if not recorder.enabled:
-            err.print(f"[yellow]warning:[/] {recorder.error}")
+            err.print(_line(("warning:", "yellow"), f" {recorder.error}"))
 
-    harness = Harness(
-        engine,
-        workspace,
-        config,
-        recorder=recorder,
-        checkpoint_db=args.checkpoint_db,
-        on_event=None if args.quiet else _progress(console),
-    )
-    if not harness.sandbox.confined:
-        err.print(
-            "[yellow]warning:[/] bubblewrap is not installed; commands run unconfined and need "
-            "approval (install it with `apt-get install bubblewrap`)"
-        )
+    harness = None
     try:
+        harness = Harness(
+            engine,
+            workspace,
+            config,
+            recorder=recorder,
+            checkpoint_db=args.checkpoint_db,
+            on_event=None if args.quiet else _progress(console),
+        )  # the sandbox warns here, once, when bubblewrap is missing
         if args.resume:
             outcome = harness.status(args.resume)
             if not outcome.messages:
@@ -216,38 +290,52 @@ def main(argv: list[str] | None = None) -> int:
         while outcome.approval is not None:
             if args.approve == "no-wait":
                 console.print(
-                    f"[bold yellow]waiting for approval[/]: {outcome.approval.get('calls')}\n"
-                    f"resume with: flywheel run --resume {outcome.thread_id} --checkpoint-db "
-                    f"{args.checkpoint_db or '(needs --checkpoint-db)'} --workspace {args.workspace} --approve yes"
-                )
+                    _line(("waiting for approval", "bold yellow"),
+                          f": {outcome.approval.get('calls')}\n"
+                          f"resume with: flywheel run --resume {outcome.thread_id} "
+                          f"--checkpoint-db {args.checkpoint_db or '(needs --checkpoint-db)'} "
+                          f"--workspace {args.workspace} --approve yes")
+                )  # fmt: skip
                 return 3
             outcome = harness.resume(
                 outcome.thread_id, _decide(outcome.approval, args.approve, console)
             )
+    except EngineError as exc:
+        err.print(f"flywheel run: the model failed: {_one_line(exc)}")
+        return 1
     except ValueError as exc:
-        err.print(f"flywheel run: {exc}")
+        err.print(f"flywheel run: {_one_line(exc)}")
         return 2
+    except Exception as exc:  # a bug must still end in one line, not a traceback
+        err.print(f"flywheel run: internal error: {type(exc).__name__}: {_one_line(exc)}")
+        return 1
     finally:
-        harness.close()
+        if harness is not None:
+            harness.close()
         if recorder is not None:
             recorder.close()
         engine.close()
 
     from rich.panel import Panel
     from rich.syntax import Syntax
+    from rich.text import Text
 
     if outcome.final:
-        console.print(Panel(outcome.final, title="answer"))
+        console.print(Panel(Text(outcome.final), title="answer"))
     if outcome.diff:
         console.print(Syntax(outcome.diff, "diff", word_wrap=True))
     else:
-        console.print("[dim](no changes)[/]")
+        console.print(_line(("(no changes)", "dim")))
     status = "done" if outcome.ok else f"stopped: {outcome.stop_reason}"
     console.print(
         f"{status}{': ' + outcome.detail if outcome.detail else ''} — {outcome.steps} steps, "
         f"{outcome.tokens} tokens, {outcome.tool_errors} tool errors, thread {outcome.thread_id}"
     )
     return 0 if outcome.ok else 1
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 if __name__ == "__main__":

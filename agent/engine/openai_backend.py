@@ -4,10 +4,17 @@
     result = engine.generate(Request(prompt="def add(a, b):", params=SamplingParams(temperature=0)))
 
 Prompt requests go to `/v1/completions`, chat requests (`messages`, optional `tools`) to
-`/v1/chat/completions`. Every request streams (server-sent events, parsed here with httpx), so
-`generate` is `stream` run to the end and cancellation works the same for both: between two
+`/v1/chat/completions`. Every request asks to stream (server-sent events, parsed here with httpx),
+so `generate` is `stream` run to the end and cancellation works the same for both: between two
 chunks the cancel event is checked, the HTTP stream is closed (the server then stops the request)
-and unfinished samples end with finish reason "cancelled", as in the local backend.
+and unfinished samples end with finish reason "cancelled", as in the local backend. A server that
+answers with one JSON body instead (it does not stream) is read as a stream of one chunk.
+
+The context length is read once, when the engine opens: `max_model_len` (vLLM, flywheel serve) or
+`context_length`, `context_window`, `max_context_length` in the model's `/v1/models` entry. The
+caller's `context_length` (`flywheel run --context-length`) overrides it; a server that reports
+none (OpenAI itself, most proxies) gets `DEFAULT_CONTEXT_LENGTH`, with one logged warning that
+names the flag.
 
 Sent beyond OpenAI's fields (servers that do not know them ignore them; flywheel serve and vLLM
 honour them): `top_k`, `speculation`, `stop_token_ids`, and `return_token_ids` (token ids of each
@@ -25,6 +32,7 @@ swapping weights (`swap` raises), batching several prompts into one HTTP request
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -45,6 +53,11 @@ from agent.engine.request import (
     Result,
     ToolCall,
 )
+
+log = logging.getLogger("flywheel.engine")
+
+DEFAULT_CONTEXT_LENGTH = 8192  # assumed when the server does not say (tokens)
+CONTEXT_KEYS = ("max_model_len", "context_length", "context_window", "max_context_length")
 
 # OpenAI finish reasons -> ours. "abort" is vLLM's (and flywheel serve's) word for a cancelled
 # request; "tool_calls" means the model stopped after calling tools.
@@ -96,7 +109,7 @@ class _Sample:
 class OpenAIEngine:
     """Implements `agent.engine.Engine` over HTTP. Thread-safe (httpx.Client is)."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, context_length: int | None = None) -> None:
         if config.speculative.method != "none":
             raise BadRequest(
                 "the openai backend cannot choose speculative decoding: the server decides it "
@@ -110,8 +123,20 @@ class OpenAIEngine:
             headers=headers,
             timeout=httpx.Timeout(config.timeout_s, connect=min(10.0, config.timeout_s)),
         )
+        if context_length is not None and context_length < 16:
+            raise BadRequest(f"the context length must be at least 16 tokens, got {context_length}")
         card = self._model_card()  # also proves the server is there, with a clear error if not
         self.model_name = config.served_model_name or card["id"]
+        reported = next(
+            (card[k] for k in CONTEXT_KEYS if type(card.get(k)) is int and card[k] > 0), None
+        )
+        self.context_length: int = context_length or reported or DEFAULT_CONTEXT_LENGTH
+        if context_length is None and reported is None:
+            log.warning(
+                "the server at %s does not report the context length of %r (no max_model_len in "
+                "/v1/models); assuming %d tokens: pass --context-length N to set it",
+                self.url, card["id"], DEFAULT_CONTEXT_LENGTH,
+            )  # fmt: skip
 
     # -- the Engine protocol -------------------------------------------------------------
 
@@ -120,17 +145,6 @@ class OpenAIEngine:
         """The server's `version` for the model (flywheel serve), else the model id."""
         card = self._model_card()
         return str(card.get("version") or card["id"])
-
-    @property
-    def context_length(self) -> int:
-        card = self._model_card()
-        length = card.get("max_model_len") or card.get("context_length")
-        if not isinstance(length, int):
-            raise EngineError(
-                f"the server at {self.url} does not report the context length of "
-                f"{card['id']!r} (no `max_model_len` in /v1/models); flywheel serve and vLLM do"
-            )
-        return length
 
     def generate(self, request: Request) -> Result:
         return self.stream(request).finish()
@@ -160,7 +174,15 @@ class OpenAIEngine:
             raise self._transport_error(exc) from exc
         if response.status_code != 200:
             raise self._status_error(response.status_code, response.text, "/models")
-        cards = response.json().get("data") or []
+        try:
+            cards = response.json().get("data") or []
+            cards = [c for c in cards if isinstance(c, dict) and isinstance(c.get("id"), str)]
+        except (ValueError, AttributeError, TypeError):
+            raise EngineError(
+                f"the server at {self.url} answered /models with something that is not an "
+                f"OpenAI model list ({response.text[:100]!r}); check that the URL is an "
+                "OpenAI-compatible API (it usually ends in /v1)"
+            ) from None
         if not cards:
             raise EngineError(f"the server at {self.url} serves no models (/v1/models is empty)")
         wanted = self.config.served_model_name
@@ -321,7 +343,17 @@ class OpenAIEngine:
 
 
 def _events(response: httpx.Response, url: str) -> Generator[dict[str, Any], None, None]:
-    """The JSON payloads of a server-sent-event stream, up to `data: [DONE]`."""
+    """The JSON payloads of a server-sent-event stream, up to `data: [DONE]`; a server that
+    answers with one JSON body (it ignored `stream`) gives that body as a single chunk."""
+    if response.headers.get("content-type", "").startswith("application/json"):
+        try:
+            yield _as_chunk(json.loads(response.read()))
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError):
+            raise EngineError(
+                f"the server at {url} sent a body that is not an OpenAI completion: "
+                f"{response.text[:200]!r}"
+            ) from None
+        return
     for line in response.iter_lines():
         if not line.startswith("data:"):
             continue  # blank separators, comments, `event:` lines
@@ -334,6 +366,20 @@ def _events(response: httpx.Response, url: str) -> Generator[dict[str, Any], Non
             raise EngineError(
                 f"the server at {url} sent an event that is not JSON: {data[:200]!r}"
             ) from None
+
+
+def _as_chunk(body: dict[str, Any]) -> dict[str, Any]:
+    """A whole (non-streamed) completion in the shape of one streamed chunk: a chat choice's
+    `message` becomes its `delta`, each tool call numbered by its position."""
+    choices = []
+    for choice in body.get("choices") or []:
+        if "message" in choice:
+            message = dict(choice["message"] or {})
+            calls = message.get("tool_calls") or []
+            message["tool_calls"] = [{**call, "index": i} for i, call in enumerate(calls)]
+            choice = {**choice, "delta": message}
+        choices.append(choice)
+    return {**body, "choices": choices}
 
 
 def _delta(
