@@ -88,6 +88,7 @@ from lsp.next_edit import (
     parse_rewrite,
     region_around,
 )
+from lsp.protocol import PARSE_ERROR, FlywheelProtocol
 from lsp.settings import Settings, parse_settings
 
 log = logging.getLogger("flywheel.lsp")
@@ -95,6 +96,7 @@ log = logging.getLogger("flywheel.lsp")
 REQUEST_FAILED = -32803  # LSP's RequestFailed: the request was valid but could not be done
 CONTENT_MODIFIED = -32801  # LSP's ContentModified: the document changed; the answer is void
 MAX_DOCUMENT_CHARS = 20_000_000  # larger documents are kept but get no suggestions
+CONFIGURATION_TIMEOUT_S = 10.0  # a client that never answers workspace/configuration
 SURVIVAL_POLL_S = 5.0  # how often the real clock checks survival (the manual clock: on advance)
 TASK_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="flywheel-task")  # harness runs
 CLOSE_TIMEOUT_S = 10.0  # on exit: how long running tasks get to stop and telemetry to flush
@@ -134,7 +136,9 @@ class RunningTask:
 
 class FlywheelServer(LanguageServer):
     def __init__(self) -> None:
-        super().__init__("flywheel", _plugin_version(), max_workers=4)
+        super().__init__(
+            "flywheel", _plugin_version(), max_workers=4, protocol_cls=FlywheelProtocol
+        )
         self.defaults = Settings()  # what `flywheel lsp` flags set; client settings overlay it
         self.settings = Settings()
         self.db_path = ""  # the CLI's default telemetry file
@@ -239,20 +243,17 @@ class FlywheelServer(LanguageServer):
             self._model_version = version_now
 
     def report_server_error(self, error: Exception, source: Any) -> None:
-        """Malformed messages: answer JSON-RPC's parse error (id null) and log once."""
-        if isinstance(error, json.JSONDecodeError) or "Expecting" in str(error):
-            self.protocol._send_data(
-                {
-                    "jsonrpc": "2.0",
-                    "id": None,
-                    "error": {"code": -32700, "message": f"Parse error: {error}"},
-                }
-            )
+        """A message that is not JSON (or not UTF-8, or nested too deep to parse): answer
+        JSON-RPC's parse error (id null) and log once. Anything else pygls reports: log it once
+        per kind, without a traceback (lsp/protocol.py answers the requests themselves)."""
+        parsing = source is JsonRpcException  # pygls' read loop: json.loads failed
+        if parsing and isinstance(error, ValueError | RecursionError):  # also UnicodeDecodeError
+            self.protocol.reply_error(None, PARSE_ERROR, f"Parse error: {_short(error)}")
             if "parse" not in self._said:
                 self._said.add("parse")
-                log.error("a message from the client is not valid JSON: %s", error)
+                log.error("a message from the client is not valid JSON: %s", _short(error))
             return
-        log.error("%s", error)
+        self.protocol.log_once(type(error).__name__, f"{type(error).__name__}: {_short(error)}")
 
     def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
         """Stop everything and make telemetry durable; safe to call twice (shutdown, then exit).
@@ -302,6 +303,12 @@ class FlywheelServer(LanguageServer):
 SERVER = FlywheelServer()
 
 
+def _short(value: Any, limit: int = 200) -> str:
+    """One line of at most `limit` characters, for logs and error messages."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def plain(value: Any) -> Any:
     """Custom messages' params arrive as pygls namedtuples: turn them back into dicts."""
     if hasattr(value, "_asdict"):
@@ -338,6 +345,8 @@ async def initialized(ls: FlywheelServer, params: types.InitializedParams) -> No
 
 
 async def _pull_configuration(ls: FlywheelServer) -> None:
+    """Ask the client for the "flywheel" section. A reply that does not fit (`null`, not a
+    list) fails at once (lsp/protocol.py): the settings stay as they are, logged once."""
     caps = ls.client_capabilities.workspace
     if not (caps and caps.configuration):
         return
@@ -346,13 +355,22 @@ async def _pull_configuration(ls: FlywheelServer) -> None:
             ls.workspace_configuration_async(
                 types.ConfigurationParams(items=[types.ConfigurationItem(section="flywheel")])
             ),
-            timeout=10,
+            timeout=CONFIGURATION_TIMEOUT_S,
         )
-    except (TimeoutError, JsonRpcException) as exc:
-        log.warning("workspace/configuration failed: %s", exc)
-        return
-    if items and items[0] is not None:
-        _apply_settings(ls, items[0])
+    except TimeoutError:
+        reason = f"no answer within {CONFIGURATION_TIMEOUT_S:g} s"
+    except JsonRpcException as exc:
+        reason = _short(exc) or f"error {exc.code}"
+    else:
+        items = list(items) if isinstance(items, list | tuple) else items
+        if isinstance(items, list) and items and isinstance(items[0], dict | type(None)):
+            if items[0] is not None:
+                _apply_settings(ls, items[0])
+            return
+        reason = f"expected a list with one object, got {_short(items, 80)}"
+    ls.protocol.log_once(
+        "configuration", f"workspace/configuration gave no settings ({reason}); using the defaults"
+    )
 
 
 def _apply_settings(ls: FlywheelServer, data: Any) -> None:

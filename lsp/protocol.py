@@ -1,0 +1,165 @@
+"""The JSON-RPC envelope of the language server: every request with an id gets an answer.
+
+pygls structures each message while `json.loads` parses it (as its object hook) and, when a
+message does not fit its type, raises from inside the parser: the id is lost, no answer is sent
+and the client waits forever. `FlywheelProtocol` parses first and structures afterwards, once,
+for the whole message, so that it can answer per the JSON-RPC 2.0 and LSP specifications:
+
+    broken JSON (or not UTF-8, or nested too deep)     -32700 Parse error, id null
+    not an object, no method and no id, a bad id,      -32600 Invalid Request (id null when the
+      jsonrpc not "2.0", a request after shutdown             id itself is unusable)
+    a method the server does not have                  -32601 Method not found
+    params that do not fit the method                  -32602 Invalid params, naming the method
+
+Notifications never get an answer (the specification forbids it); one that does not fit is
+dropped and logged once per kind. A reply from the client that does not fit the request the
+server sent (`workspace/configuration` answered with `null`) fails that request at once, so
+nothing waits for a timeout. Log lines never carry a traceback and repeat once per kind at
+most, so a hostile client cannot grow the log or the memory.
+
+Parse errors are answered by `FlywheelServer.report_server_error` (server.py), which pygls calls
+when `json.loads` fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from pygls.exceptions import JsonRpcException, JsonRpcMethodNotFound
+from pygls.protocol import JsonRPCNotification, JsonRPCRequestMessage, LanguageServerProtocol
+from pygls.protocol.json_rpc import JsonRPCResponseMessage, ResponseErrorMessage
+
+log = logging.getLogger("flywheel.lsp")
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+
+
+def _usable_id(value: Any) -> bool:
+    return type(value) in (int, str)
+
+
+def _reason(exc: BaseException) -> str:
+    """The first line of a structuring error, short (cattrs' messages can be long)."""
+    notes = getattr(exc, "exceptions", None)
+    if notes:  # cattrs' ClassValidationError: the first field that failed says most
+        return _reason(notes[0])
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:200]
+
+
+class FlywheelProtocol(LanguageServerProtocol):
+    """pygls' LSP protocol with the checks above; pass it as `protocol_cls`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._sent: set[str] = set()  # ids of requests this server sent and awaits
+        self._logged: set[str] = set()
+
+    def log_once(self, kind: str, message: str) -> None:
+        if kind not in self._logged:
+            self._logged.add(kind)
+            log.warning("%s", message)
+
+    # -- parsing: structure later, not inside json.loads ---------------------------------------
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        """json.loads' object hook, called for every object: keep them all as plain dicts."""
+        return data
+
+    def _structure(self, data: dict[str, Any]) -> Any:
+        """What pygls' structure_message does for a whole message, without logging tracebacks."""
+        if "method" not in data:
+            cls = ResponseErrorMessage if "error" in data else JsonRPCResponseMessage
+            if cls is JsonRPCResponseMessage:
+                cls = self._result_types.pop(data["id"], None) or cls
+        elif "id" in data:
+            cls = self.get_message_type(data["method"]) or JsonRPCRequestMessage
+        else:
+            cls = self.get_message_type(data["method"]) or JsonRPCNotification
+        return self._converter.structure(data, cls)
+
+    def send_request(self, method: str, params: Any = None, callback: Any = None, msg_id=None):
+        msg_id = msg_id if msg_id is not None else str(uuid.uuid4())
+        self._sent.add(msg_id)
+        return super().send_request(method, params, callback, msg_id)
+
+    # -- dispatch ------------------------------------------------------------------------------
+
+    def reply_error(self, msg_id: Any, code: int, message: str) -> None:
+        error = {"code": code, "message": message}
+        self._send_data({"jsonrpc": "2.0", "id": msg_id, "error": error})
+
+    def handle_message(self, message: Any) -> None:
+        if not isinstance(message, dict):
+            return self.reply_error(None, INVALID_REQUEST, "a message must be a JSON object")
+        if "method" in message:
+            if "id" in message:
+                return self._request(message)
+            return self._notification(message)
+        if "id" not in message:
+            return self.reply_error(
+                None, INVALID_REQUEST, "a message needs a method (request, notification) or an id"
+            )
+        return self._response(message)
+
+    def _request(self, message: dict[str, Any]) -> None:
+        msg_id, method = message["id"], message["method"]
+        if not _usable_id(msg_id):
+            return self.reply_error(None, INVALID_REQUEST, "id must be an integer or a string")
+        if message.get("jsonrpc") != "2.0":
+            return self.reply_error(msg_id, INVALID_REQUEST, 'jsonrpc must be "2.0"')
+        if not isinstance(method, str):
+            return self.reply_error(msg_id, INVALID_REQUEST, "method must be a string")
+        if self._shutdown and method != "exit":
+            return self.reply_error(msg_id, INVALID_REQUEST, "the server is shutting down")
+        try:
+            self._get_handler(method)
+        except JsonRpcMethodNotFound:
+            return self.reply_error(msg_id, METHOD_NOT_FOUND, f"Method Not Found: {method}")
+        try:
+            structured = self._structure(message)
+        except Exception as exc:
+            text = f"the params do not fit {method}: {_reason(exc)}"
+            return self.reply_error(msg_id, INVALID_PARAMS, text)
+        if getattr(structured, "id", None) != msg_id:  # a notification's method, sent with an id
+            text = f"{method} is a notification: send it without an id"
+            return self.reply_error(msg_id, INVALID_REQUEST, text)
+        super().handle_message(structured)
+
+    def _notification(self, message: dict[str, Any]) -> None:
+        method = message["method"]
+        if message.get("jsonrpc") != "2.0" or not isinstance(method, str):
+            return self.log_once("bad-notification", "dropped a malformed notification")
+        try:
+            structured = self._structure(message)
+        except Exception as exc:
+            return self.log_once(
+                f"unfit:{method}" if len(self._logged) < 64 else "unfit",
+                f"dropped a {method} notification whose params do not fit: {_reason(exc)}",
+            )
+        super().handle_message(structured)
+
+    def _response(self, message: dict[str, Any]) -> None:
+        msg_id = message["id"]
+        if not (_usable_id(msg_id) and msg_id in self._sent):
+            return self.log_once("stray-response", "dropped a response to no request of ours")
+        self._sent.discard(msg_id)
+        try:
+            if message.get("jsonrpc") != "2.0":
+                raise ValueError('jsonrpc must be "2.0"')
+            structured = self._structure(message)
+        except Exception as exc:
+            self._result_types.pop(msg_id, None)
+            future = self._request_futures.pop(msg_id, None)
+            error = JsonRpcException(
+                code=INVALID_PARAMS, message=f"the client's reply does not fit: {_reason(exc)}"
+            )
+            if future is not None and not future.done():
+                future.set_exception(error)
+            return None
+        super().handle_message(structured)
