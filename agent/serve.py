@@ -32,9 +32,11 @@ version whose files verify against its manifest is loaded.
 # handlers live inside `build_app` so that `flywheel serve --help` does not import FastAPI.
 
 import argparse
+import errno
 import json
 import logging
 import secrets
+import socket
 import sys
 import threading
 import time
@@ -819,6 +821,30 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (raises OSError: busy port, unknown host, ...)."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # not a busy port: TIME_WAIT
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return "the port is in use (another server?); stop it or choose another with --port"
+    if exc.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need root); choose another with --port"
+    return exc.strerror or str(exc)
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -850,7 +876,18 @@ def main(argv: list[str]) -> int:
                     "flywheel models add PATH --promote --force, or flywheel cycle"
                 )
             config.model = str(registry.verify(promoted))
-        engine = open_engine(config)
+        try:  # before the model loads: a busy port is one line and exit 2 at once, and the
+            # "serving on" line below is true when it is printed
+            sock = _listen(server.host, server.port)
+        except OSError as exc:
+            print(f"flywheel serve: cannot listen on {args.host}:{args.port}: {_why(exc)}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        try:
+            engine = open_engine(config)
+        except BaseException:
+            sock.close()
+            raise
     except (EngineError, RegistryError) as exc:
         print(f"flywheel serve: {exc}", file=sys.stderr)
         return 2
@@ -864,12 +901,13 @@ def main(argv: list[str]) -> int:
         watcher.start()
     try:
         app = build_app(engine, server, watcher)
+        port = sock.getsockname()[1]  # the one the system chose for --port 0
         print(
-            f"flywheel serve: {engine.model_version} on http://{server.host}:{server.port}/v1",
-            flush=True,
+            f"flywheel serve: {engine.model_version} on http://{server.host}:{port}/v1", flush=True
         )
-        uvicorn.run(app, host=server.host, port=server.port, log_level="warning")
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
     finally:
+        sock.close()
         if watcher is not None:
             watcher.stop()
         engine.close()
