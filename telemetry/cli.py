@@ -131,9 +131,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def db_error(exc: sqlite3.Error, path: Path, flag: str | None, environ: Mapping[str, str]) -> str:
+    """One line: what is wrong with the database file, and a fix that fits where its path came
+    from (the user who passed --db is not told to pass --db)."""
+    if flag:
+        check = "check the path given to --db"
+    elif environ.get("FLYWHEEL_DB"):
+        check = "check $FLYWHEEL_DB, or pass --db FILE"
+    else:
+        check = "pass --db FILE to use another database"
+    text = str(exc)
+    low = text.lower()
+    if path.is_dir():
+        return f"is a folder, not a database file; {check}"
+    if "not a database" in low or "malformed" in low:
+        return f"is not a flywheel telemetry database (SQLite says: {text}); {check}"
+    if "readonly" in low or "read-only" in low:
+        return f"{text} (the file or its folder is read-only; fix its permissions, or {check})"
+    if "unable to open" in low:
+        return f"{text} (its folder does not exist or is not writable; {check})"
+    return privacy.sqlite_error_text(exc)
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    path = resolve_db_path(getattr(args, "db", None), os.environ)
+    flag = getattr(args, "db", None)
+    path = resolve_db_path(flag, os.environ)
     try:
         return _COMMANDS[args.command](args, path)
     except (
@@ -148,7 +171,8 @@ def main(argv: list[str]) -> int:
         return 1
     except sqlite3.Error as exc:
         print(
-            f"flywheel telemetry: error: {path}: {privacy.sqlite_error_text(exc)}", file=sys.stderr
+            f"flywheel telemetry: error: {path}: {db_error(exc, path, flag, os.environ)}",
+            file=sys.stderr,
         )
         return 1
 
