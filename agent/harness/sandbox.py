@@ -1,7 +1,7 @@
 """Running a shell command for the agent: confined, time-limited, with capped output.
 
 With bubblewrap (`bwrap`) installed, a command runs in a file system built from an allow-list
-(`_mounts`), with no network, in its own pid, IPC and UTS namespaces:
+(`mounts`), with no network, in its own pid, IPC and UTS namespaces:
 
     read-only   /usr, /bin, /sbin, /lib* (the system's programs and libraries);
                 a filtered /etc (`ETC_KEPT`: certificates, the dynamic linker, time zone, name
@@ -9,8 +9,8 @@ With bubblewrap (`bwrap`) installed, a command runs in a file system built from 
                 passwd and group naming only root, the current user and nobody; no shadow,
                 sudoers, SSH host keys, pip/npm/git system config;
                 this interpreter's installation and virtual environment (`sys.prefix`,
-                `sys.base_prefix`), and the interpreter of each virtual environment inside the
-                workspace (`home` in its pyvenv.cfg), so the project's tests run;
+                `sys.base_prefix`), and the interpreter of each virtual environment at the
+                workspace's top level (`home` in its pyvenv.cfg), so the project's tests run;
                 the folders in `SandboxConfig.read_only_paths` (`--read-only` on the command line,
                 `agent.readOnlyPaths` in the editor);
     read-write  the workspace; an empty /tmp and an empty home (at $HOME's path, so `~` works),
@@ -20,18 +20,19 @@ With bubblewrap (`bwrap`) installed, a command runs in a file system built from 
 
 The environment is built from scratch (PATH, HOME, TMPDIR, LANG, TERM,
 PYTHONDONTWRITEBYTECODE): no variable of the user's (tokens, keys, proxies) reaches a command.
+PATH keeps the user's entries that the sandbox shows, then this interpreter's bin folders.
 The root of that file system is read-only, so a command cannot write anywhere else either.
 
 How this compares: Codex CLI's Linux sandbox (Landlock, or bubblewrap with `--ro-bind / /`) and
 Claude Code's bubblewrap runtime (`denyRead` deny-list) both let a command read the whole disk
-by default and restrict writes and network. Here reading is an allow-list too: a secret is
-hidden unless it sits in the workspace or a folder the user listed.
+by default and restrict writes and network. Here reading is an allow-list too: a file outside
+the workspace is hidden unless it belongs to the system, the interpreters or a listed folder.
 
 Without bwrap, commands are refused: the result says why and how to fix it
 (`apt-get install bubblewrap`), and nothing runs. Only `SandboxConfig.allow_unconfined`
 (`flywheel run --allow-unconfined`, `agent.allowUnconfined`) lets them run directly in the
-workspace, unconfined; the harness's approval policy then asks before each one. A warning is
-logged once per process in both cases.
+workspace, unconfined; the harness's default approval policy then asks before each one. A
+warning is logged once per process in both cases.
 
 Limits, in both modes:
 - time: at `timeout_s` the whole process tree is killed (SIGKILL to the process group; under
@@ -195,6 +196,26 @@ def _readable(workspace: str, home: str, read_only: tuple[str, ...]) -> list[tup
     return out
 
 
+def _search_path(workspace: str, home: str, read_only: tuple[str, ...]) -> str:
+    """PATH for a confined command: the entries of the user's PATH that the sandbox shows, in
+    order, then this interpreter's bin folders, so that `python` resolves (to this Python, as
+    the project's test command uses) where nothing earlier provides one. Entries in the hidden
+    home (~/.pyenv/shims, ~/.cargo/bin) are left out: they would be empty."""
+    shown = [
+        *SYSTEM_DIRS,
+        workspace,
+        *(target for _, target in _readable(workspace, home, read_only)),
+    ]
+    entries = [
+        os.path.normpath(p)
+        for p in os.environ.get("PATH", "").split(os.pathsep)
+        if os.path.isabs(p) and any(_inside(os.path.normpath(p), root) for root in shown)
+    ]
+    entries += [os.path.dirname(sys.executable)]
+    entries += [os.path.join(prefix, "bin") for prefix in (sys.prefix, sys.base_prefix)]
+    return os.pathsep.join(dict.fromkeys(entries))
+
+
 def _etc() -> list[str]:
     """bwrap arguments for the kept /etc entries (a symlink stays a symlink)."""
     try:
@@ -329,8 +350,12 @@ class Sandbox:
         timeout = min(timeout_s or cfg.timeout_s, cfg.timeout_s)
         confined = self.bwrap is not None
         home = _home() if confined else os.environ.get("HOME", "/tmp")
+        if confined:
+            path = _search_path(str(self.root), home, cfg.read_only_paths)
+        else:
+            path = os.environ.get("PATH", "/usr/bin:/bin")
         env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PATH": path,
             "LANG": "C.UTF-8",
             "HOME": home,
             "TMPDIR": "/tmp",

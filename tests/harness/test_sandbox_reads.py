@@ -80,6 +80,9 @@ def test_the_workspace_tests_run_with_the_project_interpreters(outside_tmp):
     command = detect_test_command(Workspace(ws))
     res = Sandbox(ws, SandboxConfig(timeout_s=120)).run(command)
     assert res.exit_code == 0 and "1 passed" in res.output, res.output
+    # `python` resolves even when the user's PATH finds it in the hidden home (pyenv shims).
+    res = Sandbox(ws, SandboxConfig(timeout_s=60)).run("python -c 'print(6 * 7)'")
+    assert res.exit_code == 0 and res.output == "42\n", res.output
     # A virtual environment inside the workspace, made from this interpreter's base installation
     # (which may live in the user's home, e.g. under pyenv).
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(ws / ".venv")], check=True)
