@@ -257,7 +257,7 @@ def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
         else:
             engine = open_engine(engine_config)
     except (EngineError, OSError, ValueError) as exc:
-        err.print(f"flywheel run: cannot open model {args.model!r}: {exc}")
+        err.print(f"flywheel run: cannot open model {args.model!r}: {_one_line(exc)}")
         return 2
 
     recorder = None

@@ -229,7 +229,8 @@ class OpenAIEngine:
         try:
             message = json.loads(text)["error"]["message"]
         except (ValueError, KeyError, TypeError):
-            message = text.strip()[:500] or "(no body)"
+            message = text[:500] or "(no body)"
+        message = " ".join(str(message).split()) or "(no message)"  # one line (an HTML page...)
         if status in (400, 422):
             return BadRequest(message)
         if status in (401, 403):
