@@ -567,7 +567,10 @@ def _lifecycle(ls: FlywheelServer, params: Any, event: str) -> None:
     data = plain(params)
     data = data if isinstance(data, dict) else {}
     sid = data.get("suggestionId")
-    if ls.completions.resolve(sid, event, data.get("acceptedChars")) is None:
+    if (
+        not isinstance(sid, str)
+        or ls.completions.resolve(sid, event, data.get("acceptedChars")) is None
+    ):
         log.info("%s for unknown suggestion %r ignored", event, sid)
 
 
