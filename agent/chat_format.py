@@ -1,27 +1,47 @@
 """Flywheel's chat format: special tokens, the chat template, and the tool-call parser.
 
-A conversation renders as (one line per message, shown here with the newline after `<|end|>`):
+Conversations are ChatML, the format of the default base (SmolLM2-Instruct). Shown here with the
+newlines written out:
 
-    <|system|>You are Flywheel...
+    <|im_start|>system
+    You are Flywheel...
     # Tools
-    {"name": "read_file", "description": ..., "parameters": {...}}<|end|>
-    <|user|>Fix the failing test.<|end|>
-    <|assistant|>Let me look.<|tool_call|>{"name": "read_file", "arguments": {"path": "a.py"}}<|/tool_call|><|end|>
-    <|tool|>def add(a, b): ...<|end|>
-    <|assistant|>
+    - read_file(path, start_line?, end_line?): Read a text file with line numbers...<|im_end|>
+    <|im_start|>user
+    Fix the failing test.<|im_end|>
+    <|im_start|>assistant
+    Let me look.
+    <|tool_call|>edit_file
+    <|arg|>path
+    a.py
+    <|arg|>search
+        return a - b
+    <|arg|>replace
+        return a + b
+    <|/tool_call|><|im_end|>
+    <|im_start|>tool
+    a.py: 1 of 1 hunks applied...<|im_end|>
+    <|im_start|>assistant
 
-The model's turn ends with `<|end|>` (a stop token for chat requests). Fill-in-the-middle prompts
-are `<|fim_prefix|>PREFIX<|fim_suffix|>SUFFIX<|fim_middle|>` and the model writes the middle,
-ending with `<|endoftext|>`. A fast-apply request (`apply_messages`) is a system turn
-(`APPLY_SYSTEM`) and a user turn holding the file and an edit sketch; the answer is the whole file.
+A tool call is `<|tool_call|>NAME`, then each argument as `<|arg|>KEY`, a newline and its raw
+value, then `<|/tool_call|>`. Values are never escaped: a small model copies code into them as it
+reads it. The markers are single special tokens, so code cannot contain or split them. A string
+value is written as it is; other values as JSON (`coerce_arguments` reads them back by the tool's
+schema). `edit_file`'s `hunks` list is written as `search`/`replace` pairs, one pair per hunk.
+The model's turn ends with `<|im_end|>`. OpenAI-shaped `tool_calls` stay at the API boundary:
+the template renders them from messages, and `parse_assistant` turns model text back into them.
 
-The same template is stored in the tokenizer's config (Hugging Face `chat_template`), so vLLM and
-`transformers` render exactly what this module renders.
+Fill-in-the-middle prompts are `<|fim_prefix|>PREFIX<|fim_suffix|>SUFFIX<|fim_middle|>`; the model
+writes the middle, ending with `<|endoftext|>`. A fast-apply request (`apply_messages`) is a system
+turn (`APPLY_SYSTEM`) and a user turn holding the file and an edit sketch; the answer is the whole
+file.
+
+The template is stored in the tokenizer's config (Hugging Face `chat_template`), so vLLM and
+`transformers` render exactly what `render_chat` renders, in training and at inference.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import uuid
 from typing import Any
@@ -29,56 +49,130 @@ from typing import Any
 from agent.engine.request import ToolCall
 
 EOS = "<|endoftext|>"
-SYSTEM, USER, ASSISTANT, TOOL = "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>"
-END = "<|end|>"
-TOOL_CALL, TOOL_CALL_END = "<|tool_call|>", "<|/tool_call|>"
+START, END = "<|im_start|>", "<|im_end|>"
+TOOL_CALL, TOOL_CALL_END, ARG = "<|tool_call|>", "<|/tool_call|>", "<|arg|>"
 FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
 PAD = "<|pad|>"
+ROLES = ("system", "user", "assistant", "tool")
 
+# Every special token the format needs; a base tokenizer gains the ones it lacks (agent/base.py).
 SPECIAL_TOKENS = [
     EOS,
     PAD,
-    SYSTEM,
-    USER,
-    ASSISTANT,
-    TOOL,
+    START,
     END,
     TOOL_CALL,
     TOOL_CALL_END,
+    ARG,
     FIM_PREFIX,
     FIM_SUFFIX,
     FIM_MIDDLE,
 ]
+# How a call is written, for the harness's reply to a call it could not parse.
+CALL_SHAPE = (
+    f"Write each call as {TOOL_CALL}NAME, then for each argument {ARG}ARGUMENT on its own line "
+    f"and its raw value on the next lines, then {TOOL_CALL_END}."
+)
 
-# Jinja, as Hugging Face and vLLM render it. Tool-call arguments may be a JSON string (OpenAI
-# wire shape) or a mapping.
+# Jinja, as Hugging Face and vLLM render it. Tool-call arguments must be a mapping (`render_chat`
+# and vLLM's server decode OpenAI's JSON strings first). Newlines are written as expressions
+# (`NL`) because `{%- -%}` trims the whitespace around tags.
+NL = "{{ '\\n' }}"
+_ARGS = (
+    "{%- for key, value in args.items() -%}"
+    "{%- if key == 'hunks' and value is sequence and value is not string -%}"
+    "{%- for hunk in value -%}"
+    "<|arg|>search" + NL + "{{ hunk['search'] }}" + NL
+    + "<|arg|>replace" + NL + "{{ hunk['replace'] }}" + NL
+    + "{%- endfor -%}"
+    "{%- elif value is string -%}<|arg|>{{ key }}" + NL + "{{ value }}" + NL
+    + "{%- else -%}<|arg|>{{ key }}" + NL + "{{ value | tojson }}" + NL
+    + "{%- endif -%}"
+    "{%- endfor -%}"
+)  # fmt: skip
+_TOOLS = (
+    "# Tools"
+    "{%- for tool in tools -%}"
+    "{%- set fn = tool['function'] if 'function' in tool else tool -%}"
+    "{%- set params = fn.get('parameters') or {} -%}"
+    "{%- set required = params.get('required') or [] -%}"
+    + NL + "- {{ fn['name'] }}("
+    "{%- for name in (params.get('properties') or {}) -%}"
+    "{{ ', ' if not loop.first }}"
+    "{%- if name == 'hunks' %}search, replace{% else %}{{ name }}{% endif -%}"
+    "{{ '' if name in required else '?' }}"
+    "{%- endfor -%}"
+    "): {{ fn.get('description', '') }}"
+    "{%- endfor -%}"
+)  # fmt: skip
 CHAT_TEMPLATE = (
-    "{%- set ns = namespace(system_done=false) -%}"
     "{%- for message in messages -%}"
-    "{%- if message['role'] == 'system' -%}"
-    "<|system|>{{ message['content'] }}"
-    "{%- if tools -%}{{ '\\n' }}# Tools{%- for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{%- endfor -%}{%- endif -%}"
-    "<|end|>{{ '\\n' }}{%- set ns.system_done = true -%}"
-    "{%- else -%}"
-    "{%- if not ns.system_done and tools -%}"
-    "<|system|># Tools{%- for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{%- endfor -%}<|end|>{{ '\\n' }}"
-    "{%- set ns.system_done = true -%}"
-    "{%- endif -%}"
-    "{%- if message['role'] == 'user' -%}<|user|>{{ message['content'] }}<|end|>{{ '\\n' }}"
-    "{%- elif message['role'] == 'assistant' -%}<|assistant|>{{ message['content'] or '' }}"
+    "{%- if loop.first and message['role'] != 'system' and tools -%}"
+    "<|im_start|>system" + NL + _TOOLS + "<|im_end|>" + NL
+    + "{%- endif -%}"
+    "<|im_start|>{{ message['role'] }}" + NL + "{{ message['content'] or '' }}"
+    "{%- if message['role'] == 'system' and tools -%}" + NL + _TOOLS + "{%- endif -%}"
     "{%- for call in message.get('tool_calls') or [] -%}"
     "{%- set fn = call['function'] if 'function' in call else call -%}"
-    '<|tool_call|>{"name": {{ fn[\'name\'] | tojson }}, "arguments": '
-    "{%- if fn['arguments'] is string %} {{ fn['arguments'] }}"
-    "{%- else %} {{ fn['arguments'] | tojson }}{%- endif -%}"
-    "}<|/tool_call|>"
-    "{%- endfor -%}<|end|>{{ '\\n' }}"
-    "{%- elif message['role'] == 'tool' -%}<|tool|>{{ message['content'] }}<|end|>{{ '\\n' }}"
-    "{%- endif -%}"
-    "{%- endif -%}"
+    "{%- set args = fn['arguments'] -%}"
+    "{%- if message['content'] or not loop.first -%}" + NL + "{%- endif -%}"
+    "<|tool_call|>{{ fn['name'] }}" + NL + _ARGS + "<|/tool_call|>"
     "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|assistant|>{%- endif -%}"
-)
+    "<|im_end|>" + NL
+    + "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_start|>assistant" + NL + "{%- endif -%}"
+)  # fmt: skip
+
+
+def decoded_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` with tool-call arguments as mappings (OpenAI sends them as JSON strings)."""
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if calls:
+            fixed = []
+            for call in calls:
+                fn = dict(call.get("function", call))
+                if isinstance(fn.get("arguments"), str):
+                    try:
+                        fn["arguments"] = json.loads(fn["arguments"] or "{}")
+                    except json.JSONDecodeError:
+                        fn["arguments"] = {"_raw": fn["arguments"]}
+                if not isinstance(fn.get("arguments"), dict):
+                    fn["arguments"] = {"_raw": fn.get("arguments")}
+                fixed.append({**call, "function": fn} if "function" in call else fn)
+            message = {**message, "tool_calls": fixed}
+        out.append(message)
+    return out
+
+
+def render_chat(
+    tokenizer,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    add_generation_prompt: bool = False,
+) -> str:
+    """The text of a conversation: the one rendering used by training, inference and RL."""
+    return tokenizer.apply_chat_template(
+        decoded_messages(messages),
+        tools=tools or None,
+        add_generation_prompt=add_generation_prompt,
+        tokenize=False,
+    )
+
+
+def assistant_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of what the model writes in a rendered conversation: each assistant
+    turn's body and its closing `<|im_end|>` (the model must learn to stop)."""
+    opening = f"{START}assistant\n"
+    spans, at = [], 0
+    while (start := text.find(opening, at)) >= 0:
+        body = start + len(opening)
+        end = text.find(END, body)
+        stop = len(text) if end < 0 else end + len(END)
+        spans.append((body, stop))
+        at = stop
+    return spans
 
 
 def render_fim(prefix: str, suffix: str) -> str:
@@ -109,17 +203,86 @@ def apply_messages(path: str, original: str, sketch: str, updated: str | None = 
     return messages
 
 
-def parse_assistant(text: str) -> tuple[str, list[ToolCall], list[str]]:
+def _schema_types(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    """tool name -> its parameters' JSON-schema properties."""
+    out = {}
+    for tool in tools or []:
+        fn = tool.get("function", tool) if isinstance(tool, dict) else {}
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            out[fn["name"]] = (fn.get("parameters") or {}).get("properties") or {}
+    return out
+
+
+def coerce_arguments(arguments: dict[str, Any], properties: dict[str, Any]) -> dict[str, Any]:
+    """Raw text values read back as the types the schema asks for ("12" -> 12 for an integer).
+
+    A value that does not convert stays text, so the tool's own check names the problem."""
+    out = dict(arguments)
+    for key, value in arguments.items():
+        want = (properties.get(key) or {}).get("type")
+        if not isinstance(value, str) or want in (None, "string"):
+            continue
+        text = value.strip()
+        try:
+            if want == "integer":
+                out[key] = int(text)
+            elif want == "number":
+                out[key] = float(text) if any(c in text for c in ".eE") else int(text)
+            elif want == "boolean" and text.lower() in ("true", "false"):
+                out[key] = text.lower() == "true"
+            elif want in ("array", "object"):
+                out[key] = json.loads(text)
+        except (ValueError, json.JSONDecodeError):
+            pass
+    return out
+
+
+def _parse_call(body: str) -> tuple[str, dict[str, Any]]:
+    """`NAME\\n<|arg|>KEY\\nVALUE\\n...` -> (name, arguments); raises ValueError."""
+    head, *parts = body.split(ARG)
+    name = head.strip()
+    if not name or any(c.isspace() for c in name):
+        raise ValueError(f"a tool call starts with the tool's name on its own line: {body[:120]!r}")
+    args: dict[str, Any] = {}
+    hunks: list[dict[str, str]] = []
+    for part in parts:
+        key, newline, value = part.partition("\n")
+        key = key.strip()
+        if not key:
+            raise ValueError(f"{ARG} needs the argument's name on its line: {part[:120]!r}")
+        value = value[:-1] if newline and value.endswith("\n") else value
+        if key == "search":
+            hunks.append({"search": value})
+        elif key == "replace":
+            if not hunks or "replace" in hunks[-1]:
+                raise ValueError("each `replace` follows its own `search`")
+            hunks[-1]["replace"] = value
+        elif key in args:
+            raise ValueError(f"argument {key!r} is given twice")
+        else:
+            args[key] = value
+    if hunks:
+        if "replace" not in hunks[-1]:
+            raise ValueError("the last `search` has no `replace`")
+        args["hunks"] = hunks
+    return name, args
+
+
+def parse_assistant(
+    text: str, tools: list[dict[str, Any]] | None = None
+) -> tuple[str, list[ToolCall], list[str]]:
     """Split an assistant turn into (content, tool calls, errors).
 
-    Content is the text outside tool-call markers. A call that is not valid JSON, lacks a string
-    `name`, has non-object `arguments`, or is never closed becomes an error message (the harness
-    shows it to the model and records it as a tool-call error) instead of an exception.
+    Content is the text outside tool-call markers. With `tools` (OpenAI-shaped schemas), values
+    are read back as the schema's types. A call that is never closed, has no name, or repeats an
+    argument becomes an error message (the harness shows it to the model and records it as a
+    tool-call error) instead of an exception.
 
-    >>> parse_assistant('ok<|tool_call|>{"name": "ls", "arguments": {}}<|/tool_call|>')[1][0].name
-    'ls'
+    >>> parse_assistant('ok<|tool_call|>read_file\\n<|arg|>path\\na.py\\n<|/tool_call|>')[1][0].arguments
+    {'path': 'a.py'}
     """
     text = text.replace(END, "")
+    types = _schema_types(tools)
     content: list[str] = []
     calls: list[ToolCall] = []
     errors: list[str] = []
@@ -138,23 +301,12 @@ def parse_assistant(text: str) -> tuple[str, list[ToolCall], list[str]]:
             errors.append(f"tool call not closed with {TOOL_CALL_END}: {body[:200]!r}")
             break
         try:
-            obj = json.loads(body)
-        except json.JSONDecodeError as exc:
-            errors.append(
-                f"tool call is not valid JSON ({exc.msg} at char {exc.pos}): {body[:200]!r}"
-            )
+            name, args = _parse_call(body)
+        except ValueError as exc:
+            errors.append(str(exc))
             continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            errors.append(f'tool call needs {{"name": str, "arguments": object}}: {body[:200]!r}')
-            continue
-        args = obj.get("arguments", {})
-        if isinstance(args, str):
-            with contextlib.suppress(json.JSONDecodeError):
-                args = json.loads(args)
-        if not isinstance(args, dict):
-            errors.append(f"arguments of tool call {obj['name']!r} must be a JSON object")
-            continue
-        calls.append(ToolCall(name=obj["name"], arguments=args, id=f"call_{uuid.uuid4().hex[:12]}"))
+        args = coerce_arguments(args, types.get(name, {}))
+        calls.append(ToolCall(name=name, arguments=args, id=f"call_{uuid.uuid4().hex[:12]}"))
     return "".join(content).strip(), calls, errors
 
 

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.chat_format import render_chat
 from agent.registry import Registry, RegistryError, path_from_cli
 from training.benchmark import BenchConfig, BenchTask
 from training.gate import GateConfig, GateError, gate_promotion
@@ -268,8 +269,7 @@ def _mtp_corpus(folder: Path, export: Path, tokenizer_dir: str, tokenizer) -> tu
 
     texts = [{"text": r["text"]} for r in _jsonl(export / "pretrain.jsonl")]
     for row in _jsonl(export / "sft.jsonl"):
-        rendered = tokenizer.apply_chat_template(row["messages"], tools=row.get("tools"),
-                                                 tokenize=False)  # fmt: skip
+        rendered = render_chat(tokenizer, row["messages"], row.get("tools"))
         texts.append({"text": rendered})
         # each message on its own too: near-identical sessions still give several documents
         texts += [{"text": m["content"]} for m in row["messages"] if m.get("content")]

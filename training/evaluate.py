@@ -10,8 +10,8 @@ without the lint delta); this module reports it as the training loop's evaluatio
 Vocabulary:
 
     tool call     one call the model wrote between `<|tool_call|>` markers
-    parsed        a call that is JSON with a string name and object arguments
-                  (agent.chat_format.parse_assistant); `parse_rate` = parsed / all calls written
+    parsed        a call with a name and well-formed arguments (agent.chat_format
+                  .parse_assistant); `parse_rate` = parsed / all calls written
     valid         a parsed call to a known tool whose arguments fit its schema
     pass@1        share of tasks whose verifying command passes after one greedy attempt
 

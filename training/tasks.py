@@ -1249,10 +1249,11 @@ def default_workers() -> int:
 # --- oracle trajectories ---------------------------------------------------------------------
 
 
-def hunks_for(old: str, new: str, rng: random.Random | None = None) -> list[dict[str, str]]:
-    """Search/replace hunks turning `old` into `new`, each search text unique in `old`."""
+def hunks_for(old: str, new: str) -> list[dict[str, str]]:
+    """Search/replace hunks turning `old` into `new`: the fewest lines of context that make each
+    search text unique in `old` (a small model copies less, and misquotes less)."""
     a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
-    for context in (rng.choice([0, 1, 2]) if rng else 1, 1, 2, 3, 5, 8, len(a)):
+    for context in (0, 1, 2, 3, 5, 8, len(a)):
         groups = difflib.SequenceMatcher(None, a, b, autojunk=False).get_grouped_opcodes(context)
         hunks = []
         for group in groups:
@@ -1422,9 +1423,7 @@ def oracle_trajectory(task: Task, rng: random.Random) -> dict:
             if not old or (rng.random() < 0.12 and len(new) < 3000):
                 results = step(intro, ("write_file", {"path": path, "content": new}))
             else:
-                results = step(
-                    intro, ("edit_file", {"path": path, "hunks": hunks_for(old, new, rng)})
-                )
+                results = step(intro, ("edit_file", {"path": path, "hunks": hunks_for(old, new)}))
             if results[0][1]:
                 raise TaskRejected(f"oracle edit failed for task {task.id}: {results[0][0][:300]}")
         step(rng.choice(_VERIFY_INTROS), ("run_tests", {}))

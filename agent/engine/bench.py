@@ -137,7 +137,7 @@ def build_default_models(folder: Path) -> tuple[str, str]:
 
 def workloads(tokenizer) -> list[dict]:
     """[{workload, name, prompt, speculation}] built from this machine's standard library."""
-    from agent.chat_format import apply_messages
+    from agent.chat_format import apply_messages, render_chat
 
     original = (STDLIB / APPLY_FILE).read_text()
     match = re.search(r"^def (\w+)\((.*)$", original, re.M)
@@ -147,8 +147,8 @@ def workloads(tokenizer) -> list[dict]:
         sketch = (
             f"# ... existing code ...\ndef {old_name}_checked({rest}\n# ... existing code ...\n"
         )
-        apply_prompt = tokenizer.apply_chat_template(
-            apply_messages(APPLY_FILE, original, sketch), tokenize=False, add_generation_prompt=True
+        apply_prompt = render_chat(
+            tokenizer, apply_messages(APPLY_FILE, original, sketch), add_generation_prompt=True
         )
     else:
         apply_prompt = (

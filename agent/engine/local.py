@@ -200,7 +200,7 @@ class LocalEngine:
         completions = [o.completion(model.checkpoint.version) for o in outputs]
         if job.chat:
             for c in completions:
-                _, c.tool_calls, c.tool_call_errors = parse_assistant(c.text)
+                _, c.tool_calls, c.tool_call_errors = parse_assistant(c.text, job.request.tools)
         return Result(completions, metrics)
 
     def _prefill(self, job: Job) -> tuple:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from agent.chat_format import render_chat
 from agent.engine.request import BadRequest, Request, SamplingParams
 from agent.tokenizer import encode_bytes, stop_token_ids
 
@@ -35,9 +36,7 @@ def prepare_prompt(
     chat = request.messages is not None
     if chat:
         try:
-            text = tokenizer.apply_chat_template(
-                request.messages, tools=request.tools, add_generation_prompt=True, tokenize=False
-            )
+            text = render_chat(tokenizer, request.messages, request.tools, True)
         except Exception as exc:  # jinja and transformers raise many types
             raise BadRequest(f"could not render the chat messages: {exc}") from exc
         ids = tokenizer.encode(text, add_special_tokens=False)

@@ -3,7 +3,7 @@
 Tokens arrive one at a time (`add`). Text is decoded incrementally from each token's exact bytes,
 so a character split over several byte tokens appears once it is complete. Stop conditions:
 
-- a stop token id (EOS, `<|end|>` for chat, the request's own): the token is kept in `token_ids`
+- a stop token id (EOS, `<|im_end|>` for chat, the request's own): the token is kept in `token_ids`
   and `logprobs` (it was sampled) but contributes no text;
 - a stop string: the text is cut where the first stop string begins (it may span several
   tokens); the token that completed it is the last one kept;

@@ -325,7 +325,7 @@ class VLLMEngine:
         completions = [o.completion(runner.version) for o in outputs]
         if job.chat:
             for c in completions:
-                _, c.tool_calls, c.tool_call_errors = parse_assistant(c.text)
+                _, c.tool_calls, c.tool_call_errors = parse_assistant(c.text, job.request.tools)
         return Result(completions, metrics)
 
     @staticmethod

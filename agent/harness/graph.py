@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agent.chat_format import TOOL_CALL, parse_assistant
+from agent.chat_format import CALL_SHAPE, TOOL_CALL, parse_assistant
 from agent.engine import Cancelled, Engine, EngineError, Request, SamplingParams
 from agent.harness.context import EditorContext, render_context
 from agent.harness.prompts import COMPACT_PROMPT, COMPACTED_PREFIX, first_messages, tool_schemas
@@ -307,7 +307,7 @@ def build_graph(
         calls, errors = list(comp.tool_calls), list(comp.tool_call_errors)
         content = text
         if TOOL_CALL in text:
-            content, parsed, parse_errors = parse_assistant(text)
+            content, parsed, parse_errors = parse_assistant(text, schemas)
             if not calls and not errors:
                 calls, errors = parsed, parse_errors
         content = Workspace.display(content)
@@ -371,10 +371,7 @@ def build_graph(
         failures = dict(state.get("failures", {}))
         tool_errors = state.get("tool_errors", 0)
         for error in errors:
-            note = (
-                f"Your tool call could not be used: {Workspace.display(error)}\nWrite each call as "
-                '<|tool_call|>{"name": "TOOL", "arguments": {...}}<|/tool_call|>.'
-            )
+            note = f"Your tool call could not be used: {Workspace.display(error)}\n{CALL_SHAPE}"
             messages.append({"role": "user", "content": note})
             upd.update(log.step({**state, **upd}, "tool", error=error, is_error=1, invalid=1))
             emit({"kind": "tool", "name": "(invalid call)", "is_error": True, "result": error})

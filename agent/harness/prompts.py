@@ -2,22 +2,22 @@
 
 Tool schemas go into `Request.tools` in OpenAI's shape
 (`{"type": "function", "function": {"name", "description", "parameters"}}`); the chat template
-(agent/chat_format.py) renders them under `# Tools` in the system turn, and OpenAI-compatible
-servers receive them as-is.
+(agent/chat_format.py) renders them as one line each under `# Tools` in the system turn, and
+OpenAI-compatible servers receive them as-is.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from agent.chat_format import TOOL_CALL, TOOL_CALL_END
+from agent.chat_format import ARG, TOOL_CALL, TOOL_CALL_END
 from agent.harness.tools import TOOLS, Tool
 
-SYSTEM_PROMPT = f"""You are Flywheel, a coding agent working in the user's workspace.
-Use the tools to look at the code before changing it, make the smallest change that does the
-task, and run the tests when the project has them. Paths are relative to the workspace root.
-Call a tool by writing {TOOL_CALL}{{"name": TOOL, "arguments": {{...}}}}{TOOL_CALL_END}; you may
-call several tools in one turn. When the task is done, answer in a few sentences without a tool
+SYSTEM_PROMPT = f"""You are Flywheel, a coding agent in the user's workspace. Look at the code
+before changing it, make the smallest change that does the task, and run the tests. Paths are
+relative to the workspace root. To call a tool, write {TOOL_CALL}NAME, then each argument as
+{ARG}ARGUMENT on its own line followed by its raw value (code exactly as in the file, never
+escaped), then {TOOL_CALL_END}. When the task is done, answer in a sentence or two without a tool
 call: what you changed and how you checked it."""
 
 COMPACT_PROMPT = """The conversation is getting too long. Summarise the work so far for yourself:

@@ -565,7 +565,8 @@ def check_arguments(tool: Tool, arguments: Any) -> str | None:
         if want in ("integer", "number") and isinstance(value, bool):
             ok = False
         if not ok and not (value is None and key not in schema["required"]):
-            return f"argument {key!r} of {tool.name} must be a {want}, got {type(value).__name__}"
+            article = "an" if want[0] in "aeiou" else "a"
+            return f"argument {key!r} of {tool.name} must be {article} {want}, got {value!r:.60}"
     return None
 
 

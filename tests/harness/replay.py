@@ -11,13 +11,22 @@ from __future__ import annotations
 import json
 import threading
 
-from agent.chat_format import TOOL_CALL, TOOL_CALL_END, parse_assistant
+from agent.chat_format import ARG, TOOL_CALL, TOOL_CALL_END, parse_assistant
 from agent.engine import Completion, Request, RequestMetrics, Result, Stream
 
 
 def call(name: str, **arguments) -> str:
-    """One tool call as the model writes it."""
-    return f"{TOOL_CALL}{json.dumps({'name': name, 'arguments': arguments})}{TOOL_CALL_END}"
+    """One tool call as the model writes it (agent/chat_format.py): raw string values, other
+    values as JSON, `hunks` as search/replace pairs."""
+    text = f"{TOOL_CALL}{name}\n"
+    for key, value in arguments.items():
+        if key == "hunks" and isinstance(value, list):
+            for hunk in value:
+                text += f"{ARG}search\n{hunk['search']}\n{ARG}replace\n{hunk['replace']}\n"
+        else:
+            shown = value if isinstance(value, str) else json.dumps(value)
+            text += f"{ARG}{key}\n{shown}\n"
+    return text + TOOL_CALL_END
 
 
 class ReplayEngine:
@@ -48,7 +57,9 @@ class ReplayEngine:
             raise turn
         if callable(turn):
             turn = turn(request)
-        content, calls, errors = parse_assistant(turn) if request.tools else (turn, [], [])
+        content, calls, errors = (
+            parse_assistant(turn, request.tools) if request.tools else (turn, [], [])
+        )
         ids = list(turn.encode("utf-8", "surrogatepass"))[:4096]
         prompt_chars = len(json.dumps(request.messages)) + len(json.dumps(request.tools or []))
         metrics = RequestMetrics(

@@ -67,7 +67,7 @@ def test_runs_without_a_recorder(workspace):
 def test_malformed_call_becomes_an_error_for_the_model(workspace, recorder):
     h, engine = harness(
         workspace,
-        ['<|tool_call|>{"name": "read_file", "arguments": {oops}<|/tool_call|>', "ok"],
+        ["<|tool_call|>read_file\n<|arg|>path\na\n<|arg|>path\nb\n<|/tool_call|>", "ok"],
         recorder,
     )
     out = h.start("x")
@@ -76,16 +76,18 @@ def test_malformed_call_becomes_an_error_for_the_model(workspace, recorder):
     assert (
         shown["role"] == "user"
         and "could not be used" in shown["content"]
-        and "not valid JSON" in shown["content"]
+        and "given twice" in shown["content"]
     )
     recorder.flush()
     bad = rows(recorder.path, "SELECT * FROM steps WHERE invalid = 1")
-    assert len(bad) == 1 and bad[0]["is_error"] == 1 and "JSON" in bad[0]["error"]
+    assert len(bad) == 1 and bad[0]["is_error"] == 1 and "given twice" in bad[0]["error"]
 
 
 def test_unknown_tool_and_bad_arguments_are_tool_errors(workspace, recorder):
     turns = [
-        call("teleport", to="mars") + call("read_file", path=3) + call("read_file"),
+        call("teleport", to="mars")
+        + call("read_file", path="calc.py", start_line="ten")
+        + call("read_file"),
         "giving up",
     ]
     h, engine = harness(workspace, turns, recorder)
@@ -93,7 +95,7 @@ def test_unknown_tool_and_bad_arguments_are_tool_errors(workspace, recorder):
     assert out.ok and out.tool_errors == 3
     results = [m["content"] for m in engine.requests[1].messages if m["role"] == "tool"]
     assert "unknown tool 'teleport'" in results[0]
-    assert "'path' of read_file must be a string" in results[1]
+    assert "'start_line' of read_file must be an integer, got 'ten'" in results[1]
     assert "missing required argument(s) path" in results[2]
     recorder.flush()
     assert len(rows(recorder.path, "SELECT * FROM steps WHERE invalid = 1 AND is_error = 1")) == 3
@@ -169,7 +171,9 @@ def test_ten_megabyte_arguments_are_refused(workspace, recorder):
 
 
 def test_invalid_utf8_in_model_output(workspace, recorder):
-    garbage = 'caf\udce9 \ufffd\x00 <|tool_call|>{"name": "read_file", "arguments": {"path": "calc\udcff.py"}}<|/tool_call|>'
+    garbage = (
+        "caf\udce9 \ufffd\x00 <|tool_call|>read_file\n<|arg|>path\ncalc\udcff.py\n<|/tool_call|>"
+    )
     h, _ = harness(workspace, [garbage, "fine\udc80"], recorder)
     out = h.start("x")
     assert out.stop_reason == "answered" and out.tool_errors == 1

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.chat_format import render_chat
 from agent.engine import EngineError, Request, Result, SamplingParams
 from training.rl.trajectory import Trajectory, Turn
 
@@ -121,9 +122,7 @@ class RecordingEngine:
     def prompt_ids(self, request: Request) -> list[int]:
         """The prompt as the local engine tokenizes it (chat template, no special tokens added)."""
         if request.messages is not None:
-            text = self.tokenizer.apply_chat_template(
-                request.messages, tools=request.tools, add_generation_prompt=True, tokenize=False
-            )
+            text = render_chat(self.tokenizer, request.messages, request.tools, True)
             return self.tokenizer.encode(text, add_special_tokens=False)
         if isinstance(request.prompt, str):
             return self.tokenizer.encode(request.prompt, add_special_tokens=False)
