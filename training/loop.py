@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 
 from training import stages
+from training.adapters import is_peft, load_trainable_state, trainable_state
 from training.recipe import Recipe
 
 
@@ -158,8 +159,9 @@ def save_state(
         if engine is not None:
             engine.save_checkpoint(str(tmp), tag="state", client_state=state)
         else:
+            weights = trainable_state(job.model) if is_peft(job.model) else job.model.state_dict()
             torch.save(
-                {**state, "model": job.model.state_dict(), "optimizer": optimizer.state_dict()},
+                {**state, "model": weights, "optimizer": optimizer.state_dict()},
                 tmp / "trainer.pt",
             )
         export_model(tmp / "model", recipe, job, runtime, step, history_meta)
@@ -196,7 +198,10 @@ def load_state(checkpoint: Path, recipe: Recipe, job: stages.Job, optimizer, eng
         _, client = engine.load_checkpoint(str(checkpoint), tag="state")
         return int(client["step"])
     state = torch.load(checkpoint / "trainer.pt", map_location="cpu", weights_only=False)
-    job.model.load_state_dict(state["model"])
+    if is_peft(job.model):
+        load_trainable_state(job.model, state["model"])
+    else:
+        job.model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     return int(state["step"])
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 STAGES = ("pretrain", "long_context", "sft", "mtp")
-_SCALARS = {"int": int, "float": float, "str": str}
+_SCALARS = {"int": int, "float": float, "str": str, "bool": bool}
 
 
 class RecipeError(ValueError):
@@ -64,6 +64,12 @@ class Recipe:
     # scaling; 0 = max(seq_len, eval_seq_len)
     mtp_depth: int = 2  # mtp: number of heads
     draft_vocab: int = 0  # mtp: draft over the N most frequent corpus tokens (0 = every token)
+    shared_prefix: bool = True  # sft: run the opening that a batch's conversations share once
+    # (it needs an explicit attention mask, which costs memory on CPU; off = plain causal rows)
+    lora_rank: int = 0  # > 0: train a LoRA adapter of this rank (and the special tokens' rows)
+    # instead of every parameter; the stage saves an adapter folder (training/adapters.py)
+    lora_alpha: float = 0.0  # LoRA scaling numerator; 0 = 2 * lora_rank
+    lora_dropout: float = 0.0
     telemetry_db: str = ""  # record the run and its metrics in this telemetry database; "" = no
 
     def __post_init__(self) -> None:
@@ -99,6 +105,8 @@ class Recipe:
             raise RecipeError("copy_warmup_steps must be >= 0")
         if not 0.0 <= self.copy_fraction <= 1.0:
             raise RecipeError(f"copy_fraction must be in [0, 1], not {self.copy_fraction}")
+        if self.lora_rank < 0 or self.lora_dropout < 0:
+            raise RecipeError("lora_rank and lora_dropout must be >= 0 (lora_rank 0: no adapter)")
         if self.rope_factor < 1:
             raise RecipeError("rope_factor must be >= 1")
 

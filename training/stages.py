@@ -17,8 +17,8 @@
                   it); held-out loss at `eval_seq_len` (default 4x the init model's context) is
                   measured before the change and after training (`long_loss_before/after`)
     sft           next-token loss on assistant tokens only: conversations rendered with the
-                  tokenizer's chat template; a token counts when it lies between `<|assistant|>`
-                  and its `<|end|>` (both role markers excluded, `<|end|>` included: the model
+                  tokenizer's chat template (`chat_format.render_chat`); a token counts when it
+                  lies inside an assistant turn's body or is its closing `<|im_end|>` (the model
                   must learn to stop). Conversations longer than `seq_len` are cut at the end.
     mtp           self-distillation of the MTP heads: trunk frozen; head k at position i learns
                   the trunk's own distribution for token i+k+2, i.e. the trunk's logits at
@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from agent.chat_format import ASSISTANT, END, PAD, SYSTEM, TOOL, USER
+from agent.chat_format import PAD, assistant_spans, render_chat
 from training.data import PackedTokens
 from training.recipe import Recipe
 
@@ -79,14 +79,33 @@ def _rng(recipe: Recipe, rank: int, index: int) -> np.random.Generator:
 
 
 def _load_init(recipe: Recipe, device: torch.device):
-    from agent.model import load_checkpoint
+    """The init checkpoint, ready to train: with `lora_rank`, wrapped in a LoRA adapter (a new
+    one on a whole checkpoint; the same one, trainable, when `init` is an adapter folder)."""
+    from agent.model import Checkpoint, checkpoint_folder, is_adapter, load_checkpoint
+    from training.adapters import attach_lora, load_adapter_for_training
 
     try:
-        ckpt = load_checkpoint(recipe.init, device=str(device))
+        if recipe.lora_rank and is_adapter(checkpoint_folder(recipe.init)):
+            folder = checkpoint_folder(recipe.init)
+            trunk, tokenizer = load_adapter_for_training(folder, str(device))
+            ckpt = Checkpoint(trunk, tokenizer, None, _version(folder), str(folder))
+        else:
+            ckpt = load_checkpoint(recipe.init, device=str(device))
+            if recipe.lora_rank:
+                ckpt.trunk = attach_lora(
+                    ckpt.trunk, ckpt.tokenizer, recipe.lora_rank, recipe.lora_alpha,
+                    recipe.lora_dropout,
+                )  # fmt: skip
     except Exception as exc:
         raise StageError(f"cannot start {recipe.stage} from {recipe.init!r}: {exc}") from exc
     ckpt.trunk.train()
     return ckpt
+
+
+def _version(folder: Path) -> str:
+    from agent.model import checkpoint_version
+
+    return checkpoint_version(folder)
 
 
 # --- pretrain and long context ---------------------------------------------------------------
@@ -279,33 +298,19 @@ def _long_context(recipe: Recipe, device: torch.device, rank: int) -> Job:
 # --- SFT -------------------------------------------------------------------------------------
 
 
-def assistant_mask(tokenizer, ids: list[int]) -> list[int]:
-    """1 for tokens the model must learn to write: assistant turns' bodies and their `<|end|>`.
-
-    >>> # <|user|> hi <|end|> <|assistant|> ok <|end|>  ->  0 0 0 0 1 1
-    """
-    to_id = tokenizer.convert_tokens_to_ids
-    assistant, end = to_id(ASSISTANT), to_id(END)
-    others = {to_id(t) for t in (SYSTEM, USER, TOOL)}
-    mask, inside = [], False
-    for token in ids:
-        if token == assistant:
-            inside = True
-            mask.append(0)
-        elif token in others:
-            inside = False
-            mask.append(0)
-        else:
-            mask.append(1 if inside else 0)
-            if token == end:
-                inside = False
-    return mask
-
-
 def encode_conversation(tokenizer, row: dict, max_len: int) -> tuple[list[int], list[int]]:
-    text = tokenizer.apply_chat_template(row["messages"], tools=row.get("tools"), tokenize=False)
-    ids = tokenizer.encode(text, add_special_tokens=False)[:max_len]
-    return ids, assistant_mask(tokenizer, ids)
+    """Token ids of a conversation, and 1 for each token the model must learn to write (what
+    `chat_format.assistant_spans` marks: assistant turns and their closing `<|im_end|>`)."""
+    text = render_chat(tokenizer, row["messages"], row.get("tools"))
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    spans = assistant_spans(text)
+    mask, at = [], 0
+    for start, end in enc["offset_mapping"]:
+        while at < len(spans) and spans[at][1] <= start:
+            at += 1
+        inside = at < len(spans) and spans[at][0] <= start and end <= spans[at][1] and end > start
+        mask.append(1 if inside else 0)
+    return enc["input_ids"][:max_len], mask[:max_len]
 
 
 def read_conversations(paths: list[str]) -> list[dict]:
@@ -433,6 +438,8 @@ def _sft(recipe: Recipe, device: torch.device, rank: int) -> Job:
         raise StageError("no conversation has an assistant turn within seq_len tokens")
     pad = tokenizer.convert_tokens_to_ids(PAD)
     group_of, prefixes = shared_prefix_groups(encode)
+    if not recipe.shared_prefix:
+        prefixes = [0] * len(prefixes)
     members: dict[int, list[int]] = {}  # group -> its conversations, shortest first
     for index in sorted(range(len(encode)), key=lambda i: len(encode[i][0])):
         members.setdefault(group_of[index], []).append(index)

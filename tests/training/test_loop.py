@@ -90,7 +90,7 @@ def test_refuses_to_resume_another_recipes_checkpoint(tmp_path, corpus):
 
 
 def test_sft_mask_covers_assistant_tokens_only(tokenizer):
-    from training.stages import assistant_mask
+    from training.stages import encode_conversation
 
     messages = [
         {"role": "system", "content": "sys"},
@@ -108,13 +108,11 @@ def test_sft_mask_covers_assistant_tokens_only(tokenizer):
         {"role": "tool", "content": "x = 1"},
         {"role": "assistant", "content": "done"},
     ]
-    text = tokenizer.apply_chat_template(messages, tokenize=False)
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    mask = assistant_mask(tokenizer, ids)
+    ids, mask = encode_conversation(tokenizer, {"messages": messages}, 10_000)
     learned = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
     assert learned == (
-        'let me look<|tool_call|>{"name": "read_file", "arguments": '
-        '{"path": "a.py"}}<|/tool_call|><|end|>done<|end|>'
+        "let me look\n<|tool_call|>read_file\n<|arg|>path\na.py\n<|/tool_call|><|im_end|>"
+        "done<|im_end|>"
     )
 
 

