@@ -400,8 +400,18 @@ def is_adapter(folder: Path) -> bool:
 
 def resolve_model(model: str | Path) -> Path:
     """The folder `--model` names: "default" is the shipped starter, "base" the converted base
-    (converted on first use); anything else is a path."""
+    (converted on first use), "registry" / "registry:REF" a verified version of the model
+    registry (the promoted one, or an id or vN); anything else is a path. (A URL is not a
+    folder: the engine's `backend="auto"` sends it to the openai backend.)"""
     name = str(model)
+    if name == "registry" or name.startswith("registry:"):
+        from agent.registry import Registry, RegistryError, path_from_cli
+
+        ref = name.partition(":")[2] or "promoted"
+        try:
+            return Registry(path_from_cli(None)).verify(ref)
+        except RegistryError as exc:
+            raise EngineError(f"--model {name}: {exc}") from None
     if name == "default":
         if not any((STARTER_DIR / f).exists() for f in ("config.json", *ADAPTER_FILES[:1])):
             raise EngineError(

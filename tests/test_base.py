@@ -123,3 +123,18 @@ def test_a_checkpoint_without_chat_template_is_refused(tmp_path, tiny_checkpoint
     (folder / "chat_template.jinja").unlink(missing_ok=True)
     with pytest.raises(EngineError, match="has no chat template"):
         load_checkpoint(folder)
+
+
+def test_registry_versions_resolve_through_the_one_resolver(tmp_path, monkeypatch, tiny_checkpoint):
+    from agent.model import resolve_model
+    from agent.registry import Registry
+
+    monkeypatch.setenv("FLYWHEEL_REGISTRY", str(tmp_path / "registry"))
+    registry = Registry(tmp_path / "registry")
+    with pytest.raises(EngineError, match="--model registry: no version .* is promoted yet"):
+        resolve_model("registry")
+    version = registry.add(tiny_checkpoint, note="test")
+    folder = resolve_model("registry:v1")
+    assert folder == registry.folder(version) and load_checkpoint("registry:v1").version
+    with pytest.raises(EngineError, match="no version 'v9'"):
+        resolve_model("registry:v9")

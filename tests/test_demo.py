@@ -6,7 +6,10 @@ import sqlite3
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.base
 def test_demo_runs_logs_and_scores_a_task(tmp_path):
     db = tmp_path / "telemetry.db"
     out = subprocess.run(

@@ -1,21 +1,29 @@
-"""The shipped starter model (agent/starter/) loads as "default" and answers with a tool call."""
+"""The shipped default (agent/starter/: an adapter on the real base) loads as "default" and answers
+with a tool call that parses. These tests load the real base (converted on first use)."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
+from agent.base import base_version
 from agent.engine import EngineConfig, Request, SamplingParams, open_engine
 from agent.harness.prompts import first_messages, tool_schemas
 from agent.harness.tools import TOOLS
-from agent.model import STARTER_DIR, load_checkpoint
+from agent.model import STARTER_DIR, is_adapter, load_checkpoint
+
+pytestmark = pytest.mark.base
 
 
 def test_starter_loads_as_default_with_lineage():
     ckpt = load_checkpoint("default")
-    assert ckpt.path == str(STARTER_DIR) and ckpt.heads is not None
+    assert ckpt.path == str(STARTER_DIR) and is_adapter(STARTER_DIR)
     meta = json.loads((STARTER_DIR / "flywheel.json").read_text())
     assert ckpt.version == meta["version"] and meta["version"].startswith("starter-")
     assert {"recipes", "data", "stages", "evaluation"} <= set(meta)
+    assert meta["base"] == base_version()
+    assert sum(f.stat().st_size for f in STARTER_DIR.rglob("*") if f.is_file()) <= 25e6
     assert ckpt.trunk.config.max_position_embeddings >= 4096  # the harness's prompts fit
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from agent.engine.request import EngineError
@@ -66,29 +67,30 @@ def main(argv: list[str]) -> int:
     apply.add_argument("--seed", type=int, default=0)
 
     starter = sub.add_parser(
-        "starter", help="the built-in starter model: data, tasks, all four stages, evaluation"
+        "starter", help="the built-in default: the base, tasks, a LoRA adapter (SFT), evaluation"
     )
     starter.add_argument("--out", required=True, help="run folder (resumes what is already there)")
     starter.add_argument("--quick", action="store_true", help="seconds per stage: a smoke test")
     starter.add_argument(
         "--ship", action="store_true", help="then copy OUT/model into agent/starter/"
     )
-    starter.add_argument(
-        "--source", action="append", default=[], help="corpus folder; default: the stdlib"
-    )
-    starter.add_argument("--projects", type=int, default=250, help="synthetic projects")
-    starter.add_argument(
-        "--samples", type=int, default=2, help="oracle trajectories per task (varied)"
-    )
-    starter.add_argument("--eval-tasks", type=int, default=20, help="held-out tasks to evaluate")
+    starter.add_argument("--projects", type=int, default=160, help="synthetic projects")
+    starter.add_argument("--samples", type=int, default=1, help="oracle trajectories per task")
+    starter.add_argument("--eval-tasks", type=int, default=27, help="held-out tasks to evaluate")
 
     ev = sub.add_parser("eval", help="run held-out tasks through the harness; pass@1, parse rate")
-    ev.add_argument("--model", required=True, help="checkpoint folder (or 'default')")
+    ev.add_argument("--model", required=True, action="append",
+                    help="checkpoint or adapter folder, 'default' or 'base'; repeat it to compare "
+                         "models on the same tasks in one run")  # fmt: skip
     ev.add_argument("--tasks", required=True, help="tasks folder or tasks.jsonl")
     ev.add_argument("--json", default="", help="write the report here")
     ev.add_argument("--split", default="heldout", choices=["heldout", "train", "all"])
     ev.add_argument("--limit", type=int, default=0, help="at most N tasks, spread over families")
     ev.add_argument("--max-steps", type=int, default=12, help="model turns per task")
+    ev.add_argument("--max-wall-s", type=float, default=180.0, help="running time per task")
+    ev.add_argument(
+        "--turn-max-tokens", type=int, default=2048, help="output tokens per model turn"
+    )
 
     rl = sub.add_parser(
         "rl", help="asynchronous RL (Dr. GRPO) in the agent's harness, from an RL recipe"
@@ -190,7 +192,6 @@ def _starter(args: argparse.Namespace) -> int:
     config = StarterConfig(
         out=args.out,
         quick=args.quick,
-        sources=args.source,
         projects=args.projects,
         samples=args.samples,
         eval_tasks=args.eval_tasks,
@@ -204,18 +205,21 @@ def _starter(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from training.evaluate import EvalConfig, evaluate_agent, write_report
+    from training.evaluate import EvalConfig, evaluate_agent
 
-    report = evaluate_agent(
-        args.model,
-        args.tasks,
-        EvalConfig(split=args.split, limit=args.limit, max_steps=args.max_steps),
-        log=lambda line: print(line, file=sys.stderr, flush=True),
-    )
-    summary = {k: v for k, v in report.to_dict().items() if k != "results"}
-    print(json.dumps(summary, indent=2))
+    config = EvalConfig(split=args.split, limit=args.limit, max_steps=args.max_steps,
+                        max_wall_s=args.max_wall_s, turn_max_tokens=args.turn_max_tokens)  # fmt: skip
+    reports = []
+    for model in args.model:
+        report = evaluate_agent(
+            model, args.tasks, config, log=lambda line: print(line, file=sys.stderr, flush=True)
+        )
+        reports.append(report.to_dict())
+        print(json.dumps({k: v for k, v in reports[-1].items() if k != "results"}, indent=2))
     if args.json:
-        write_report(report, args.json)
+        out = reports[0] if len(reports) == 1 else {"config": asdict(config), "models": reports}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
     return 0
 
 

