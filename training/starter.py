@@ -35,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from agent.registry import file_sha256
+
 RECIPES = Path(__file__).resolve().parent / "recipes"
 STAGE_ORDER = ("sft", "sft_tokens")
 MAX_SHIPPED_MB = 25.0  # the package's budget for the starter's folder
@@ -64,12 +66,6 @@ QUICK = {
 
 # Quick mode evaluates train tasks too (2 projects may hold none out), one short turn each.
 QUICK_EVAL = {"split": "all", "max_steps": 1, "max_wall_s": 30.0}
-
-
-def _sha256(path: Path) -> str:
-    from agent.base import sha256
-
-    return sha256(path)
 
 
 def stage_overrides(config: StarterConfig, stage: str) -> dict:
@@ -182,12 +178,12 @@ def finish(config: StarterConfig, evaluation: dict | None, timings: dict, second
         }
         recipes[stage] = {
             "file": f"training/recipes/{stage}.toml",
-            "sha256": _sha256(RECIPES / f"{stage}.toml"),
+            "sha256": file_sha256(RECIPES / f"{stage}.toml"),
             "overrides": stage_overrides(config, stage),
         }
     data = {
-        "tasks_manifest_sha256": _sha256(out / "tasks" / "manifest.json"),
-        "trajectories_sha256": _sha256(out / "tasks" / "trajectories.jsonl"),
+        "tasks_manifest_sha256": file_sha256(out / "tasks" / "manifest.json"),
+        "trajectories_sha256": file_sha256(out / "tasks" / "trajectories.jsonl"),
         "tasks": json.loads((out / "tasks" / "manifest.json").read_text())["counts"],
     }
     meta = {
