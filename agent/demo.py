@@ -150,8 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not solved and args.model == "default":
         console.print(
-            "\nThe starter model is tiny and trained for minutes on a CPU (agent/starter/README.md):"
-            " it rarely solves tasks. Try a real checkpoint or server with --model."
+            "\nThe default is a 135M base with a small adapter trained on a CPU"
+            " (agent/starter/README.md): it rarely solves tasks yet. Try a bigger checkpoint or a"
+            " server with --model."
         )
     return 0
 
