@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from agent.engine import EngineConfig, EngineError, open_engine
     from agent.harness import Harness, HarnessConfig, Sandbox, Workspace
-    from agent.harness.tools import detect_test_command
+    from agent.harness.project import detect_test_command
     from agent.run import _progress, _telemetry_path
     from telemetry import Recorder, open_db, recompute
     from telemetry.rewards import latest
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     Path(db).parent.mkdir(parents=True, exist_ok=True)
     recorder = Recorder(db)
     workspace = Workspace(folder)
-    test_command = detect_test_command(workspace)
+    test_command = detect_test_command(workspace).command
     harness = Harness(
         engine,
         workspace,

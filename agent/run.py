@@ -144,6 +144,9 @@ def _progress(console: Any) -> Any:
                 _line((f"compacted the history ({event['before']} → {event['after']} messages)",
                        "magenta"))
             )  # fmt: skip
+        elif kind == "rules":
+            cut = " (cut to its budget)" if event["truncated"] else ""
+            console.print(_line(("project rules:", "dim"), f" {', '.join(event['files'])}{cut}"))
         elif kind == "stop":
             console.print(_line(("stopped:", "bold"), f" {event['reason']} {event['detail']}"))
 

@@ -237,6 +237,10 @@ def step_note(event: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
         return "user", f"approved {allowed} of {len(decisions)} actions", {"kind": kind}
     if kind == "compact":
         return "assistant", f"[compacted the history] {event.get('summary', '')}", {"kind": kind}
+    if kind == "rules":
+        cut = " (cut to its budget)" if event.get("truncated") else ""
+        text = f"project rules: {', '.join(event.get('files') or [])}{cut}"
+        return "system", text, {"kind": kind}
     if kind == "stop":
         detail = event.get("detail") or ""
         text = f"stopped: {event.get('reason')}" + (f": {detail}" if detail else "")

@@ -856,13 +856,21 @@ async def _progress(ls: FlywheelServer, token: str, kind: str, message: str) -> 
 
 
 def _task_root(ls: FlywheelServer, uri: str | None) -> Path:
-    """The task's workspace: the client's root folder, else the folder of the document."""
-    root = ls.workspace.root_path
+    """The task's workspace: the editor's workspace folder that holds the document (the deepest,
+    in a multi-root workspace), else the client's root folder, else the document's folder. The
+    harness reads that folder's rules (AGENTS.md) and runs its tests."""
     doc_path = _path_of(uri) if uri else None
-    if root and Path(root).is_dir():
-        root_path = Path(root).resolve()
-        if doc_path is None or root_path == doc_path or root_path in doc_path.parents:
-            return root_path
+    folders = [_path_of(f.uri) for f in (ls.workspace.folders or {}).values()]
+    roots = [p for p in folders if p is not None and p.is_dir()]
+    if ls.workspace.root_path and Path(ls.workspace.root_path).is_dir():
+        roots.append(Path(ls.workspace.root_path).resolve())
+    holding = [
+        r for r in roots if doc_path is not None and (r == doc_path or r in doc_path.parents)
+    ]
+    if holding:
+        return max(holding, key=lambda r: len(r.parts))
+    if roots and doc_path is None:
+        return roots[-1]
     if doc_path is not None and doc_path.parent.is_dir():
         return doc_path.parent
     raise JsonRpcException(

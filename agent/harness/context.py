@@ -1,4 +1,5 @@
-"""What the editor adds to a task: the current file and cursor, diagnostics, recent edits.
+"""What a task is told besides its instruction: the project's rules (project.py), the editor's
+state (current file and cursor, diagnostics, recent edits) and the repository map.
 
 The language server fills an `EditorContext` from the client's state and the harness renders it
 (with the repository map) below the user's instruction. Headless runs have no editor context and
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agent.harness.project import Rules
 from agent.harness.repo_map import repo_map
 from agent.harness.workspace import Workspace, WorkspaceError
 
@@ -37,10 +39,15 @@ class EditorContext:
 
 
 def render_context(
-    ws: Workspace, task: str, editor: EditorContext | None = None, map_tokens: int = 1024
+    ws: Workspace,
+    task: str,
+    editor: EditorContext | None = None,
+    map_tokens: int = 1024,
+    rules: Rules | None = None,
 ) -> str:
-    """The context block appended to the task: editor state first, then the repository map."""
-    parts: list[str] = []
+    """The context block appended to the task: the project's rules, the editor state, then the
+    repository map."""
+    parts: list[str] = [rules.render()] if rules is not None else []
     if editor is not None and editor.current_file:
         head = f"Current file: {editor.current_file}"
         if editor.cursor_line:

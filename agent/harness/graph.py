@@ -45,6 +45,7 @@ from typing import Any, Literal
 from agent.chat_format import CALL_SHAPE, TOOL_CALL, parse_assistant
 from agent.engine import Cancelled, Engine, EngineError, Request, SamplingParams
 from agent.harness.context import EditorContext, render_context
+from agent.harness.project import project_rules
 from agent.harness.prompts import COMPACT_PROMPT, COMPACTED_PREFIX, first_messages, tool_schemas
 from agent.harness.recording import TaskLog
 from agent.harness.sandbox import Sandbox, SandboxConfig
@@ -573,6 +574,7 @@ class Harness:
         self.sandbox = Sandbox(workspace.root, self.config.sandbox)
         self.ctx = ToolContext(workspace, self.sandbox, self.config.tools)
         self.log = TaskLog(recorder)
+        self._on_event = on_event
         self.checkpointer = open_checkpointer(checkpoint_db)
         self._cancel: threading.Event | None = None
         self.graph = build_graph(
@@ -613,7 +615,12 @@ class Harness:
         """
         self._cancel = cancel
         thread_id = thread_id or uuid.uuid4().hex
-        context = render_context(self.workspace, instruction, editor, self.config.map_tokens)
+        rules = project_rules(self.workspace)
+        if rules is not None and self._on_event is not None:
+            self._on_event(
+                {"kind": "rules", "files": list(rules.files), "truncated": rules.truncated}
+            )
+        context = render_context(self.workspace, instruction, editor, self.config.map_tokens, rules)
         messages = first_messages(instruction, context)
         sid = self.session_id()
         task_id = self.log.start_task(

@@ -8,6 +8,8 @@ With bubblewrap (`bwrap`) installed, a command runs in a file system built from 
                 service and OS release files, language runtimes' system config) with a made-up
                 passwd and group naming only root, the current user and nobody; no shadow,
                 sudoers, SSH host keys, pip/npm/git system config;
+                the language toolchains installed in the home (`HOME_TOOLCHAINS`: rustup's
+                ~/.cargo/bin and ~/.rustup, nvm's node versions), without their credentials;
                 this interpreter's installation and virtual environment (`sys.prefix`,
                 `sys.base_prefix`), and the interpreter of each virtual environment at the
                 workspace's top level (`home` in its pyvenv.cfg), so the project's tests run;
@@ -72,6 +74,9 @@ log = logging.getLogger("flywheel.harness")
 _WARNED: set[str] = set()
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # read-only
+# Language toolchains that installers put in the home (rustup, nvm), shown read-only when present:
+# binaries and toolchains only, never ~/.cargo's credentials or registry.
+HOME_TOOLCHAINS = (".cargo/bin", ".rustup", ".nvm/versions")
 # /etc entries kept (read-only, when present; fnmatch patterns). passwd and group are made up.
 ETC_KEPT = (
     "alternatives", "ca-certificates", "ca-certificates.conf", "crypto-policies", "pki", "ssl",
@@ -177,7 +182,9 @@ def _readable(workspace: str, home: str, read_only: tuple[str, ...]) -> list[tup
     interpreters = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
     interpreters.append(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
     interpreters += _venv_interpreters(workspace)
-    wanted: list[str] = []
+    wanted: list[str] = [
+        os.path.join(home, sub) for sub in HOME_TOOLCHAINS if os.path.isdir(os.path.join(home, sub))
+    ]
     for root in interpreters:
         if _inside(home, os.path.realpath(root)) and home != "/tmp":
             wanted += [os.path.join(root, sub) for sub in ("bin", "lib", "lib64", "include")]
@@ -200,7 +207,7 @@ def _search_path(workspace: str, home: str, read_only: tuple[str, ...]) -> str:
     """PATH for a confined command: the entries of the user's PATH that the sandbox shows, in
     order, then this interpreter's bin folders, so that `python` resolves (to this Python, as
     the project's test command uses) where nothing earlier provides one. Entries in the hidden
-    home (~/.pyenv/shims, ~/.cargo/bin) are left out: they would be empty."""
+    home that the sandbox does not show (~/.pyenv/shims) are left out: they would be empty."""
     shown = [
         *SYSTEM_DIRS,
         workspace,

@@ -26,13 +26,12 @@ from __future__ import annotations
 import difflib
 import json
 import re
-import shlex
-import sys
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.harness.project import detect_test_command, project_rules
 from agent.harness.sandbox import Sandbox
 from agent.harness.symbols import language_of, symbols_of
 from agent.harness.workspace import Workspace, WorkspaceError
@@ -62,6 +61,7 @@ class ToolContext:
     workspace: Workspace
     sandbox: Sandbox
     config: ToolsConfig = field(default_factory=ToolsConfig)
+    rules_seen: set[str] = field(default_factory=lambda: {"."})  # folders whose rules were shown
 
 
 @dataclass(frozen=True)
@@ -426,34 +426,6 @@ def run_command(ctx: ToolContext, command: str, timeout_s: float | None = None) 
     return text
 
 
-def detect_test_command(ws: Workspace) -> str | None:
-    """The project's own test command, from the files it has."""
-    root = ws.root
-    if (root / "package.json").is_file():
-        try:
-            scripts = json.loads((root / "package.json").read_text()).get("scripts", {})
-        except (ValueError, OSError, AttributeError):
-            scripts = {}
-        if isinstance(scripts, dict) and "test" in scripts:
-            return "npm test --silent"
-    if (root / "go.mod").is_file():
-        return "go test ./..."
-    if (root / "Cargo.toml").is_file():
-        return "cargo test --quiet"
-    py_markers = (
-        "pyproject.toml",
-        "setup.py",
-        "setup.cfg",
-        "pytest.ini",
-        "tox.ini",
-        "tests",
-        "test",
-    )
-    if any((root / m).exists() for m in py_markers) or any(root.glob("test_*.py")):
-        return f"{shlex.quote(sys.executable)} -m pytest -q -p no:cacheprovider --tb=short"
-    return None
-
-
 _PYTEST_SUMMARY = re.compile(
     r"^(?:=+ )?(\d+ (?:passed|failed|errors?)\b.*? in [\d.]+s.*?|no tests ran.*?)(?: =+)?$", re.M
 )
@@ -475,20 +447,36 @@ def summarize_tests(output: str) -> str:
     return "\n".join(parts)
 
 
+# What a test run that needed the network prints; the sandbox has none.
+_NO_NETWORK = re.compile(
+    r"Temporary failure in name resolution|Name or service not known|Network is unreachable"
+    r"|nodename nor servname|getaddrinfo|Could not resolve host|No route to host"
+)
+
+
 def run_tests(ctx: ToolContext, args: str = "") -> str:
-    command = ctx.config.test_command or detect_test_command(ctx.workspace)
-    if command is None:
-        raise ToolError(
-            "no test command: this project has no pytest/npm/go/cargo setup; use run_command"
-        )
+    if ctx.config.test_command:
+        command, source = ctx.config.test_command, "the test_command setting"
+    else:
+        found = detect_test_command(ctx.workspace)
+        if found is None:
+            raise ToolError(
+                "no test command found (no test files, package.json test script, go.mod, "
+                "Cargo.toml or Makefile test target); run them with run_command"
+            )
+        command, source = found.command, found.source
     if args:
         command = f"{command} {args}"
     result = ctx.sandbox.run(command, ctx.config.test_timeout_s)
     summary = summarize_tests(result.output)
     status = "passed" if result.exit_code == 0 else ("timed out" if result.timed_out else "FAILED")
     text = f"tests {status} (`{command}`, exit code {result.exit_code})\n"
+    if not ctx.config.test_command:
+        text += f"test command from {source}\n"
     if summary:
         text += summary + "\n"
+    if status != "passed" and _NO_NETWORK.search(result.output):
+        text += "note: commands run without network access; tests that need it fail here\n"
     text += "--- output (end) ---\n" + result.output[-6000:]
     if status != "passed":
         raise ToolError(text)
@@ -581,8 +569,35 @@ def run_tool(ctx: ToolContext, name: str, arguments: Any) -> tuple[str, bool]:
     limit = ctx.config.max_result_chars
     try:
         args = {k: v for k, v in arguments.items() if v is not None}
-        return bound(tool.run(ctx, **args), limit), False
+        text, is_error = bound(tool.run(ctx, **args), limit), False
     except (ToolError, WorkspaceError) as exc:
-        return bound(str(exc), limit), True
+        text, is_error = bound(str(exc), limit), True
     except (OSError, UnicodeError) as exc:
-        return bound(f"{name} failed: {exc}", limit), True
+        text, is_error = bound(f"{name} failed: {exc}", limit), True
+    rules = folder_rules(ctx, arguments.get("path")) if name in FILE_TOOLS else ""
+    return (f"{text}\n\n{rules}" if rules else text), is_error
+
+
+FILE_TOOLS = ("read_file", "outline", "edit_file", "write_file", "delete_file")
+
+
+def folder_rules(ctx: ToolContext, path: Any) -> str:
+    """The rules of the folders above `path` that the model has not been shown yet (the root's
+    are in the task's context), each folder once per task."""
+    if not isinstance(path, str):
+        return ""
+    try:
+        rel = ctx.workspace.rel(path)
+    except WorkspaceError:
+        return ""
+    parts = rel.split("/")[:-1]
+    shown = []
+    for depth in range(1, len(parts) + 1):
+        folder = "/".join(parts[:depth])
+        if folder in ctx.rules_seen:
+            continue
+        ctx.rules_seen.add(folder)
+        rules = project_rules(ctx.workspace, folder)
+        if rules is not None:
+            shown.append(rules.render())
+    return "\n\n".join(shown)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent.harness import ApprovalPolicy, Sandbox, SandboxConfig, Workspace
-from agent.harness.tools import detect_test_command
+from agent.harness.project import detect_test_command
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
 
@@ -77,7 +77,7 @@ def test_the_workspace_tests_run_with_the_project_interpreters(outside_tmp):
     ws = outside_tmp / "ws"
     ws.mkdir()
     (ws / "test_ok.py").write_text("def test_ok():\n    assert 6 * 7 == 42\n")
-    command = detect_test_command(Workspace(ws))
+    command = detect_test_command(Workspace(ws)).command
     res = Sandbox(ws, SandboxConfig(timeout_s=120)).run(command)
     assert res.exit_code == 0 and "1 passed" in res.output, res.output
     # `python` resolves even when the user's PATH finds it in the hidden home (pyenv shims).

@@ -183,8 +183,10 @@ async def start_editor(
     options: dict[str, Any] | None = None,
     extra_args: tuple[str, ...] = (),
     root: Path | None = None,
+    folders: tuple[Path, ...] = (),
 ) -> Editor:
-    """Start a server (`model` "replay": the replay launcher) and initialize it for `root`."""
+    """Start a server (`model` "replay": the replay launcher) and initialize it for `root` (and
+    the workspace `folders` of a multi-root workspace)."""
     db = tmp_path / "telemetry.db"
     command = replay_command if model == "replay" else server_command
     config = ClientServerConfig(
@@ -197,6 +199,8 @@ async def start_editor(
             capabilities=capabilities(),
             client_info=types.ClientInfo(name="pytest-editor"),
             root_uri=(root or tmp_path).as_uri(),
+            workspace_folders=[types.WorkspaceFolder(uri=f.as_uri(), name=f.name) for f in folders]
+            or None,
             initialization_options=options or {"completion": {"debounceMs": 0, "maxTokens": 12}},
         )
     )

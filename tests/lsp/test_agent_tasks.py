@@ -210,3 +210,26 @@ async def test_fix_with_flywheel_code_action(agent):
     assert result["status"] == "done" and len(result["proposals"]) == 1
     (task,) = await ed.rows("tasks", id=result["taskId"])
     assert task["instruction"] == "Fix this problem: wrong op"
+
+
+async def test_a_task_runs_in_the_workspace_folder_that_holds_its_file(tmp_path):
+    """Multi-root: a task on a file in the second folder is rooted there, so its tools see that
+    project's paths and the harness reads that project's AGENTS.md."""
+    main, other = tmp_path / "main", tmp_path / "other"
+    (other / "pkg").mkdir(parents=True)
+    main.mkdir()
+    (other / "AGENTS.md").write_text("Keep functions short.\n")
+    (other / "pkg" / "calc.py").write_text(BASE)
+    ed = await start_editor(tmp_path, "replay", {"agent": {"maxSteps": 4}}, root=main,
+                            folders=(main, other))  # fmt: skip
+    try:
+        uri = (other / "pkg" / "calc.py").as_uri()
+        ed.open(uri, BASE)
+        turns = [call("read_file", path="pkg/calc.py"), "Read it."]
+        result = await run(ed, turns, uri=uri, question="look at this")
+        assert result["status"] == "done", result
+        texts = [s.get("text", "") for s in steps_of(ed, result["taskId"])]
+        assert any("project rules: AGENTS.md" in t for t in texts), texts
+        assert any("return a - b" in t for t in texts), texts  # read_file found pkg/calc.py
+    finally:
+        await stop_editor(ed)
