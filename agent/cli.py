@@ -24,7 +24,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "agent.engine.vllm_draft",
         "export a checkpoint's MTP heads as a vLLM `mtp` draft (MiMo layout)",
     ),
-    "bench": ("", "benchmarks: engine (decoding speed), lsp (completion latency), agent (tasks)"),
+    "bench": (
+        "",
+        "benchmarks: engine (decoding speed), lsp (completion latency), agent (tasks), infill",
+    ),
     "models": (
         "agent.models_cli",
         "the model registry: list, show, add, promote (gated), rollback",
@@ -46,6 +49,7 @@ GROUPS: dict[str, dict[str, tuple[str, str]]] = {
         "engine": ("agent.engine.bench", "decoding speed: plain and speculative vs HF generate"),
         "lsp": ("lsp.bench", "inline-completion latency through the server vs the engine"),
         "agent": ("training.benchmark", "agent tasks through the harness: pass@k with CIs"),
+        "infill": ("training.infill", "single-line infilling on HumanEval (inline completion)"),
     },
 }
 
