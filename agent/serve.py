@@ -279,11 +279,13 @@ def _finish(reason: str | None) -> str | None:
     return "abort" if reason == "cancelled" else reason  # vLLM's word for it
 
 
-def _usage(metrics: RequestMetrics) -> dict[str, int]:
+def _usage(metrics: RequestMetrics) -> dict:
+    """OpenAI's usage object, with the prefix cache's hits as `prompt_tokens_details`."""
     return {
         "prompt_tokens": metrics.prompt_tokens,
         "completion_tokens": metrics.output_tokens,
         "total_tokens": metrics.prompt_tokens + metrics.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": metrics.cached_tokens},
     }
 
 
@@ -469,6 +471,11 @@ class ServerMetrics:
         )
         self.running = Gauge("flywheel_requests_running", "requests being generated", registry=r)
         self.prompt_tokens = Counter("flywheel_prompt_tokens", "prompt tokens", registry=r)
+        self.cached_tokens = Counter(
+            "flywheel_prefix_cache_hit_tokens",
+            "prompt tokens read from the prefix cache instead of prefilled",
+            registry=r,
+        )
         self.output_tokens = Counter("flywheel_generation_tokens", "generated tokens", registry=r)
         self.drafts_proposed = Counter(
             "flywheel_spec_decode_draft_tokens", "draft tokens proposed to the verifier", registry=r
@@ -498,6 +505,7 @@ class ServerMetrics:
 
     def record(self, m: RequestMetrics) -> None:
         self.prompt_tokens.inc(m.prompt_tokens)
+        self.cached_tokens.inc(m.cached_tokens)
         self.output_tokens.inc(m.output_tokens)
         self.drafts_proposed.inc(m.drafts_proposed)
         self.drafts_accepted.inc(m.drafts_accepted)
@@ -778,6 +786,12 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
     m.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     m.add_argument(
+        "--prefix-cache-mb",
+        type=int,
+        default=512,
+        help="memory for cached prompt prefixes, local backend; 0 turns it off (default: %(default)s)",
+    )
+    m.add_argument(
         "--served-model-name",
         default="flywheel",
         help="model id reported in /v1/models and expected in requests (default: %(default)s)",
@@ -855,6 +869,7 @@ def main(argv: list[str]) -> int:
             backend=args.backend,
             device=args.device,
             dtype=args.dtype,
+            prefix_cache_mb=args.prefix_cache_mb,
             speculative=SpeculativeConfig(
                 method=args.speculative,
                 num_draft_tokens=args.num_draft,

@@ -262,6 +262,8 @@ def test_metrics_count_requests_tokens_and_drafts(client):
 
     assert grew("flywheel_requests_total", route="/v1/completions", status="200") == 1
     assert grew("flywheel_prompt_tokens_total") == usage["prompt_tokens"]
+    cached = usage["prompt_tokens_details"]["cached_tokens"]
+    assert grew("flywheel_prefix_cache_hit_tokens_total") == cached == used["cached_tokens"]
     assert grew("flywheel_generation_tokens_total") == usage["completion_tokens"]
     assert grew("flywheel_spec_decode_draft_tokens_total") == used["drafts_proposed"] > 0
     assert grew("flywheel_spec_decode_accepted_tokens_total") == used["drafts_accepted"]
@@ -272,6 +274,10 @@ def test_metrics_count_requests_tokens_and_drafts(client):
     assert mean == pytest.approx((accepted + steps) / steps)
     assert after[("flywheel_model_info", (("version", "tiny-tools"),))] == 1
     assert after[("flywheel_requests_running", ())] == 0
+    long = PROMPT + "\n    return a + b\n" * 8  # longer than the cache's shortest match
+    for _ in range(2):
+        again = client.post("/v1/completions", json=greedy(prompt=long, max_tokens=4)).json()
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0  # the same prompt
 
 
 def test_client_disconnect_cancels_the_request(client, server):

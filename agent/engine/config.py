@@ -50,7 +50,12 @@ class EngineConfig:
     api_key: str | None = None  # for the openai backend; None sends no Authorization header
     served_model_name: str | None = None  # model name to ask an OpenAI-compatible server for
     timeout_s: float = 600.0  # per-request timeout for remote backends
+    prefix_cache_mb: int = 512  # local backend: memory for cached prompt prefixes; 0 turns it off
 
     def __post_init__(self) -> None:
+        if not isinstance(self.prefix_cache_mb, int) or self.prefix_cache_mb < 0:
+            raise BadRequest(
+                f"prefix_cache_mb must be an integer >= 0, got {self.prefix_cache_mb!r}"
+            )
         if self.backend == "auto":
             self.backend = "openai" if self.model.startswith(("http://", "https://")) else "local"

@@ -8,7 +8,9 @@ How a request runs:
 1. `_prepare` validates and tokenizes it (text, bytes, token ids, or chat messages rendered with
    the tokenizer's chat template) and clips `max_tokens` to what fits in the context: a prompt
    that leaves no room for one output token is refused with `BadRequest`.
-2. Prefill: one forward pass over the prompt fills a `DynamicCache`.
+2. Prefill: one forward pass over the prompt fills a `DynamicCache`; it starts from the longest
+   prefix already computed on the same weights (prefix_cache.py), so a conversation's next turn
+   or a group's next sample prefills only what is new (`RequestMetrics.cached_tokens`).
 3. Decoding, one of:
    - plain (`SpeculativeConfig.method == "none"`): the n samples are n rows of one batch sharing
      the prefill (the cache is repeated n times); rows leave the batch as they finish;
@@ -44,8 +46,10 @@ from agent.chat_format import parse_assistant
 from agent.engine import Stream
 from agent.engine.config import EngineConfig
 from agent.engine.model_runner import LoadedModel
+from agent.engine.prefix_cache import PrefixCache, restore
 from agent.engine.prompt import prepare_prompt
 from agent.engine.proposers import (
+    MTP_WINDOW,
     Draft,
     DraftModelProposer,
     MTPProposer,
@@ -95,6 +99,7 @@ class LocalEngine:
         self._draft: LoadedModel | None = None
         if model is None:
             model = LoadedModel.load(config.model, config.device, config.dtype)
+        self._with_prefix_cache(model)
         if self.spec.method == "draft":
             self._draft = draft or LoadedModel.load(
                 self.spec.draft_model, config.device, config.dtype
@@ -123,13 +128,25 @@ class LocalEngine:
         with self._swap_lock:
             new = LoadedModel.load(model, self.config.device, self.config.dtype)
             self._check(new)
+            self._with_prefix_cache(new)
             self._model = new  # running requests keep their own reference to the old one
         return new.checkpoint.version
 
     def close(self) -> None:
         self._draft = None
+        if self._model.prefix_cache is not None:
+            self._model.prefix_cache.clear()
+
+    def prefix_cache_stats(self) -> dict[str, int]:
+        """Tokens looked up and found, entries and bytes of the current weights' prefix cache."""
+        cache = self._model.prefix_cache
+        return dict(vars(cache.stats)) if cache is not None else {}
 
     # -- set-up --------------------------------------------------------------------------
+
+    def _with_prefix_cache(self, model: LoadedModel) -> None:
+        if self.config.prefix_cache_mb and model.prefix_cache is None:
+            model.prefix_cache = PrefixCache(self.config.prefix_cache_mb << 20)
 
     def _check(self, model: LoadedModel) -> None:
         """Refuse weights the configured speculation cannot run with."""
@@ -203,19 +220,31 @@ class LocalEngine:
                 _, c.tool_calls, c.tool_call_errors = parse_assistant(c.text, job.request.tools)
         return Result(completions, metrics)
 
-    def _prefill(self, job: Job) -> tuple:
-        """Cache, last-position logits [1, vocab] and hidden states [1, prompt, hidden]."""
-        model = job.model
+    def _prefill(self, job: Job, metrics: RequestMetrics) -> tuple:
+        """Cache, last-position logits [1, vocab], hidden states [1, m, hidden] of the m
+        positions computed (the prompt after its cached prefix), and the cached length."""
+        model, ids = job.model, job.prompt_ids
+        # Leave at least one position to compute (its logits start decoding), and MTP heads the
+        # hidden states of their attention window.
+        limit = len(ids) - 1 - (MTP_WINDOW if self.spec.method == "mtp" else 0)
         with self._lock, torch.inference_mode():
             cache = model.new_cache()
-            ids = torch.tensor([job.prompt_ids], device=model.device)
-            logits, hidden = model.forward(ids, cache, last_only=True)
-        return cache, logits[:, -1], hidden
+            start, entry = 0, None
+            if model.prefix_cache is not None:
+                start, entry = model.prefix_cache.lookup(ids, limit)
+                if entry is not None:
+                    restore(cache, entry, start)
+            rest = torch.tensor([ids[start:]], device=model.device)
+            logits, hidden = model.forward(rest, cache, last_only=True)
+            if model.prefix_cache is not None:
+                model.prefix_cache.store(ids, cache)
+        metrics.cached_tokens = start
+        return cache, logits[:, -1], hidden, start
 
     def _decode_plain(self, job: Job, outputs: list[SampleOutput], metrics, started):
         """n rows in one batch over a shared prefill; finished rows leave the batch."""
         model, params, n = job.model, job.params, job.params.n
-        cache, logits, _ = self._prefill(job)
+        cache, logits, _, _ = self._prefill(job, metrics)
         with torch.inference_mode():
             if n > 1:
                 cache.batch_repeat_interleave(n)
@@ -248,7 +277,7 @@ class LocalEngine:
 
     def _decode_speculative(self, job: Job, outputs: list[SampleOutput], metrics, started):
         """The samples one after another, each from a copy of the shared prefill."""
-        cache, logits, hidden = self._prefill(job)
+        cache, logits, hidden, cached = self._prefill(job, metrics)
         for i, output in enumerate(outputs):
             if job.request.cancelled:
                 yield from _finish(outputs[i:], "cancelled")
@@ -256,7 +285,7 @@ class LocalEngine:
             with torch.inference_mode():
                 own_cache = cache if i == len(outputs) - 1 else copy.deepcopy(cache)
             seq = SpeculativeSequence(self, job, output, own_cache, metrics)
-            seq.start(logits, hidden[0])
+            seq.start(logits, hidden[0], cached)
             if not metrics.ttft_s:
                 metrics.ttft_s = time.perf_counter() - started
             yield from _deltas([output])
@@ -284,10 +313,13 @@ class SpeculativeSequence:
         self.k = min(spec.num_draft_tokens, self.max_k)
         self.adaptive = spec.adaptive
 
-    def start(self, logits: torch.Tensor, hidden: torch.Tensor) -> None:
-        """The first token, from the prefill's logits [1, vocab]; hidden: [prompt, hidden]."""
+    def start(self, logits: torch.Tensor, hidden: torch.Tensor, cached: int = 0) -> None:
+        """The first token, from the prefill's logits [1, vocab]; hidden: [prompt - cached,
+        hidden], the positions after the `cached` ones read from the prefix cache."""
         with torch.inference_mode():
             token, logprob = next_tokens(logits, self.job.params, self.job.generator)
+        if cached:
+            self.proposer.skip(cached)
         self.proposer.observe(hidden)
         self.add([int(token[0])], None if logprob is None else logprob.tolist())
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from agent.engine.prefix_cache import PrefixCache
 from agent.model import Checkpoint, load_checkpoint
 from agent.tokenizer import CHAR_TO_BYTE
 
@@ -29,6 +30,7 @@ class LoadedModel:
     checkpoint: Checkpoint
     token_bytes: list[bytes]  # [vocab] the exact bytes each token id stands for
     cache_kw: str  # the trunk's name for the cache argument ("cache" or "past_key_values")
+    prefix_cache: PrefixCache | None = None  # prompt prefixes computed on these weights
 
     @property
     def trunk(self):

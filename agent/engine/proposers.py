@@ -57,6 +57,11 @@ class Proposer(Protocol):
     max_depth: int  # the most drafts one call can return (e.g. the number of MTP heads)
     needs_hidden: bool  # whether `observe` wants the trunk's hidden states
 
+    def skip(self, n: int) -> None:
+        """The first `n` positions are in the target's KV cache without their hidden states
+        (a prefix-cache hit); `observe` continues from there."""
+        ...
+
     def observe(self, hidden: torch.Tensor) -> None:
         """h_0 [m, hidden] of the positions just kept in the target's KV cache, in order."""
         ...
@@ -67,6 +72,7 @@ class Proposer(Protocol):
 
 
 NO_DRAFT = Draft([])
+MTP_WINDOW = 32  # positions of trunk hidden states the MTP heads attend over
 
 
 class NgramProposer:
@@ -80,6 +86,9 @@ class NgramProposer:
         self.ngram_max = ngram_max
         self.speculation = np.asarray(speculation or [], dtype=np.int64)
         self.cursor = 0  # where the output last continued from in `speculation`
+
+    def skip(self, n: int) -> None:
+        pass
 
     def observe(self, hidden: torch.Tensor) -> None:
         pass
@@ -136,7 +145,7 @@ class MTPProposer:
 
     needs_hidden = True
 
-    def __init__(self, model: LoadedModel, window: int = 32):
+    def __init__(self, model: LoadedModel, window: int = MTP_WINDOW):
         heads = model.checkpoint.heads
         if heads is None:
             raise ValueError("MTPProposer needs a checkpoint with MTP heads")
@@ -163,6 +172,10 @@ class MTPProposer:
         self.pending: list[torch.Tensor | None] = [None] * self.max_depth
         if self.history is not None and self.known > base:
             self.pending[0] = self.history[base - self.known :]
+
+    def skip(self, n: int) -> None:
+        self.known, self.history = n, None
+        self._restart(n)
 
     def observe(self, hidden: torch.Tensor) -> None:
         self.known += hidden.shape[0]
@@ -235,6 +248,9 @@ class DraftModelProposer:
         self.cache = model.new_cache()
         self.fed: list[int] = []  # tokens whose keys/values are in self.cache
         self.stable = 0  # len(self.fed) is only trusted up to here (before the last drafts)
+
+    def skip(self, n: int) -> None:
+        pass
 
     def observe(self, hidden: torch.Tensor) -> None:
         pass

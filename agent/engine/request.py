@@ -98,6 +98,7 @@ class Request:
 @dataclass
 class RequestMetrics:
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # of the prompt's, read from the prefix cache instead of prefilled
     output_tokens: int = 0  # summed over the n samples
     ttft_s: float = 0.0  # time to first token
     total_s: float = 0.0
@@ -123,6 +124,7 @@ class RequestMetrics:
     def as_dict(self) -> dict[str, float]:
         return {
             "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
             "output_tokens": self.output_tokens,
             "ttft_s": self.ttft_s,
             "total_s": self.total_s,

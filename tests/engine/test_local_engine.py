@@ -37,9 +37,9 @@ def test_kv_cache_after_rejections_equals_a_fresh_prefill(lively_checkpoint):
     )
     metrics = RequestMetrics()
     output = SampleOutput(0, job.model.token_bytes, set(), [], 40, True)
-    cache, logits, hidden = engine._prefill(job)
+    cache, logits, hidden, cached = engine._prefill(job, metrics)
     seq = SpeculativeSequence(engine, job, output, cache, metrics)
-    seq.start(logits, hidden[0])
+    seq.start(logits, hidden[0], cached)
     for _ in range(6):
         seq.step()
     assert metrics.drafts_accepted < metrics.drafts_proposed  # there were rejections
