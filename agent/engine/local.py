@@ -227,17 +227,18 @@ class LocalEngine:
         # Leave at least one position to compute (its logits start decoding), and MTP heads the
         # hidden states of their attention window.
         limit = len(ids) - 1 - (MTP_WINDOW if self.spec.method == "mtp" else 0)
+        prefixes = model.prefix_cache if self.config.prefix_cache_mb else None
         with self._lock, torch.inference_mode():
             cache = model.new_cache()
             start, entry = 0, None
-            if model.prefix_cache is not None:
-                start, entry = model.prefix_cache.lookup(ids, limit)
+            if prefixes is not None:
+                start, entry = prefixes.lookup(ids, limit)
                 if entry is not None:
                     restore(cache, entry, start)
             rest = torch.tensor([ids[start:]], device=model.device)
             logits, hidden = model.forward(rest, cache, last_only=True)
-            if model.prefix_cache is not None:
-                model.prefix_cache.store(ids, cache)
+            if prefixes is not None:
+                prefixes.store(ids, cache)
         metrics.cached_tokens = start
         return cache, logits[:, -1], hidden, start
 
