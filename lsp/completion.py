@@ -69,6 +69,19 @@ class Neighbour:
     text: str
 
 
+def heal(prefix: str) -> tuple[str, str]:
+    """(prompt prefix, healed): a cursor at the start of a line or inside its indentation ends
+    the prefix in the middle of what the model sees as one token (a line break and the spaces
+    after it are usually one BPE token), and a model asked to continue from there writes poorly.
+    The prompt stops before the line break instead; the completion must then begin with the
+    `healed` text, which `clean_output` removes (token healing)."""
+    head = prefix.rstrip(" \t")
+    if head.endswith("\n"):
+        cut = len(head) - 1
+        return prefix[:cut], prefix[cut:]
+    return prefix, ""
+
+
 def build_prompt(
     prefix: str,
     suffix: str,
@@ -77,8 +90,10 @@ def build_prompt(
     settings: CompletionSettings,
     max_prompt_bytes: int,
 ) -> str:
-    """The FIM prompt for a cursor between `prefix` and `suffix`, within `max_prompt_bytes`."""
+    """The FIM prompt for a cursor between `prefix` and `suffix`, within `max_prompt_bytes`;
+    the prefix is healed (`heal`): the middle the model writes starts with the healed text."""
     prefix = prefix[-settings.max_prefix_chars :] if settings.max_prefix_chars else ""
+    prefix = heal(prefix)[0]
     suffix = suffix[: settings.max_suffix_chars]
     comment = LINE_COMMENT.get(language, "//")
     context = ""
@@ -104,14 +119,19 @@ def build_prompt(
     return prompt
 
 
-def clean_output(text: str, suffix: str) -> str:
-    """Cut at end-of-text, remove other special tokens, drop trailing blanks, and drop a tail that repeats the suffix."""
+def clean_output(text: str, suffix: str, prefix: str = "") -> str:
+    """Cut at end-of-text, remove other special tokens, remove the text healed from `prefix`
+    (empty when the model did not write it: the suggestion would not fit the cursor), drop
+    trailing blanks, and drop a tail that repeats the suffix."""
     for token in (EOS, END):
         cut = text.find(token)
         if cut >= 0:
             text = text[:cut]
     for token in SPECIAL_TOKENS:
         text = text.replace(token, "")
+    healed = heal(prefix)[1]
+    if healed:
+        text = text[len(healed) :] if text.startswith(healed) else ""
     text = text.rstrip()
     head = suffix.lstrip()[:200]
     for size in range(min(len(text), len(head)), 0, -1):
@@ -263,7 +283,7 @@ class CompletionService:
         if sample.finish_reason == "cancelled" or me.cancel.is_set():
             self._record_cancelled(sid, uri, version, language, trigger, prefix, suffix)
             return None
-        output = clean_output(sample.text, suffix)
+        output = clean_output(sample.text, suffix, prefix)
         m = result.metrics
         self.record(
             "suggestion",

@@ -7,7 +7,9 @@ non-blank body line). The model is asked for that line, greedy, in two prompt st
   fim     the language server's own prompt (`lsp.completion.build_prompt`: prefix, suffix and the
           fill-in-the-middle tokens), as an editor's inline completion sends it;
   prefix  only the text before the line: plain continuation, which any causal LM can do.
-The first line of the output (indentation included) replaces the masked line, and the problem's
+Both prompts end before the line break that precedes the masked line (token healing, as the
+language server does it); the first line the model then opens (indentation included) replaces
+the masked line, and the problem's
 own `check` runs on the result in a subprocess with a time limit: pass@1 is the share that pass.
 It prints a table (pass@1 and p50 generation latency per model and style) and writes JSON.
 
@@ -30,7 +32,7 @@ from pathlib import Path
 
 STYLES = ("fim", "prefix")
 CHECK_TIMEOUT_S = 10.0
-MAX_TOKENS = 64
+MAX_TOKENS = 40  # enough for one HumanEval line; no stop string, since the output opens a line
 
 
 @dataclass(frozen=True)
@@ -74,9 +76,12 @@ def infill_tasks(limit: int = 0, seed: int = 0) -> list[InfillTask]:
 
 
 def prompt_for(task: InfillTask, style: str, max_prompt_bytes: int) -> str:
+    """The prompt of one style; both stop before the prefix's last line break (token healing,
+    `lsp.completion.heal`), so the model writes it and the line."""
+    from lsp.completion import build_prompt, heal
+
     if style == "prefix":
-        return task.prefix
-    from lsp.completion import build_prompt
+        return heal(task.prefix)[0]
     from lsp.settings import CompletionSettings
 
     return build_prompt(
@@ -84,11 +89,12 @@ def prompt_for(task: InfillTask, style: str, max_prompt_bytes: int) -> str:
     )
 
 
-def first_line(output: str) -> str:
-    """The completion as the masked line: its first line, without special tokens."""
+def first_line(output: str, prefix: str) -> str:
+    """The completion as the masked line: its first line after the healed line break, without
+    special tokens (empty when the model did not start a new line)."""
     from lsp.completion import clean_output
 
-    return clean_output(output, "").split("\n", 1)[0].rstrip()
+    return clean_output(output, "", prefix).split("\n", 1)[0].rstrip()
 
 
 def passes(task: InfillTask, line: str) -> bool:
@@ -139,12 +145,12 @@ def run_model(
                     Request(
                         prompt=prompt,
                         params=SamplingParams(
-                            max_tokens=MAX_TOKENS, temperature=0.0, stop=["\n"], logprobs=False
+                            max_tokens=MAX_TOKENS, temperature=0.0, logprobs=False
                         ),
                     )
                 )
                 times.append((time.perf_counter() - t0) * 1000)
-                line = first_line(result.completions[0].text)
+                line = first_line(result.completions[0].text, task.prefix)
                 ok = passes(task, line)
                 passed += ok
                 exact += line.strip() == task.line.strip()

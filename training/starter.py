@@ -4,7 +4,8 @@
     tasks  synthetic tasks + oracle trajectories in the harness's own format (training/tasks.py)
     sft    a LoRA adapter (plus the special tokens' rows) on the base, trained on the
            trajectories (training/recipes/sft.toml), then a short continuation in which the
-           new tokens' rows learn fast (sft_tokens.toml)
+           new tokens' rows learn fast (sft_tokens.toml), then more SFT in a new order with
+           both learning (sft_more.toml)
     eval   held-out tasks through the real harness (training/evaluate.py) -> model/
 
 Every stage reads its recipe from training/recipes/; this module only points their paths into the
@@ -20,7 +21,7 @@ and the time of each step. `ship()` copies it into agent/starter/.
 What it does not do: use telemetry exports (the starter is trained from offline sources only),
 RL (`flywheel train rl`), continued pretraining or MTP heads on the base.
 
-    nice -n 5 flywheel train starter --out runs/starter            # about 1.2 hours on 2 CPU cores
+    nice -n 5 flywheel train starter --out runs/starter            # about 2 hours on 2 CPU cores
     flywheel train starter --out /tmp/smoke --quick                # a few minutes: the chain runs
     flywheel train starter --out runs/starter --ship               # ... then copy to agent/starter
 """
@@ -38,7 +39,7 @@ from pathlib import Path
 from agent.registry import file_sha256
 
 RECIPES = Path(__file__).resolve().parent / "recipes"
-STAGE_ORDER = ("sft", "sft_tokens")
+STAGE_ORDER = ("sft", "sft_tokens", "sft_more")
 MAX_SHIPPED_MB = 25.0  # the package's budget for the starter's folder
 
 
@@ -61,7 +62,7 @@ class StarterConfig:
 # Overrides that make each stage take seconds (quick mode); the recipes stay the real ones.
 QUICK = {
     stage: {"seq_len": 4096, "batch_size": 1, "grad_accum": 1, "steps": 2, "eval_batches": 1}
-    for stage in ("sft", "sft_tokens")
+    for stage in STAGE_ORDER
 }
 
 # Quick mode evaluates train tasks too (2 projects may hold none out), one short turn each.
@@ -76,6 +77,8 @@ def stage_overrides(config: StarterConfig, stage: str) -> dict:
         "sft": {"init": "base", "sft_data": trajectories, "seed": config.seed},
         "sft_tokens": {"init": str(out / "sft" / "model"), "sft_data": trajectories,
                        "seed": config.seed + 1},
+        "sft_more": {"init": str(out / "sft_tokens" / "model"), "sft_data": trajectories,
+                     "seed": config.seed + 2},
     }[stage]  # fmt: skip
     extra = {"out": str(out / stage)}
     if config.quick:

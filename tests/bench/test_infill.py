@@ -26,10 +26,13 @@ def test_the_masked_line_depends_on_the_seed_only():
 
 def test_prompt_styles():
     task = infill.infill_tasks(limit=1)[0]
-    assert infill.prompt_for(task, "prefix", 10_000) == task.prefix
+    assert task.prefix.endswith("\n")  # the masked line starts a line: its break is healed
+    assert infill.prompt_for(task, "prefix", 10_000) == task.prefix[:-1]
     fim = infill.prompt_for(task, "fim", 10_000)
     assert fim.startswith(FIM_PREFIX) and FIM_SUFFIX in fim and fim.endswith(FIM_MIDDLE)
-    assert infill.first_line("  return x<|endoftext|>junk\nmore") == "  return x"
+    assert f"{task.prefix[:-1]}{FIM_SUFFIX}" in fim
+    assert infill.first_line("\n  return x<|endoftext|>junk\nmore", task.prefix) == "  return x"
+    assert infill.first_line("  return x", task.prefix) == ""  # did not open a new line
 
 
 def test_a_run_writes_its_table_and_json(bench_checkpoint, tmp_path, capsys):

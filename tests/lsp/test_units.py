@@ -78,3 +78,19 @@ def test_stale_proposal_is_refused():
         assert "changed since" in str(exc)
     else:
         raise AssertionError("a changed document must be refused")
+
+
+def test_a_cursor_at_a_line_start_is_token_healed():
+    from lsp.completion import build_prompt, clean_output, heal
+    from lsp.settings import CompletionSettings
+
+    assert heal("def f():\n    ") == ("def f():", "\n    ")
+    assert heal("def f():\n") == ("def f():", "\n")
+    assert heal("x = f(") == ("x = f(", "")  # mid-line: nothing to heal
+    prompt = build_prompt("def f():\n    ", "\n", "python", [], CompletionSettings(), 10_000)
+    assert "def f():<|fim_suffix|>" in prompt
+    # The model writes the healed break and indentation first; the editor gets the rest.
+    assert clean_output("\n    return 1", "\n", "def f():\n    ") == "return 1"
+    # A suggestion that does not start where the cursor is cannot be shown there.
+    assert clean_output("  # more", "\n", "def f():\n    ") == ""
+    assert clean_output(" + 1", "", "x = f(") == " + 1"
