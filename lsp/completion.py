@@ -9,10 +9,12 @@ Vocabulary:
   typed-through the user typed the first characters of the current suggestion: the rest is
                 offered again at once, without calling the model
 
-The prompt is fill-in-the-middle (`agent.chat_format.render_fim`): the text before the cursor
-(at most `max_prefix_chars`, preceded by up to `max_neighbour_chars` of other open documents of
-the same language, each introduced by a comment naming it) and the text after the cursor (at
-most `max_suffix_chars`). Its UTF-8 length is kept under the engine's context length minus the
+The prompt is the text before the cursor (at most `max_prefix_chars`, preceded by up to
+`max_neighbour_chars` of other open documents of the same language, each introduced by a comment
+naming it), token-healed at a line start (`heal`). With `prompt_style = "fim"` it is
+fill-in-the-middle (`agent.chat_format.render_fim`) with the text after the cursor (at most
+`max_suffix_chars`) as well, for models trained on those tokens; the shipped default is not,
+and writes far better code from the prefix alone (`flywheel bench infill` measures both). Its UTF-8 length is kept under the engine's context length minus the
 output budget: a byte-level BPE never makes more tokens than bytes.
 
 What it does not do: talk LSP (server.py converts to and from lsprotocol types) or write
@@ -90,11 +92,13 @@ def build_prompt(
     settings: CompletionSettings,
     max_prompt_bytes: int,
 ) -> str:
-    """The FIM prompt for a cursor between `prefix` and `suffix`, within `max_prompt_bytes`;
-    the prefix is healed (`heal`): the middle the model writes starts with the healed text."""
+    """The prompt for a cursor between `prefix` and `suffix` (see the module docstring), within
+    `max_prompt_bytes`; the prefix is healed (`heal`): the model's text starts with the healed
+    text."""
     prefix = prefix[-settings.max_prefix_chars :] if settings.max_prefix_chars else ""
     prefix = heal(prefix)[0]
-    suffix = suffix[: settings.max_suffix_chars]
+    fim = settings.prompt_style == "fim"
+    suffix = suffix[: settings.max_suffix_chars] if fim else ""
     comment = LINE_COMMENT.get(language, "//")
     context = ""
     budget = settings.max_neighbour_chars
@@ -105,7 +109,11 @@ def build_prompt(
         piece = f"{comment} {name}\n{n.text[:budget]}\n\n"
         context += piece
         budget -= len(piece)
-    prompt = render_fim(context + prefix, suffix)
+
+    def render(text: str, after: str) -> str:
+        return render_fim(text, after) if fim else text
+
+    prompt = render(context + prefix, suffix)
     while len(prompt.encode("utf-8")) > max_prompt_bytes and (context or prefix or suffix):
         over = len(prompt.encode("utf-8")) - max_prompt_bytes
         cut = max(1, over // 3)  # a character is at most 4 UTF-8 bytes; cut in coarse steps
@@ -115,7 +123,7 @@ def build_prompt(
             prefix = prefix[cut:]
         else:
             suffix = suffix[: max(0, len(suffix) - cut)]
-        prompt = render_fim(context + prefix, suffix)
+        prompt = render(context + prefix, suffix)
     return prompt
 
 

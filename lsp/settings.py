@@ -45,6 +45,8 @@ class CompletionSettings:
     max_prefix_chars: int = 4000  # text before the cursor put in the prompt
     max_suffix_chars: int = 1000  # text after the cursor put in the prompt
     max_neighbour_chars: int = 1000  # text from other open files of the same language
+    prompt_style: str = "prefix"  # "prefix": the text before the cursor (any causal model);
+    # "fim": prefix and suffix with the fill-in-the-middle tokens (a model trained on them)
     cache_size: int = 64  # suggestions kept for repeated or typed-through contexts
     cache_ttl_s: float = 60.0  # how long a cached suggestion stays usable
 
@@ -56,6 +58,8 @@ class CompletionSettings:
             raise ValueError("completion.maxTokens must be >= 1")
         if self.temperature < 0:
             raise ValueError("completion.temperature must be >= 0 (0 is greedy)")
+        if self.prompt_style not in ("prefix", "fim"):
+            raise ValueError("completion.promptStyle must be 'prefix' or 'fim'")
 
 
 @dataclass

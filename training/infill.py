@@ -4,9 +4,10 @@
 
 Each HumanEval problem's canonical solution has one line masked (the problem's `seed`-chosen
 non-blank body line). The model is asked for that line, greedy, in two prompt styles:
-  fim     the language server's own prompt (`lsp.completion.build_prompt`: prefix, suffix and the
-          fill-in-the-middle tokens), as an editor's inline completion sends it;
-  prefix  only the text before the line: plain continuation, which any causal LM can do.
+  prefix  the text before the line: plain continuation, which any causal LM can do (the
+          language server's default, `completion.promptStyle`);
+  fim     prefix, suffix and the fill-in-the-middle tokens (`promptStyle = "fim"`).
+Both are the language server's own prompt (`lsp.completion.build_prompt`).
 Both prompts end before the line break that precedes the masked line (token healing, as the
 language server does it); the first line the model then opens (indentation included) replaces
 the masked line, and the problem's
@@ -76,17 +77,13 @@ def infill_tasks(limit: int = 0, seed: int = 0) -> list[InfillTask]:
 
 
 def prompt_for(task: InfillTask, style: str, max_prompt_bytes: int) -> str:
-    """The prompt of one style; both stop before the prefix's last line break (token healing,
-    `lsp.completion.heal`), so the model writes it and the line."""
-    from lsp.completion import build_prompt, heal
-
-    if style == "prefix":
-        return heal(task.prefix)[0]
+    """The language server's prompt in one style (`lsp.completion.build_prompt`); both stop
+    before the prefix's last line break (token healing), so the model writes it and the line."""
+    from lsp.completion import build_prompt
     from lsp.settings import CompletionSettings
 
-    return build_prompt(
-        task.prefix, task.suffix, "python", [], CompletionSettings(), max_prompt_bytes
-    )
+    settings = CompletionSettings(prompt_style=style)
+    return build_prompt(task.prefix, task.suffix, "python", [], settings, max_prompt_bytes)
 
 
 def first_line(output: str, prefix: str) -> str:

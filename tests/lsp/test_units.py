@@ -87,8 +87,15 @@ def test_a_cursor_at_a_line_start_is_token_healed():
     assert heal("def f():\n    ") == ("def f():", "\n    ")
     assert heal("def f():\n") == ("def f():", "\n")
     assert heal("x = f(") == ("x = f(", "")  # mid-line: nothing to heal
-    prompt = build_prompt("def f():\n    ", "\n", "python", [], CompletionSettings(), 10_000)
-    assert "def f():<|fim_suffix|>" in prompt
+    fim = CompletionSettings(prompt_style="fim")
+    assert "def f():<|fim_suffix|>\n" in build_prompt(
+        "def f():\n    ", "\n", "python", [], fim, 10_000
+    )
+    # The default style is the text before the cursor alone.
+    assert (
+        build_prompt("def f():\n    ", "\n", "python", [], CompletionSettings(), 10_000)
+        == "def f():"
+    )
     # The model writes the healed break and indentation first; the editor gets the rest.
     assert clean_output("\n    return 1", "\n", "def f():\n    ") == "return 1"
     # A suggestion that does not start where the cursor is cannot be shown there.
