@@ -362,9 +362,9 @@ def model_card(model: Path) -> str:
     if ev and ev.get("pass_at_1", 0) < 0.3:
         lines += [
             "",
-            "What it does not do yet: solve the tasks. Its tool calls parse and mostly fit the",
-            "tools' schemas, but its edits do not make the tests pass; more training on the base",
-            "(longer SFT, continued pretraining, RL) is the open work.",
+            "What it does not do yet: solve most tasks. Its tool calls parse and mostly fit the",
+            "tools' schemas, but most of its edits do not make the tests pass; more training on",
+            "the base (longer SFT, continued pretraining, RL) is the open work.",
         ]
     lines += [
         "",
@@ -375,8 +375,9 @@ def model_card(model: Path) -> str:
         "",
         "    nice -n 5 flywheel train starter --out runs/starter --ship",
         "",
-        "Wall-clock of the run that made this model, step by step over all its invocations",
-        f"(timings_s in flywheel.json): {_minutes(meta.get('timings_s', {}))}, on a 2-core CPU",
+        "Wall-clock of the run that made this model, step by step, as recorded by the",
+        "invocations that finished a step (timings_s in flywheel.json; an invocation killed",
+        f"mid-stage is not counted): {_minutes(meta.get('timings_s', {}))}, on a 2-core CPU",
         "machine. Lineage (base, recipes and their hashes, the task manifest's hash, per-stage",
         "metrics) is in flywheel.json.",
         "",
