@@ -97,11 +97,10 @@ class FewRowsLinear(nn.Linear):
     """`nn.Linear` computing y = (W · xᵀ)ᵀ when x has 2..MAX_ROWS rows (CPU inference).
 
     Why: torch's CPU BLAS (MKL) runs x · Wᵀ for a handful of rows far below its one-row speed;
-    the same product with W as the left operand does not. Measured on the starter model (3M,
-    one thread, 2-core AMD EPYC shared with a training run), one trunk forward over 2 / 3 tokens
-    costs 1.47x / 1.70x a one-token forward with `nn.Linear`, and 1.19-1.26x / 1.28-1.42x with
-    this class. Same weights and state dict, and still differentiable; one row and long inputs go
-    through `nn.functional.linear` unchanged.
+    the same product with W as the left operand does not, which keeps a verify step over a few
+    drafts close to the cost of one decode step (`flywheel bench engine` measures it). Same
+    weights and state dict, and still differentiable; one row and long inputs go through
+    `nn.functional.linear` unchanged.
     """
 
     MAX_ROWS = 16
