@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shlex
 import shutil
 import signal
 import socket
@@ -38,6 +39,9 @@ VSIX = REPO / "lsp/clients/vscode/flywheel.vsix"
 
 BASE = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    "
 GHOST = "return a * b"
+# What the model writes: the prompt is token-healed (lsp/completion.py `heal`), so it ends before
+# the cursor's line break and the model's text starts with that line break and indentation.
+MODEL_TEXT = "\n    " + GHOST
 FIX = {"search": "    return a - b", "replace": "    return a + b"}
 
 
@@ -95,7 +99,7 @@ def code_server(tmp_path):
     pidfile = tmp_path / "lsp.pid"
     wrapper.write_text(
         f"#!/bin/sh\necho $$ > {pidfile}\ncd {REPO} && exec {sys.executable} -m tests.lsp.replay_server "
-        f"--model replay --db {db} --turns {turns} --completion '{GHOST}' \"$@\"\n"
+        f'--model replay --db {db} --turns {turns} --completion {shlex.quote(MODEL_TEXT)} "$@"\n'
     )
     wrapper.chmod(0o755)
     settings = {
