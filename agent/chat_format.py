@@ -82,21 +82,32 @@ _ARGS = (
     "{%- for key, value in args.items() -%}"
     "{%- if key == 'hunks' and value is sequence and value is not string -%}"
     "{%- for hunk in value -%}"
-    "<|arg|>search" + NL + "{{ hunk['search'] }}" + NL
-    + "<|arg|>replace" + NL + "{{ hunk['replace'] }}" + NL
+    "<|arg|>search"
+    + NL
+    + "{{ hunk['search'] }}"
+    + NL
+    + "<|arg|>replace"
+    + NL
+    + "{{ hunk['replace'] }}"
+    + NL
     + "{%- endfor -%}"
-    "{%- elif value is string -%}<|arg|>{{ key }}" + NL + "{{ value }}" + NL
-    + "{%- else -%}<|arg|>{{ key }}" + NL + "{{ value | tojson }}" + NL
+    "{%- elif value is string -%}<|arg|>{{ key }}"
+    + NL
+    + "{{ value }}"
+    + NL
+    + "{%- else -%}<|arg|>{{ key }}"
+    + NL
+    + "{{ value | tojson }}"
+    + NL
     + "{%- endif -%}"
     "{%- endfor -%}"
-)  # fmt: skip
+)
 _TOOLS = (
     "# Tools"
     "{%- for tool in tools -%}"
     "{%- set fn = tool['function'] if 'function' in tool else tool -%}"
     "{%- set params = fn.get('parameters') or {} -%}"
-    "{%- set required = params.get('required') or [] -%}"
-    + NL + "- {{ fn['name'] }}("
+    "{%- set required = params.get('required') or [] -%}" + NL + "- {{ fn['name'] }}("
     "{%- for name in (params.get('properties') or {}) -%}"
     "{{ ', ' if not loop.first }}"
     "{%- if name == 'hunks' %}search, replace{% else %}{{ name }}{% endif -%}"
@@ -104,12 +115,11 @@ _TOOLS = (
     "{%- endfor -%}"
     "): {{ fn.get('description', '') }}"
     "{%- endfor -%}"
-)  # fmt: skip
+)
 CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
     "{%- if loop.first and message['role'] != 'system' and tools -%}"
-    "<|im_start|>system" + NL + _TOOLS + "<|im_end|>" + NL
-    + "{%- endif -%}"
+    "<|im_start|>system" + NL + _TOOLS + "<|im_end|>" + NL + "{%- endif -%}"
     "<|im_start|>{{ message['role'] }}" + NL + "{{ message['content'] or '' }}"
     "{%- if message['role'] == 'system' and tools -%}" + NL + _TOOLS + "{%- endif -%}"
     "{%- for call in message.get('tool_calls') or [] -%}"
@@ -118,10 +128,9 @@ CHAT_TEMPLATE = (
     "{%- if message['content'] or not loop.first -%}" + NL + "{%- endif -%}"
     "<|tool_call|>{{ fn['name'] }}" + NL + _ARGS + "<|/tool_call|>"
     "{%- endfor -%}"
-    "<|im_end|>" + NL
-    + "{%- endfor -%}"
+    "<|im_end|>" + NL + "{%- endfor -%}"
     "{%- if add_generation_prompt -%}<|im_start|>assistant" + NL + "{%- endif -%}"
-)  # fmt: skip
+)
 
 
 def decoded_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -180,7 +189,7 @@ def render_fim(prefix: str, suffix: str) -> str:
 
 
 # Fast apply: an original file plus an edit sketch -> the whole updated file. The engine serves it
-# with the original file as its n-gram speculation; training (training/tasks.py) writes examples
+# with the original file as its n-gram speculation; training (training/tasks/) writes examples
 # in exactly this shape.
 APPLY_SYSTEM = (
     "Apply the edit to the file. The edit shows changed code with `... existing code "

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from agent.harness import Harness, HarnessConfig, Sandbox, Workspace
     from agent.harness.project import detect_test_command
     from agent.run import _progress, _telemetry_path
-    from telemetry import Recorder, open_db, recompute
+    from telemetry import Recorder, open_db, queries, recompute
     from telemetry.rewards import latest
 
     console = Console(highlight=False, soft_wrap=True)
@@ -108,16 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     recorder.flush()
-    conn = open_db(db).conn
-    row = conn.execute(
-        "SELECT id FROM tasks WHERE session_id = ? ORDER BY created_at DESC LIMIT 1",
-        (session_id,),
-    ).fetchone()
-    if row is None:
+    telemetry_db = open_db(db)
+    task_id = queries.latest_task_id(telemetry_db, session_id)
+    if task_id is None:
         console.print("flywheel demo: the task was not recorded (is telemetry consent off?)")
         recorder.close()
         return 1
-    task_id = row[0]
     recorder.record(
         "outcome",
         session_id=session_id,
@@ -129,15 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     recorder.flush()
     recorder.close()
-    recompute(conn, latest(), task_ids=[task_id])
+    recompute(telemetry_db.conn, latest(), task_ids=[task_id])
     table = Table(title="rewards of this task, stored in telemetry (telemetry/rewards.py)")
     table.add_column("function")
     table.add_column("value", justify="right")
-    for name, version, value in conn.execute(
-        "SELECT function, version, value FROM rewards WHERE subject_id = ? ORDER BY function",
-        (task_id,),
-    ):
-        table.add_row(f"{name}@{version}", "-" if value is None else f"{value:+.2f}")
+    for r in queries.rewards_of(telemetry_db, task_id):
+        value = r["value"]
+        table.add_row(f"{r['function']}@{r['version']}", "-" if value is None else f"{value:+.2f}")
     console.print(table)
     console.print(
         f"""

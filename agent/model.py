@@ -65,7 +65,7 @@ SIZES: dict[str, dict[str, int]] = {
         intermediate_size=864,
     ),
     # ~40M
-    "50m": dict(
+    "40m": dict(
         hidden_size=576,
         num_hidden_layers=10,
         num_attention_heads=9,
@@ -240,9 +240,8 @@ class MTPHeads(nn.Module):
 
         The same computation as calling the layer (tests/engine/test_mtp_cache.py compares
         them), written out because drafting runs it once per token and the layer's generic path
-        (attention-interface dispatch, mask building, keyword plumbing) is overhead there: a
-        one-position call on the starter model took 367 us through the layer, 325 us here
-        (1 thread). x: [batch, m, hidden] -> [batch, m, hidden].
+        (attention-interface dispatch, mask building, keyword plumbing) is overhead there.
+        x: [batch, m, hidden] -> [batch, m, hidden].
         """
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 

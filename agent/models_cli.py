@@ -4,7 +4,7 @@
     flywheel models show v3                    one version in full, and whether its files verify
     flywheel models add RUN/model [--parent v2] [--bench R.json] [--promote [--force]]
     flywheel models attach v3 R.json           attach a benchmark result to a version
-    flywheel models promote v3 [--force]       promote through the gate (training/gate.py)
+    flywheel models promote v3 [--force]       promote through the gate (agent/gate.py)
     flywheel models rollback [--to v1]         promote the previously promoted version again
     flywheel models verify [v3]                check files against manifests (all versions)
     flywheel models base                       the base model: convert it now (once), say where
@@ -87,8 +87,11 @@ def _score(record: dict[str, Any]) -> str:
     if not record.get("benchmarks"):
         return "-"
     last = record["benchmarks"][-1]
-    parts = [f"{k}={v['mean']:.3g}" for k, v in (last.get("summary") or {}).items()
-             if isinstance(v, dict) and "mean" in v]  # fmt: skip
+    parts = [
+        f"{k}={v['mean']:.3g}"
+        for k, v in (last.get("summary") or {}).items()
+        if isinstance(v, dict) and "mean" in v
+    ]
     return " ".join(parts) + (" (provisional)" if last.get("provisional") else "") or "-"
 
 
@@ -126,7 +129,7 @@ def promote(registry: Registry, ref: str, force: bool, reason: str = "") -> int:
         previous = registry.promote(vid, forced=True, reason=reason or "forced")
         print(f"promoted {vid} (forced, no gate){f'; {previous} retired' if previous else ''}")
         return 0
-    from training.gate import GateError, gate_promotion
+    from agent.gate import GateError, gate_promotion
 
     try:
         decision = gate_promotion(registry, vid)
@@ -183,8 +186,17 @@ def _run(registry: Registry, args: argparse.Namespace) -> int:
             return 0
         rows = [("version", "status", "added", "parent", "stage", "score", "gate")]
         for r in versions:
-            rows.append((r["id"], r["status"], _when(r["created_at"]), r["parent"] or "-",
-                         r.get("stage") or "-", _score(r), _gate(r)))  # fmt: skip
+            rows.append(
+                (
+                    r["id"],
+                    r["status"],
+                    _when(r["created_at"]),
+                    r["parent"] or "-",
+                    r.get("stage") or "-",
+                    _score(r),
+                    _gate(r),
+                )
+            )
         widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
         for row in rows:
             print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())

@@ -28,7 +28,7 @@ name (a crash between the rename and the index write) is reported by `check()` a
 A version folder edited by hand, a missing file, or a damaged index raises `IntegrityError` or
 `RegistryError` with a message naming the problem: nothing unverified is ever handed to a server.
 
-What it does not do: decide whether a version is good enough (training/gate.py does; `promote`
+What it does not do: decide whether a version is good enough (agent/gate.py does; `promote`
 records the decision it is given), read the environment (only `path_from_cli`, for command-line
 entry points), or delete versions.
 
@@ -77,13 +77,14 @@ class IntegrityError(RegistryError):
 def path_from_cli(flag: str | None, environ: Mapping[str, str] | None = None) -> Path:
     """For command-line entry points only: `--registry`, else $FLYWHEEL_REGISTRY, else
     $XDG_DATA_HOME/flywheel/models (~/.local/share when XDG_DATA_HOME is unset)."""
+    from telemetry.folders import data_home
+
     env = os.environ if environ is None else environ
     if flag:
         return Path(flag).expanduser()
     if env.get("FLYWHEEL_REGISTRY"):
         return Path(env["FLYWHEEL_REGISTRY"]).expanduser()
-    data_home = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "flywheel" / "models"
+    return data_home(env) / "models"
 
 
 def file_sha256(path: Path) -> str:
@@ -133,8 +134,13 @@ class Registry:
                     f"the registry {self.root} has version folders but no index.json: it was "
                     f"damaged or half-written; restore index.json from index.json.bak"
                 )
-            return {"format": FORMAT, "format_version": FORMAT_VERSION, "promoted": None,
-                    "versions": {}, "events": []}  # fmt: skip
+            return {
+                "format": FORMAT,
+                "format_version": FORMAT_VERSION,
+                "promoted": None,
+                "versions": {},
+                "events": [],
+            }
         try:
             index = json.loads(self.index_path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -433,7 +439,7 @@ class Registry:
     def promote(self, ref: str, *, forced: bool = False, reason: str = "") -> str | None:
         """Make `ref` the promoted version (after verifying it); returns the one it replaced.
 
-        The caller has run the gate (training/gate.py) or was told to skip it (`forced`).
+        The caller has run the gate (agent/gate.py) or was told to skip it (`forced`).
         """
         return self._switch(ref, "promote", forced=forced, reason=reason)
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -96,14 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _telemetry_path(arg: str | None) -> str:
-    if arg:
-        return arg
-    if os.environ.get("FLYWHEEL_DB"):
-        return os.environ["FLYWHEEL_DB"]
-    from telemetry.store import default_path
+    from telemetry.folders import db_path
 
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return str(default_path(data))
+    return str(db_path(arg))
 
 
 def _short(text: str, limit: int = 300) -> str:
@@ -123,9 +117,12 @@ def _progress(console: Any) -> Any:
         kind = event["kind"]
         if kind == "assistant":
             console.print(
-                _line((f"step {event['step']}", "bold cyan"), " ",
-                      (f"({event['duration_s']:.1f} s)", "dim"))
-            )  # fmt: skip
+                _line(
+                    (f"step {event['step']}", "bold cyan"),
+                    " ",
+                    (f"({event['duration_s']:.1f} s)", "dim"),
+                )
+            )
             if event["content"]:
                 console.print(_line("  ", _short(event["content"])))
             for call in event["calls"]:
@@ -141,9 +138,13 @@ def _progress(console: Any) -> Any:
             console.print(_line("  ", mark, " ", f"{event['name']}: {result}"))
         elif kind == "compact":
             console.print(
-                _line((f"compacted the history ({event['before']} → {event['after']} messages)",
-                       "magenta"))
-            )  # fmt: skip
+                _line(
+                    (
+                        f"compacted the history ({event['before']} → {event['after']} messages)",
+                        "magenta",
+                    )
+                )
+            )
         elif kind == "rules":
             cut = " (cut to its budget)" if event["truncated"] else ""
             console.print(_line(("project rules:", "dim"), f" {', '.join(event['files'])}{cut}"))
@@ -164,9 +165,11 @@ def _decide(approval: dict[str, Any], mode: str, console: Any) -> Any:
     decision = {}
     for call in calls:
         console.print(
-            _line(("approval needed", "bold yellow"),
-                  f": {call['name']} {call['arguments']} ({call['reason']})")
-        )  # fmt: skip
+            _line(
+                ("approval needed", "bold yellow"),
+                f": {call['name']} {call['arguments']} ({call['reason']})",
+            )
+        )
         decision[call["id"]] = Confirm.ask("allow?", console=console, default=False)
     return decision
 
@@ -293,12 +296,14 @@ def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
         while outcome.approval is not None:
             if args.approve == "no-wait":
                 console.print(
-                    _line(("waiting for approval", "bold yellow"),
-                          f": {outcome.approval.get('calls')}\n"
-                          f"resume with: flywheel run --resume {outcome.thread_id} "
-                          f"--checkpoint-db {args.checkpoint_db or '(needs --checkpoint-db)'} "
-                          f"--workspace {args.workspace} --approve yes")
-                )  # fmt: skip
+                    _line(
+                        ("waiting for approval", "bold yellow"),
+                        f": {outcome.approval.get('calls')}\n"
+                        f"resume with: flywheel run --resume {outcome.thread_id} "
+                        f"--checkpoint-db {args.checkpoint_db or '(needs --checkpoint-db)'} "
+                        f"--workspace {args.workspace} --approve yes",
+                    )
+                )
                 return 3
             outcome = harness.resume(
                 outcome.thread_id, _decide(outcome.approval, args.approve, console)

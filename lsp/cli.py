@@ -16,16 +16,12 @@ import logging
 import os
 import signal
 import sys
-from pathlib import Path
 
 
 def _default_db() -> str:
-    if os.environ.get("FLYWHEEL_DB"):
-        return os.environ["FLYWHEEL_DB"]
-    from telemetry.store import default_path
+    from telemetry.folders import db_path
 
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return str(default_path(data_home))
+    return str(db_path())
 
 
 class _OnceFilter(logging.Filter):

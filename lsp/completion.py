@@ -24,13 +24,14 @@ telemetry itself (it calls `record`, which the server binds to the session).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,118 +206,114 @@ class CompletionService:
         """One suggestion at `offset` of `text`, or None (superseded, empty, or engine error)."""
         if self.cache is None or self.cache.size != settings.cache_size:
             self.cache = Cache(settings.cache_size, settings.cache_ttl_s, self.clock)
+        with self._claim(uri) as me:
+            prefix, suffix = text[:offset], text[offset:]
+            self._supersede_last(uri, prefix)
+            # Typed-through: the user typed the start of the last suggestion.
+            last = self.suggestions.get(self._last.get(uri, ""))
+            if (
+                last is not None
+                and prefix.startswith(last.prefix)
+                and len(prefix) > len(last.prefix)
+            ):
+                typed = prefix[len(last.prefix) :]
+                if last.text.startswith(typed) and len(typed) < len(last.text):
+                    return self._remember(
+                        uri, version, offset, prefix, last.text[len(typed) :], None
+                    )
+            key = Cache.key(
+                uri, prefix[-settings.max_prefix_chars :], suffix[: settings.max_suffix_chars]
+            )
+            assert self.cache is not None
+            cached = self.cache.get(key)
+            if cached is not None:
+                return self._remember(uri, version, offset, prefix, cached, None)
+            if trigger == "automatic" and settings.debounce_ms:
+                await asyncio.sleep(settings.debounce_ms / 1000)
+                if me.cancel.is_set():
+                    return None
+            try:
+                engine = await self.host.get(model)
+            except EngineError:
+                return None  # the host has logged it and sent the status once
+            if me.cancel.is_set():  # superseded while the model loaded
+                return None
+            max_prompt = engine.context_length - settings.max_tokens - 8
+            prompt = build_prompt(prefix, suffix, language, neighbours, settings, max_prompt)
+            sid = uuid.uuid4().hex
+            me.suggestion_id = sid
+            me.row = {
+                "sid": sid,
+                "uri": uri,
+                "version": version,
+                "language": language,
+                "trigger": trigger,
+                "prefix": prefix,
+                "suffix": suffix,
+            }
+            request = Request(
+                prompt=prompt,
+                params=SamplingParams(
+                    max_tokens=settings.max_tokens,
+                    temperature=settings.temperature,
+                    seed=settings.seed if settings.seed >= 0 else None,
+                    stop=list(STOP),
+                    logprobs=False,
+                ),
+                cancel=me.cancel,
+                request_id=sid,
+            )
+            started = time.perf_counter()
+            try:
+                result = await self.host.call(engine.generate, request)
+            except (Cancelled, asyncio.CancelledError) as exc:
+                self._record_cancelled(**me.row)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                return None
+            except EngineError as exc:
+                log.error("inline completion failed: %s", exc)
+                self.host.error_once(str(exc))
+                return None
+            latency_ms = (time.perf_counter() - started) * 1000
+            sample = result.completions[0]
+            if sample.finish_reason == "cancelled" or me.cancel.is_set():
+                self._record_cancelled(**me.row)
+                return None
+            output = clean_output(sample.text, suffix, prefix)
+            m = result.metrics
+            self.record(
+                "suggestion",
+                **self._suggestion_fields(**me.row, neighbours=neighbours),
+                output=output,
+                latency_ms=latency_ms,
+                ttft_ms=m.ttft_s * 1000,
+                prompt_tokens=m.prompt_tokens,
+                output_tokens=m.output_tokens,
+                drafts_proposed=m.drafts_proposed,
+                drafts_accepted=m.drafts_accepted,
+                mean_acceptance_length=m.mean_acceptance_length,
+                model_version=sample.model_version or engine.model_version,
+            )
+            if not output:
+                self.record("suggestion_event", suggestion_id=sid, event="ignored")
+                return None
+            self.cache.put(key, output)
+            return self._remember(uri, version, offset, prefix, output, sid)
+
+    @contextlib.contextmanager
+    def _claim(self, uri: str) -> Iterator[Inflight]:
+        """The in-flight slot of `uri`: a newer request for the same document cancels this one."""
         previous = self._inflight.pop(uri, None)
         if previous is not None:
             previous.cancel.set()
         me = Inflight(token=object(), cancel=threading.Event())
         self._inflight[uri] = me
         try:
-            return await self._complete(
-                me, uri, version, text, offset, language, trigger, neighbours, settings, model
-            )
+            yield me
         finally:
             if self._inflight.get(uri) is me:
                 del self._inflight[uri]
-
-    async def _complete(
-        self,
-        me: Inflight,
-        uri: str,
-        version: int,
-        text: str,
-        offset: int,
-        language: str,
-        trigger: str,
-        neighbours: list[Neighbour],
-        settings: CompletionSettings,
-        model: ModelSettings,
-    ) -> Suggestion | None:
-        prefix, suffix = text[:offset], text[offset:]
-        self._supersede_last(uri, prefix)
-        # Typed-through: the user typed the start of the last suggestion.
-        last = self.suggestions.get(self._last.get(uri, ""))
-        if last is not None and prefix.startswith(last.prefix) and len(prefix) > len(last.prefix):
-            typed = prefix[len(last.prefix) :]
-            if last.text.startswith(typed) and len(typed) < len(last.text):
-                return self._remember(uri, version, offset, prefix, last.text[len(typed) :], None)
-        key = Cache.key(
-            uri, prefix[-settings.max_prefix_chars :], suffix[: settings.max_suffix_chars]
-        )
-        assert self.cache is not None
-        cached = self.cache.get(key)
-        if cached is not None:
-            return self._remember(uri, version, offset, prefix, cached, None)
-        if trigger == "automatic" and settings.debounce_ms:
-            await asyncio.sleep(settings.debounce_ms / 1000)
-            if me.cancel.is_set():
-                return None
-        try:
-            engine = await self.host.get(model)
-        except EngineError:
-            return None  # the host has logged it and sent the status once
-        if me.cancel.is_set():  # superseded while the model loaded
-            return None
-        max_prompt = engine.context_length - settings.max_tokens - 8
-        prompt = build_prompt(prefix, suffix, language, neighbours, settings, max_prompt)
-        sid = uuid.uuid4().hex
-        me.suggestion_id = sid
-        me.row = {"sid": sid, "uri": uri, "version": version, "language": language,
-                  "trigger": trigger, "prefix": prefix, "suffix": suffix}  # fmt: skip
-        request = Request(
-            prompt=prompt,
-            params=SamplingParams(
-                max_tokens=settings.max_tokens,
-                temperature=settings.temperature,
-                seed=settings.seed if settings.seed >= 0 else None,
-                stop=list(STOP),
-                logprobs=False,
-            ),
-            cancel=me.cancel,
-            request_id=sid,
-        )
-        started = time.perf_counter()
-        try:
-            result = await self.host.call(engine.generate, request)
-        except (Cancelled, asyncio.CancelledError) as exc:
-            self._record_cancelled(sid, uri, version, language, trigger, prefix, suffix)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            return None
-        except EngineError as exc:
-            log.error("inline completion failed: %s", exc)
-            self.host.error_once(str(exc))
-            return None
-        latency_ms = (time.perf_counter() - started) * 1000
-        sample = result.completions[0]
-        if sample.finish_reason == "cancelled" or me.cancel.is_set():
-            self._record_cancelled(sid, uri, version, language, trigger, prefix, suffix)
-            return None
-        output = clean_output(sample.text, suffix, prefix)
-        m = result.metrics
-        self.record(
-            "suggestion",
-            id=sid,
-            kind="inline",
-            trigger=trigger,
-            document_uri=uri,
-            document_version=version,
-            language=language,
-            context=_context(prefix, suffix, neighbours),
-            output=output,
-            latency_ms=latency_ms,
-            ttft_ms=m.ttft_s * 1000,
-            prompt_tokens=m.prompt_tokens,
-            output_tokens=m.output_tokens,
-            drafts_proposed=m.drafts_proposed,
-            drafts_accepted=m.drafts_accepted,
-            mean_acceptance_length=m.mean_acceptance_length,
-            model_version=sample.model_version or engine.model_version,
-        )
-        if not output:
-            self.record("suggestion_event", suggestion_id=sid, event="ignored")
-            return None
-        self.cache.put(key, output)
-        return self._remember(uri, version, offset, prefix, output, sid)
 
     def _remember(
         self, uri: str, version: int, offset: int, prefix: str, text: str, sid: str | None
@@ -360,8 +357,8 @@ class CompletionService:
             last.resolved = True
             self.record("suggestion_event", suggestion_id=last.id, event="superseded")
 
-    def _record_cancelled(
-        self,
+    @staticmethod
+    def _suggestion_fields(
         sid: str,
         uri: str,
         version: int,
@@ -369,17 +366,22 @@ class CompletionService:
         trigger: str,
         prefix: str,
         suffix: str,
-    ) -> None:
-        self.record(
-            "suggestion",
-            id=sid,
-            kind="inline",
-            trigger=trigger,
-            document_uri=uri,
-            document_version=version,
-            language=language,
-            context=_context(prefix, suffix, []),
-        )
+        neighbours: list[Neighbour],
+    ) -> dict[str, Any]:
+        """The fields of a `suggestion` row that are known before the model answers."""
+        return {
+            "id": sid,
+            "kind": "inline",
+            "trigger": trigger,
+            "document_uri": uri,
+            "document_version": version,
+            "language": language,
+            "context": _context(prefix, suffix, neighbours),
+        }
+
+    def _record_cancelled(self, **row: Any) -> None:
+        self.record("suggestion", **self._suggestion_fields(**row, neighbours=[]))
+        sid = row["sid"]
         self.record("suggestion_event", suggestion_id=sid, event="cancelled")
 
     def resolve(self, sid: str, event: str, accepted_chars: int | None = None) -> Suggestion | None:

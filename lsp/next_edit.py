@@ -16,19 +16,35 @@ the next edit; the answer stops at the closing marker. Worked example:
         return w * h             return width * h    -> "def area(width, h):\\n" ... (the first
                                                         differing line block, one edit)
 
-What it does not do: talk LSP or choose the model (server.py), or apply the edit (the client does,
-after checking the version; the server refuses a request whose version has moved on).
+`NextEditService` runs a request: one at a time per document (a newer request cancels the one
+still running), records each as a `next_edit` suggestion, and offers what it found to the
+completion service, so that accepting it (`flywheel.acceptCompletion`) is tracked like an inline
+completion.
+
+What it does not do: talk LSP (server.py checks the version asked for and converts the answer),
+or apply the edit (the client does, after checking the version; the server refuses a request
+whose version has moved on, before or after the model ran: `VersionMoved`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
+import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from lsprotocol import types
 
-from lsp.agent_tasks import hunks_between
-from lsp.documents import apply_change
+from agent.engine import Cancelled, EngineError, Request, SamplingParams
+from lsp.completion import CompletionService, Suggestion
+from lsp.documents import apply_change, offset_at, range_of
+from lsp.model_host import ModelHost
+from lsp.proposals import hunks_between
+from lsp.settings import ModelSettings, NextEditSettings
 
 REGION_OPEN, REGION_CLOSE = "<region>", "</region>"
 
@@ -148,3 +164,136 @@ def next_edit(region: Region, rewrite: str) -> tuple[int, int, str] | None:
     if h.end > len(region.text) and replacement.endswith("\n"):  # the newline we added above
         replacement = replacement[:-1]
     return region.start + h.start, region.start + end, replacement
+
+
+class VersionMoved(Exception):
+    """The document is not at the version the edit was asked for (or made for)."""
+
+    def __init__(self, asked: Any, now: Any) -> None:
+        super().__init__(f"version {now}, not {asked}")
+        self.asked, self.now = asked, now
+
+
+@dataclass
+class NextEdit:
+    suggestion_id: str
+    version: int  # the document version `range` is in
+    range: types.Range
+    new_text: str
+
+
+class NextEditService:
+    def __init__(
+        self,
+        host: ModelHost,
+        completions: CompletionService,
+        record: Callable[..., str | None],
+        now: Callable[[], float],
+        document: Callable[[str], Any],
+    ) -> None:
+        self.host = host
+        self.completions = completions
+        self.record = record
+        self.now = now
+        self.document = document  # uri -> the open document now, or None
+        self.history = EditHistory()  # recent edits per document
+        self.running: dict[str, threading.Event] = {}  # uri -> cancel of its request
+
+    def abandon(self) -> None:
+        """Cancel every request still running (the server is closing)."""
+        for event in self.running.values():
+            event.set()
+
+    async def suggest(
+        self,
+        doc: Any,
+        position: types.Position | None,
+        settings: NextEditSettings,
+        model: ModelSettings,
+    ) -> NextEdit | None:
+        """The next edit in `doc` (a pygls document) near its last edit and `position`; None
+        when there is no recent edit, no model, or nothing to change. Raises VersionMoved when
+        the document changed while the model ran."""
+        uri, version, text = doc.uri, doc.version or 0, doc.source
+        edits = self.history.recent(uri)[-settings.recent_edits :]
+        if not settings.enabled or not edits:
+            return None
+        last = edits[-1]
+        anchors = [min(last.start + len(last.inserted), len(text))]
+        if position is not None:
+            anchors.append(offset_at(text, position))
+        region = region_around(text, anchors, settings.context_lines)
+        previous = self.running.pop(uri, None)
+        if previous is not None:
+            previous.set()
+        cancel = self.running[uri] = threading.Event()
+        try:
+            engine = await self.host.get(model)
+        except EngineError:
+            return None
+        sid = uuid.uuid4().hex
+        request = Request(
+            prompt=build_prompt(uri.rsplit("/", 1)[-1], text, edits, region),
+            params=SamplingParams(
+                max_tokens=settings.max_tokens,
+                temperature=settings.temperature,
+                seed=settings.seed if settings.seed >= 0 else None,
+                stop=[REGION_CLOSE],
+                logprobs=False,
+            ),
+            cancel=cancel,
+            request_id=sid,
+        )
+        row = {
+            "id": sid,
+            "kind": "next_edit",
+            "trigger": "invoked",
+            "document_uri": uri,
+            "document_version": version,
+            "language": doc.language_id or "",
+            "context": {"region": region.text, "recent_edits": len(edits)},
+        }
+        started = time.perf_counter()
+        try:
+            result = await self.host.call(engine.generate, request)
+        except (Cancelled, asyncio.CancelledError) as exc:
+            self.record("suggestion", **row)
+            self.record("suggestion_event", suggestion_id=sid, event="cancelled")
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return None
+        except EngineError as exc:
+            self.host.error_once(str(exc))
+            return None
+        finally:
+            if self.running.get(uri) is cancel:
+                del self.running[uri]
+        sample = result.completions[0]
+        if sample.finish_reason == "cancelled" or cancel.is_set():
+            self.record("suggestion", **row)
+            self.record("suggestion_event", suggestion_id=sid, event="cancelled")
+            return None
+        rewrite = parse_rewrite(sample.text, stopped=sample.finish_reason == "stop")
+        found = next_edit(region, rewrite) if rewrite is not None else None
+        m = result.metrics
+        self.record(
+            "suggestion",
+            **row,
+            output=found[2] if found else "",
+            latency_ms=(time.perf_counter() - started) * 1000,
+            prompt_tokens=m.prompt_tokens,
+            output_tokens=m.output_tokens,
+            model_version=sample.model_version or engine.model_version,
+        )
+        now = self.document(uri)
+        if now is None or (now.version or 0) != version:
+            self.record("suggestion_event", suggestion_id=sid, event="superseded")
+            raise VersionMoved(version, now.version if now else "closed")
+        if found is None:
+            self.record("suggestion_event", suggestion_id=sid, event="ignored")
+            return None
+        start, end, new_text = found
+        self.completions.offer(
+            Suggestion(sid, uri, version, start, text[:start], new_text, self.now())
+        )
+        return NextEdit(sid, version, range_of(text, start, end), new_text)

@@ -1,4 +1,35 @@
-"""The JSON-RPC envelope of the language server: every request with an id gets an answer.
+"""The wire of the language server: the custom messages' types, and a JSON-RPC envelope in which
+every request with an id gets an answer.
+
+Custom messages (all names under `flywheel/`; the clients in lsp/clients use them):
+  server -> client notifications
+    flywheel/status       {state: loading|idle|busy|error|stopped, modelVersion, message}
+    flywheel/taskStep     {taskId, index, role, text, kind, ...}      each harness step as it
+                          happens; kind: instruction | assistant (+calls) | tool (+name,
+                          isError) | approval_request (+calls) | approval | compact | stop
+    flywheel/proposal     {proposalId, taskId, uri, version, hunks: [{index, range, original,
+                           newText, state}]}                         edits awaiting review
+  client -> server requests (typed below: `NextEditParams`, `NextEditResult`)
+    flywheel/nextEdit     {textDocument: {uri, version}, position?} -> null | {uri, version,
+                          range, newText, suggestionId, command}: the edit the user will likely
+                          make next, near their last edit (next_edit.py). Refused with
+                          ContentModified (-32801) when `version` is not the document's version,
+                          before or after the model ran; the client applies it only at `version`
+                          and runs `command` (flywheel.acceptCompletion) when it does.
+  client -> server notifications (typed below: `CompletionEventParams`)
+    flywheel/completionShown              {suggestionId}
+    flywheel/completionPartiallyAccepted  {suggestionId, acceptedChars}
+    flywheel/completionRejected           {suggestionId}
+  test-only requests (`flywheel lsp --manual-clock`)
+    flywheel/debug/advanceClock  {seconds} -> {checks, flushed}
+    flywheel/debug/flush         {} -> {flushed}
+  server -> client requests
+    window/showMessageRequest  an agent action needs approval: "Allow" | "Deny" | "Stop the task"
+                               (no answer within agent.approvalTimeoutS: denied)
+
+The custom messages' params are attrs classes, structured with lsprotocol's converter like the
+standard ones (snake_case fields, camelCase on the wire): `FlywheelProtocol.get_message_type`
+returns them for their methods, as lsprotocol's table does for standard methods.
 
 pygls structures each message while `json.loads` parses it (as its object hook) and, when a
 message does not fit its type, raises from inside the parser: the id is lost, no answer is sent
@@ -17,8 +48,8 @@ server sent (`workspace/configuration` answered with `null`) fails that request 
 nothing waits for a timeout. Log lines never carry a traceback and repeat once per kind at
 most, so a hostile client cannot grow the log or the memory.
 
-Parse errors are answered by `FlywheelServer.report_server_error` (server.py), which pygls calls
-when `json.loads` fails.
+Parse errors are answered by `FlywheelProtocol.report_error`, which the server calls when pygls
+reports that `json.loads` failed.
 """
 
 from __future__ import annotations
@@ -27,6 +58,8 @@ import logging
 import uuid
 from typing import Any
 
+import attrs
+from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcMethodNotFound
 from pygls.protocol import JsonRPCNotification, JsonRPCRequestMessage, LanguageServerProtocol
 from pygls.protocol.json_rpc import JsonRPCResponseMessage, ResponseErrorMessage
@@ -37,6 +70,102 @@ PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
+CONTENT_MODIFIED = -32801  # LSP's ContentModified: the document changed; the answer is void
+REQUEST_FAILED = -32803  # LSP's RequestFailed: the request was valid but could not be done
+
+STATUS = "flywheel/status"
+TASK_STEP = "flywheel/taskStep"
+PROPOSAL = "flywheel/proposal"
+NEXT_EDIT = "flywheel/nextEdit"
+COMPLETION_SHOWN = "flywheel/completionShown"
+COMPLETION_PARTIALLY_ACCEPTED = "flywheel/completionPartiallyAccepted"
+COMPLETION_REJECTED = "flywheel/completionRejected"
+ADVANCE_CLOCK = "flywheel/debug/advanceClock"
+FLUSH = "flywheel/debug/flush"
+
+
+# -- custom message types ------------------------------------------------------------------------
+
+
+@attrs.define
+class NextEditParams:
+    text_document: types.OptionalVersionedTextDocumentIdentifier  # version None: any version
+    position: types.Position | None = None  # the cursor, a second anchor for the region
+
+
+@attrs.define
+class NextEditResult:
+    uri: str
+    version: int  # the document version `range` is in; apply it only there
+    range: types.Range
+    new_text: str
+    suggestion_id: str
+    command: types.Command  # flywheel.acceptCompletion, to run once applied
+
+
+@attrs.define
+class NextEditRequest:
+    id: int | str
+    params: NextEditParams
+    method: str = NEXT_EDIT
+    jsonrpc: str = "2.0"
+
+
+@attrs.define
+class CompletionEventParams:
+    suggestion_id: str
+    accepted_chars: int | None = None  # flywheel/completionPartiallyAccepted only
+
+
+@attrs.define
+class CompletionEventNotification:
+    """The three completion lifecycle notifications; `method` says which."""
+
+    params: CompletionEventParams
+    method: str = COMPLETION_SHOWN
+    jsonrpc: str = "2.0"
+
+
+@attrs.define
+class AdvanceClockParams:
+    seconds: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
+
+
+@attrs.define
+class AdvanceClockRequest:
+    id: int | str
+    params: AdvanceClockParams
+    method: str = ADVANCE_CLOCK
+    jsonrpc: str = "2.0"
+
+
+MESSAGE_TYPES: dict[str, type] = {
+    NEXT_EDIT: NextEditRequest,
+    COMPLETION_SHOWN: CompletionEventNotification,
+    COMPLETION_PARTIALLY_ACCEPTED: CompletionEventNotification,
+    COMPLETION_REJECTED: CompletionEventNotification,
+    ADVANCE_CLOCK: AdvanceClockRequest,
+}
+
+
+# -- the envelope ---------------------------------------------------------------------------------
+
+
+def short(value: Any, limit: int = 200) -> str:
+    """One line of at most `limit` characters, for logs and error messages."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def plain(value: Any) -> Any:
+    """Params of a method without a type (pygls gives them as namedtuples) as plain dicts."""
+    if hasattr(value, "_asdict"):
+        return {k: plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
 
 
 def _usable_id(value: Any) -> bool:
@@ -52,6 +181,23 @@ def _reason(exc: BaseException) -> str:
     return text[:200]
 
 
+class _WriterAfterExit:
+    """The output once `exit` arrived: pygls closes it, and the answers of requests that were
+    still running (cancelled now) are dropped instead of failing on the closed stream."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+        self.closed = False
+
+    def close(self) -> Any:
+        self.closed = True
+        return self.writer.close()
+
+    def write(self, data: bytes) -> None:
+        if not self.closed:
+            self.writer.write(data)
+
+
 class FlywheelProtocol(LanguageServerProtocol):
     """pygls' LSP protocol with the checks above; pass it as `protocol_cls`."""
 
@@ -64,6 +210,29 @@ class FlywheelProtocol(LanguageServerProtocol):
         if kind not in self._logged:
             self._logged.add(kind)
             log.warning("%s", message)
+
+    def report_error(self, error: Exception, source: Any) -> None:
+        """What pygls reports (`LanguageServer.report_server_error`). A message that is not JSON
+        (or not UTF-8, or nested too deep to parse): answer JSON-RPC's parse error (id null) and
+        log once. Anything else: log it once per kind, without a traceback (the requests
+        themselves are answered in `_request`)."""
+        parsing = source is JsonRpcException  # pygls' read loop: json.loads failed
+        if parsing and isinstance(error, ValueError | RecursionError):  # also UnicodeDecodeError
+            self.reply_error(None, PARSE_ERROR, f"Parse error: {short(error)}")
+            if "parse" not in self._logged:
+                self._logged.add("parse")
+                log.error("a message from the client is not valid JSON: %s", short(error))
+            return
+        self.log_once(type(error).__name__, f"{type(error).__name__}: {short(error)}")
+
+    def drop_answers_after_exit(self) -> None:
+        """`exit` arrived: pygls closes the output next; answers still on their way are dropped."""
+        if self.writer is not None and not isinstance(self.writer, _WriterAfterExit):
+            self.writer = _WriterAfterExit(self.writer)
+
+    def get_message_type(self, method: str) -> type | None:
+        """The type of a method's message: the custom ones above, else lsprotocol's."""
+        return MESSAGE_TYPES.get(method) or super().get_message_type(method)
 
     # -- parsing: structure later, not inside json.loads ---------------------------------------
 

@@ -35,8 +35,9 @@ log = logging.getLogger("flywheel.lsp")
 class RegistryFollower:
     def __init__(self, root: str | Path, interval_s: float = 2.0) -> None:
         self.registry = Registry(root)
-        self.watcher = RegistryWatcher(self.registry, swap=_no_swap, version=None,
-                                       interval_s=interval_s)  # fmt: skip
+        self.watcher = RegistryWatcher(
+            self.registry, swap=_no_swap, version=None, interval_s=interval_s
+        )
 
     def initial_model(self) -> str:
         """The promoted version's verified folder (RegistryError when there is none)."""
@@ -89,9 +90,14 @@ class RegistryFollower:
         ls.completions.cache = None
         if ls.recorder is not None:
             record = self.registry.get(version)
-            ls.recorder.record("model_version", id=version, parent=record.get("parent"),
-                               stage=record.get("stage"), path=str(folder),
-                               promoted_at=record.get("promoted_at") or time.time())  # fmt: skip
+            ls.recorder.record(
+                "model_version",
+                id=version,
+                parent=record.get("parent"),
+                stage=record.get("stage"),
+                path=str(folder),
+                promoted_at=record.get("promoted_at") or time.time(),
+            )
         log.info("now serving %s from the registry", version)
         return version
 

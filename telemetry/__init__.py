@@ -5,12 +5,18 @@ sessions, suggestions and their lifecycle, agent tasks and steps (messages, tool
 and sampling logprobs), edits and hunks, outcomes, survival of accepted code, feedback, rewards,
 compressed code snapshots, model versions and training runs. Modules, by role:
 
-  store.py     schema as ordered, recorded migrations; opening the file (WAL, busy timeout)
-  recorder.py  Recorder: enqueue-and-return events, one writer thread committing in batches
-  privacy.py   consent levels, exclusion globs, secret redaction, cleaning, forget
-  rewards.py   named, versioned, pure reward functions; signals from the database; recompute
-  exports.py   pretrain / SFT / RL-task / benchmark JSONL with a manifest; idempotent import
-  cli.py       `flywheel telemetry stats | export | import | forget | rewards | path`
+  folders.py      per-user folders (XDG) and the database's path for command lines
+  store.py        schema as ordered, recorded migrations; opening the file (WAL, busy timeout)
+  events.py       the vocabulary: each event kind's table, fields, code fields, enumerated values
+  recorder.py     Recorder: enqueue-and-return events, one writer thread committing in batches
+  row_builder.py  an event -> the row stored: cleaned, redacted, stripped per the privacy policy
+  inserts.py      a batch's inserts, held and sent with one executemany per statement
+  privacy.py      consent levels, exclusion globs, cleaning, forget
+  redaction.py    secret shapes and high-entropy tokens -> `[REDACTED:<kind>]`
+  rewards.py      named, versioned, pure reward functions; signals from the database; recompute
+  queries.py      the reads that the dashboard, the cycle and the demo make of the tables
+  exports.py      pretrain / SFT / RL-task / benchmark JSONL with a manifest; idempotent import
+  cli.py          `flywheel telemetry stats | export | import | forget | rewards | path`
 
 How to use it (language server, harness):
 
@@ -27,7 +33,7 @@ How to use it (language server, harness):
                stop_reason="answered", stop_detail="", diff=unified_diff_text)
     rec.close()
 
-`record(kind, **fields)` takes one of the kinds in `EVENTS` (recorder.py lists each kind's table,
+`record(kind, **fields)` takes one of the kinds in `EVENTS` (events.py lists each kind's table,
 fields, which fields are code, and enumerated values), returns the event's id, or None when it
 refused the event (logged once per reason, counted in `stats()`). It never raises and never
 blocks on the database; `flush()` waits until everything before it is durable.
@@ -42,9 +48,11 @@ harness record those facts, and rewards.py turns them into numbers. Redaction is
 a guarantee: consent `metrics` and the exclusion globs are the ways to keep code out entirely.
 """
 
+from telemetry.events import EVENTS
 from telemetry.exports import export, import_export, is_held_out
-from telemetry.privacy import PrivacyPolicy, forget, redact, workspace_id
-from telemetry.recorder import EVENTS, Recorder
+from telemetry.privacy import PrivacyPolicy, forget, workspace_id
+from telemetry.recorder import Recorder
+from telemetry.redaction import redact
 from telemetry.rewards import (
     REWARDS,
     compute_reward,

@@ -22,17 +22,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from telemetry import exports, privacy, rewards, store
+from telemetry import exports, folders, privacy, rewards, store
 
 
 def resolve_db_path(flag: str | None, environ: Mapping[str, str]) -> Path:
     """--db, else FLYWHEEL_DB, else the XDG data folder default."""
-    if flag:
-        return Path(flag).expanduser()
-    if environ.get("FLYWHEEL_DB"):
-        return Path(environ["FLYWHEEL_DB"]).expanduser()
-    data_home = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return store.default_path(data_home)
+    return folders.db_path(flag, environ)
 
 
 def _parser() -> argparse.ArgumentParser:

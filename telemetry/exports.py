@@ -22,7 +22,7 @@ held_out_percent. It depends on nothing but the session id, so every machine and
 agrees; nothing from a held-out session is written to pretrain, sft or rl_tasks.
 
 Only sessions recorded at consent `code` contribute to the training files; every string in every
-file passes `privacy.redact` again on the way out (rows were redacted when stored; this also
+file passes `redaction.redact` again on the way out (rows were redacted when stored; this also
 covers rows imported from elsewhere).
 
 `import_export(db, folder)` checks the manifest's hashes, then inserts the rows of sessions.jsonl
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from telemetry import privacy, rewards, store
+from telemetry import redaction, rewards, store
 
 FORMAT = "flywheel-telemetry-export"
 FORMAT_VERSION = 1
@@ -61,7 +61,7 @@ def is_held_out(session_id: str, percent: float, salt: str = DEFAULT_SALT) -> bo
 
 def _redact_all(value: Any) -> Any:
     if isinstance(value, str):
-        return privacy.redact(value)
+        return redaction.redact(value)
     if isinstance(value, dict):
         return {k: _redact_all(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -211,7 +211,7 @@ def _export_pretrain(conn: sqlite3.Connection, writer: _Writer, sessions: set[st
     seen: set[str] = set()
 
     def emit(text: str, source: str, uri: str | None) -> None:
-        text = privacy.redact(text)
+        text = redaction.redact(text)
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
         if digest in seen or not text.strip():
             return

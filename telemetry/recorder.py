@@ -8,19 +8,19 @@
     rec.close()    # flush, stop the writer, close the file
 
 `record(kind, **fields)` is the whole writing API. It checks the kind and the field names (the
-table `EVENTS` below is the vocabulary), assigns an id and a timestamp, puts the event on a
+table `EVENTS` in events.py is the vocabulary), assigns an id and a timestamp, puts the event on a
 queue and returns the id, or None when the event was refused; it never raises and never touches
 the database. Refusals (unknown kind or field, missing field, bad enumerated value) are logged
 once per reason and counted in `stats()`.
 
 The writer thread takes everything queued (up to `batch_size`, waiting up to `linger_s` for more
 when the queue runs dry, unless a flush() is waiting), cleans, redacts and strips each event per
-the privacy policy (privacy.py), and commits the batch in one `BEGIN IMMEDIATE` transaction, its
-inserts sent with one `executemany` per statement (`_Rows`). Lock contention with other processes is waited out (SQLite's busy timeout, then our
-own backoff); it never reaches a caller. Events that cannot be stored — a session that does not
-exist, a duplicate id — go to the `dropped` table with a reason (never their content). A batch
-that fails for the environment (disk full, file became read-only) is dropped, logged, and makes
-the next `flush()` return False.
+the privacy policy (row_builder.py), and commits the batch in one `BEGIN IMMEDIATE` transaction,
+its inserts sent with one `executemany` per statement (inserts.py). Lock contention with other
+processes is waited out (SQLite's busy timeout, then our own backoff); it never reaches a caller.
+Events that cannot be stored — a session that does not exist, a duplicate id — go to the
+`dropped` table with a reason (never their content). A batch that fails for the environment
+(disk full, file became read-only) is dropped, logged, and makes the next `flush()` return False.
 
 What it does not do: it does not compute rewards (rewards.py) or read the environment; it does not
 retry events after a failed batch (telemetry must never grow without bound in memory).
@@ -30,235 +30,24 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
-import hashlib
-import json
 import logging
 import os
 import queue
-import re
 import sqlite3
 import threading
 import time
 import uuid
 import weakref
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 from telemetry import privacy, store
+from telemetry.events import EVENTS, Event
+from telemetry.inserts import HELD, HeldRows, insert
 from telemetry.privacy import PrivacyPolicy
+from telemetry.row_builder import RowBuilder
 
 log = logging.getLogger("flywheel.telemetry")
-
-SUGGESTION_KINDS = frozenset({"inline", "next_edit", "apply", "agent_edit"})
-SUGGESTION_EVENTS = frozenset(
-    {
-        "shown",
-        "accepted",
-        "partially_accepted",
-        "rejected",
-        "ignored",
-        "superseded",
-        "cancelled",
-    }
-)
-TASK_STATUSES = frozenset({"running", "done", "failed", "cancelled", "limit"})
-ROLES = frozenset({"system", "user", "assistant", "tool"})
-HUNK_OUTCOMES = frozenset({"pending", "accepted", "rejected", "failed", "reverted"})
-
-
-@dataclass(frozen=True)
-class EventKind:
-    """How one kind of event maps onto the schema (store.py)."""
-
-    table: str
-    fields: frozenset[str]  # fields a caller may pass (besides session_id)
-    required: frozenset[str] = frozenset()
-    code: frozenset[str] = frozenset()  # code/prompt/output: kept only at consent "code"
-    json: frozenset[str] = frozenset()  # stored as JSON text
-    choices: tuple[tuple[str, frozenset[str]], ...] = ()  # enumerated fields
-    session: bool = True  # belongs to a session, which must exist
-    upsert: bool = False  # may update an existing row with the same id
-
-
-def _spec(
-    table: str,
-    *,
-    fields: str = "",
-    required: str = "",
-    code: str = "",
-    json: str = "",
-    choices: dict[str, frozenset[str]] | None = None,
-    session: bool = True,
-    upsert: bool = False,
-) -> EventKind:
-    req = frozenset(required.split())
-    return EventKind(
-        table=table,
-        fields=frozenset(fields.split()) | req | frozenset(code.split()) | frozenset(json.split()),
-        required=req,
-        code=frozenset(code.split()),
-        json=frozenset(json.split()),
-        choices=tuple((choices or {}).items()),
-        session=session,
-        upsert=upsert,
-    )
-
-
-# The vocabulary: event kind -> table. Every field not listed is refused by record().
-EVENTS: dict[str, EventKind] = {
-    "session_start": _spec(
-        "sessions", fields="id editor plugin_version model_version workspace_id git_head"
-    ),
-    "session_end": _spec("sessions"),
-    # the model a session runs, once known (an editor session starts before its engine loads);
-    # fills an empty sessions.model_version, never overwrites one
-    "session_model": _spec("sessions", required="model_version"),
-    "suggestion": _spec(
-        "suggestions",
-        fields="id trigger document_uri document_version language latency_ms ttft_ms "
-        "prompt_tokens output_tokens drafts_proposed drafts_accepted mean_acceptance_length "
-        "model_version",
-        required="kind",
-        code="context output",
-        json="context",
-        choices={"kind": SUGGESTION_KINDS},
-    ),
-    "suggestion_event": _spec(
-        "suggestion_events",
-        fields="accepted_chars",
-        required="suggestion_id event",
-        choices={"event": SUGGESTION_EVENTS},
-    ),
-    "task_start": _spec(
-        "tasks",
-        fields="id model_version",
-        code="instruction verify_command workspace_files",
-        json="workspace_files",
-    ),
-    "task_end": _spec(
-        "tasks",
-        fields="stop_reason",  # the harness's reason: answered, max_steps, engine_error, ...
-        required="task_id status",
-        code="final_message stop_detail diff",  # diff: the final unified diff of the workspace
-        choices={"status": TASK_STATUSES},
-    ),
-    "step": _spec(
-        "steps",
-        fields="tool_call_id tool_name is_error invalid policy_version duration_ms "
-        "prompt_tokens output_tokens",
-        required="task_id idx role",
-        code="content tool_calls result error token_ids logprobs",
-        json="tool_calls token_ids logprobs",
-        choices={"role": ROLES},
-    ),
-    "edit": _spec(
-        "edits",
-        fields="id task_id suggestion_id document_uri document_version",
-        code="hunks",
-    ),
-    "hunk_outcome": _spec(
-        "hunks", required="edit_id idx outcome", choices={"outcome": HUNK_OUTCOMES}
-    ),
-    "outcome": _spec(
-        "outcomes",
-        fields="task_id suggestion_id tests_before_passed tests_before_failed "
-        "tests_after_passed tests_after_failed diagnostics_before diagnostics_after "
-        "lint_before lint_after reverted dissatisfied_followup",
-    ),
-    "survival": _spec(
-        "survival",
-        fields="accepted_chars surviving_chars",
-        required="suggestion_id after_s",
-    ),
-    "feedback": _spec("feedback", fields="task_id suggestion_id rating", code="comment"),
-    "file": _spec("files", fields="language", required="document_uri", code="text"),
-    "model_version": _spec(
-        "model_versions",
-        fields="parent stage path promoted_at",
-        required="id",
-        json="metrics",
-        session=False,
-        upsert=True,
-    ),
-    "training_run": _spec(
-        "training_runs",
-        fields="stage model_in model_out status ended_at",
-        required="id",
-        json="config",
-        session=False,
-        upsert=True,
-    ),
-    "training_metric": _spec("training_metrics", required="run_id step name value", session=False),
-}
-
-# Columns holding counts or measures: anything else passed there is stored as NULL.
-_NUMERIC = frozenset(
-    [
-        "document_version",
-        "latency_ms",
-        "ttft_ms",
-        "prompt_tokens",
-        "output_tokens",
-        "drafts_proposed",
-        "drafts_accepted",
-        "mean_acceptance_length",
-        "accepted_chars",
-        "idx",
-        "duration_ms",
-        "is_error",
-        "invalid",
-        "tests_before_passed",
-        "tests_before_failed",
-        "tests_after_passed",
-        "tests_after_failed",
-        "diagnostics_before",
-        "diagnostics_after",
-        "lint_before",
-        "lint_after",
-        "reverted",
-        "dissatisfied_followup",
-        "after_s",
-        "surviving_chars",
-        "rating",
-        "step",
-        "value",
-        "promoted_at",
-        "ended_at",
-    ]
-)
-
-
-# How _row treats each field of each kind (worked out once, not per event).
-_AS_META, _AS_NUMBER, _AS_JSON, _AS_URI, _AS_CODE = range(5)
-
-
-def _plan(spec: EventKind) -> dict[str, int]:
-    plan = {}
-    for name in spec.fields | {"session_id"}:
-        if name in spec.code:
-            plan[name] = _AS_CODE  # kept only at consent "code", after the metadata
-        elif name in _NUMERIC:
-            plan[name] = _AS_NUMBER
-        elif name in spec.json:
-            plan[name] = _AS_JSON  # metrics, config: metadata, still cleaned and redacted
-        elif name == "document_uri":
-            plan[name] = _AS_URI
-        else:
-            plan[name] = _AS_META
-    return plan
-
-
-_PLANS = {kind: _plan(spec) for kind, spec in EVENTS.items()}
-
-
-@dataclass
-class _Event:
-    kind: str
-    id: str
-    at: float
-    fields: dict[str, Any]
 
 
 class _Flush:
@@ -294,8 +83,7 @@ class Recorder:
         self._refused_logged: set[str] = set()
         self._batch_failed = False
         self._known_sessions: set[str] = set()
-        # task id -> ids of its latest tool calls that named an excluded file (writer thread only)
-        self._excluded_calls: dict[str, set[str]] = {}
+        self._builder = RowBuilder(self.policy)  # event -> stored row (writer thread only)
         self._conn: sqlite3.Connection | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -349,7 +137,7 @@ class Recorder:
         else:
             event_id = fields.get("id") or uuid.uuid4().hex
         self._counts["enqueued"] += 1
-        self._queue.put(_Event(kind, str(event_id), time.time(), fields))
+        self._queue.put(Event(kind, str(event_id), time.time(), fields))
         return str(event_id)
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -410,7 +198,7 @@ class Recorder:
             pending = None
             if item is _STOP:
                 break
-            batch: list[_Event] = []
+            batch: list[Event] = []
             marker: _Flush | None = None
             lingered = False
             while True:
@@ -458,7 +246,7 @@ class Recorder:
             self.error = f"telemetry flush failed: {_reason(exc)}"
             log.error("%s", self.error)
 
-    def _write(self, batch: list[_Event], *, durable: bool) -> None:
+    def _write(self, batch: list[Event], *, durable: bool) -> None:
         conn = self._conn
         assert conn is not None
         new_sessions: set[str] = set()
@@ -466,7 +254,7 @@ class Recorder:
             if durable:
                 conn.execute("PRAGMA synchronous=FULL")
             with store.write_transaction(conn):
-                rows = _Rows(conn)
+                rows = HeldRows(conn)
                 for event in batch:
                     try:
                         reason = self._apply(conn, event, new_sessions, rows)
@@ -476,7 +264,7 @@ class Recorder:
                         raise  # the file or the disk: the whole batch fails below
                     except Exception as exc:  # e.g. an int too large for SQLite
                         reason = f"unstorable value: {type(exc).__name__}"
-                    if reason is _HELD:
+                    if reason is HELD:
                         continue
                     if reason is not None:
                         self._drop(conn, event, str(reason))
@@ -501,7 +289,7 @@ class Recorder:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("PRAGMA synchronous=NORMAL")
 
-    def _drop(self, conn: sqlite3.Connection, event: _Event, reason: str) -> None:
+    def _drop(self, conn: sqlite3.Connection, event: Event, reason: str) -> None:
         self._counts["dropped"] += 1
         conn.execute(
             "INSERT OR IGNORE INTO dropped (id, at, kind, reason) VALUES (?, ?, ?, ?)",
@@ -517,10 +305,10 @@ class Recorder:
         return False
 
     def _apply(
-        self, conn: sqlite3.Connection, event: _Event, new: set[str], rows: _Rows
+        self, conn: sqlite3.Connection, event: Event, new: set[str], rows: HeldRows
     ) -> str | None | object:
         """Write one event inside the open transaction; return a drop reason, None when it is
-        written, or _HELD when its row waits in `rows` (which then reports how it ended)."""
+        written, or HELD when its row waits in `rows` (which then reports how it ended)."""
         spec = EVENTS[event.kind]
         fields = event.fields
         sid = fields.get("session_id")
@@ -528,7 +316,7 @@ class Recorder:
         if needs_session and not self._session_exists(conn, sid, new):
             return "unknown session"
         try:
-            row = self._row(event, spec)
+            row = self._builder.row(event, spec)
         except Exception as exc:  # a value we could not turn into text: never the caller's crash
             return f"unstorable value: {type(exc).__name__}"
         kind = event.kind
@@ -583,7 +371,7 @@ class Recorder:
         elif kind == "edit":
             hunks = fields.get("hunks") or []
             row["created_at"] = event.at
-            row["excluded"] = int(self._excluded(fields.get("document_uri")))
+            row["excluded"] = int(self._builder.excluded(fields.get("document_uri")))
             store_code = self.policy.consent == "code" and not row["excluded"]
             for i, hunk in enumerate(hunks if isinstance(hunks, list) else []):
                 hunk = hunk if isinstance(hunk, dict) else {}
@@ -595,8 +383,12 @@ class Recorder:
                         "session_id": sid,
                         "edit_id": event.id,
                         "idx": i,
-                        "original": self._code(hunk.get("original")) if store_code else None,
-                        "replacement": self._code(hunk.get("replacement")) if store_code else None,
+                        "original": self._builder.code(hunk.get("original"))
+                        if store_code
+                        else None,
+                        "replacement": self._builder.code(hunk.get("replacement"))
+                        if store_code
+                        else None,
                         "outcome": "pending",
                     },
                 )
@@ -613,289 +405,15 @@ class Recorder:
                 row["share"] = max(0.0, min(1.0, surviving / accepted))
         elif kind == "suggestion":
             row["created_at"] = event.at
-            row["excluded"] = int(self._excluded(fields.get("document_uri")))
+            row["excluded"] = int(self._builder.excluded(fields.get("document_uri")))
         elif kind in ("model_version", "training_run"):
             row["created_at"] = event.at
         else:
             row["at"] = event.at
         if spec.upsert:  # in order with the held rows: a later upsert of the same id wins
             rows.flush()
-            return _insert(conn, spec.table, row, upsert=True)
+            return insert(conn, spec.table, row, upsert=True)
         return rows.add(event, spec.table, row)
-
-    # --- privacy: every value passes here before it is written -------------------------------
-
-    def _excluded(self, uri: Any) -> bool:
-        return isinstance(uri, str) and privacy.is_excluded(uri, self.policy.exclude)
-
-    def _code(self, value: Any) -> str | None:
-        if value is None:
-            return None
-        return privacy.clean_code(
-            value, self.policy.max_code_chars, redact_secrets=self.policy.redact_secrets
-        )
-
-    def _json_code(self, value: Any) -> Any:
-        """Clean and redact every string inside a JSON-like value; a string under a key that
-        names a secret ({"password": "..."}) is redacted whole."""
-        if isinstance(value, str | bytes | bytearray):
-            return self._code(value)
-        if isinstance(value, dict):  # keys are names: cleaned, not redacted
-            out = {}
-            redact_names = self.policy.redact_secrets
-            for k, v in value.items():
-                key = privacy.clean_text(k, privacy.MAX_META_CHARS)
-                if redact_names and type(v) is str and privacy.named_secret(key, v):
-                    out[key] = "[REDACTED:password_assignment]"
-                else:
-                    out[key] = self._json_code(v)
-            return out
-        if isinstance(value, list | tuple):
-            return [self._json_code(v) for v in value]
-        if value is None or isinstance(value, bool | int | float):
-            return value
-        return self._code(str(value))
-
-    def _step_touches_excluded_file(self, fields: dict[str, Any]) -> bool:
-        """An assistant step calling a tool on an excluded path, or the tool step answering it
-        (matched by tool_call_id, or else the tool step right after such a call)."""
-        task = str(fields.get("task_id"))
-        if fields.get("role") == "assistant":
-            ids = _excluded_call_ids(fields.get("tool_calls"), self.policy.exclude)
-            if ids:
-                if len(self._excluded_calls) > 10_000:  # bounded: old tasks are long done
-                    self._excluded_calls.clear()
-                self._excluded_calls[task] = ids
-            else:
-                self._excluded_calls.pop(task, None)
-            return bool(ids)
-        if fields.get("role") == "tool":
-            ids = self._excluded_calls.get(task)
-            if not ids:
-                return False
-            call_id = fields.get("tool_call_id")
-            return call_id is None or str(call_id) in ids or "" in ids
-        return False
-
-    def _row(self, event: _Event, spec: EventKind) -> dict[str, Any]:
-        fields = event.fields
-        consent_code = self.policy.consent == "code"
-        keep_code = consent_code
-        uri = fields.get("document_uri")
-        if keep_code and uri is not None and self._excluded(uri):
-            keep_code = False
-        plan = _PLANS[event.kind]
-        row: dict[str, Any] = {}
-        for name, value in fields.items():
-            how = plan[name]
-            if how == _AS_META or (how == _AS_URI and consent_code):
-                if value is None or isinstance(value, bool | int | float):
-                    row[name] = value
-                else:
-                    row[name] = privacy.clean_text(value, privacy.MAX_META_CHARS)
-            elif how == _AS_NUMBER:
-                row[name] = _number(value)
-            elif how == _AS_JSON:
-                row[name] = _dumps(self._json_code(value))
-            elif how == _AS_URI:
-                row[name] = _opaque_uri(value)
-        if event.kind == "step":
-            calls = fields.get("tool_calls")
-            if calls is not None:
-                row["tool_calls_hash"] = _hash(_dumps(calls, sort_keys=True))
-            if keep_code and self._step_touches_excluded_file(fields):
-                keep_code = False  # a read of .env: its arguments and result are not stored
-        if event.kind == "task_end":
-            message, diff = fields.get("final_message"), fields.get("diff")
-            row["final_message_chars"] = len(message) if isinstance(message, str) else None
-            row["diff_chars"] = len(diff) if isinstance(diff, str | bytes) else None
-        if event.kind == "suggestion":
-            output = fields.get("output")
-            row["output_chars"] = len(output) if isinstance(output, str) else None
-        if not keep_code:
-            return row
-        for name in spec.code & fields.keys() - {"hunks"}:  # hunks: one row each, in _apply
-            value = fields[name]
-            if name == "workspace_files":
-                files = value if isinstance(value, dict) else {}
-                kept = {
-                    str(p): t
-                    for p, t in files.items()
-                    if not privacy.is_excluded(str(p), self.policy.exclude)
-                }
-                # keys are paths here, not field names: redact each file's text only
-                kept = {
-                    privacy.clean_text(p, privacy.MAX_META_CHARS): self._code(t)
-                    for p, t in kept.items()
-                }
-                row[name] = _dumps(kept, sort_keys=True)
-            elif name in spec.json:
-                row[name] = _dumps(self._json_code(value))
-            elif name == "diff":
-                row[name] = self._diff(value)
-            else:
-                row[name] = self._code(value)
-        return row
-
-    def _diff(self, value: Any) -> str | None:
-        """A diff as a code field (cleaned, redacted, cut with a marker), without the sections
-        of excluded files; the cut's marker stays even when the last section is dropped."""
-        text = self._code(value)
-        if text is None:
-            return None
-        cut = _CUT_MARKER.search(text)
-        body, marker = (text[: cut.start()], cut.group(0)) if cut else (text, "")
-        return privacy.drop_excluded_files(body, self.policy.exclude) + marker
-
-
-def _excluded_call_ids(calls: Any, globs: tuple[str, ...]) -> set[str]:
-    """The ids ("" when missing) of tool calls whose arguments name an excluded path."""
-    found: set[str] = set()
-    if not isinstance(calls, list):
-        return found
-    for call in calls:
-        args = call.get("arguments") if isinstance(call, dict) else None
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except ValueError:
-                args = {"raw": args}
-        if isinstance(args, dict) and any(
-            isinstance(v, str) and privacy.is_excluded(v, globs) for v in args.values()
-        ):
-            found.add(str(call.get("id") or "") if isinstance(call, dict) else "")
-    return found
-
-
-_HELD = object()  # _apply's answer for a row that waits in _Rows
-_CUT_MARKER = re.compile(r"\n\[truncated: \d+ (?:chars|bytes), kept \d+\]\Z")
-
-
-class _Rows:
-    """The inserts of one batch, held back and sent with one executemany per statement.
-
-    Rows of different tables and shapes are independent, so each statement's rows go together
-    in the order they came. When every row went in (the sum of rowcounts says so) the savepoint
-    is released; otherwise (a duplicate id, a schema rejection, a value SQLite cannot bind) it
-    is rolled back and the rows are replayed one at a time, in the order of their events, so each
-    event gets its own outcome exactly as if it had been written alone. Callers flush() before
-    any statement that must see the held rows (an UPDATE, an upsert).
-    """
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-        self.groups: dict[str, list[tuple[Any, ...]]] = {}
-        self.order: list[tuple[_Event | None, str, tuple[Any, ...]]] = []
-        self.done: list[tuple[_Event, str | None]] = []  # held events and their drop reasons
-
-    def add(self, event: _Event | None, table: str, row: dict[str, Any]) -> object:
-        """Hold one row; `event` None for a row whose outcome nobody counts (a hunk)."""
-        sql = _insert_sql(table, tuple(row), False)
-        params = tuple(row.values())
-        group = self.groups.get(sql)
-        if group is None:
-            self.groups[sql] = group = []
-        group.append(params)
-        self.order.append((event, sql, params))
-        return _HELD
-
-    def flush(self) -> None:
-        """Insert the held rows; each held event's outcome goes to `done`."""
-        if self.order:
-            order, groups = self.order, self.groups
-            self.order, self.groups = [], {}
-            conn = self.conn
-            conn.execute("SAVEPOINT held_rows")
-            complete = True
-            try:
-                for sql, params in groups.items():
-                    if conn.executemany(sql, params).rowcount != len(params):
-                        complete = False
-                        break
-            except sqlite3.IntegrityError:
-                complete = False
-            except sqlite3.Error:
-                raise  # the file or the disk: the whole batch fails in _write
-            except Exception:  # e.g. an int too large for SQLite
-                complete = False
-            if complete:
-                conn.execute("RELEASE held_rows")
-                self.done.extend((event, None) for event, _, _ in order if event is not None)
-            else:
-                conn.execute("ROLLBACK TO held_rows")
-                conn.execute("RELEASE held_rows")
-                for event, sql, params in order:
-                    reason = _execute_insert(conn, sql, params)
-                    if event is not None:
-                        self.done.append((event, reason))
-
-    def outcomes(self) -> list[tuple[_Event, str | None]]:
-        """Flush, then every held event's drop reason (None: written) since the last call."""
-        self.flush()
-        done, self.done = self.done, []
-        return done
-
-
-def _execute_insert(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> str | None:
-    """One INSERT; a drop reason for this row, or None. Errors of the file itself propagate."""
-    try:
-        cur = conn.execute(sql, params)
-    except sqlite3.IntegrityError as exc:
-        return f"rejected by the schema: {exc}"
-    except sqlite3.Error:
-        raise
-    except Exception as exc:  # e.g. an int too large for SQLite
-        return f"unstorable value: {type(exc).__name__}"
-    return None if cur.rowcount else "duplicate id"
-
-
-@functools.lru_cache(maxsize=256)
-def _insert_sql(table: str, columns: tuple[str, ...], upsert: bool) -> str:
-    names = ", ".join(columns)
-    marks = ", ".join("?" * len(columns))
-    if upsert:
-        updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in ("id", "created_at"))
-        return (
-            f"INSERT INTO {table} ({names}) VALUES ({marks}) "
-            f"ON CONFLICT(id) DO UPDATE SET {updates}"
-        )
-    return f"INSERT INTO {table} ({names}) VALUES ({marks}) ON CONFLICT(id) DO NOTHING"
-
-
-def _insert(
-    conn: sqlite3.Connection, table: str, row: dict[str, Any], *, upsert: bool = False
-) -> str | None:
-    cur = conn.execute(_insert_sql(table, tuple(row), upsert), tuple(row.values()))
-    return None if cur.rowcount else "duplicate id"
-
-
-def _number(value: Any) -> float | int | None:
-    if isinstance(value, int) and not -(2**63) <= value < 2**63:
-        return float(value)  # SQLite integers are 64-bit
-    if value is None or isinstance(value, int | float):
-        return value
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _dumps(value: Any, sort_keys: bool = False) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=sort_keys, default=str)
-
-
-def _hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _opaque_uri(uri: Any) -> str | None:
-    """At `metrics` consent a path is replaced by a hash that keeps only its extension."""
-    if not isinstance(uri, str):
-        return None
-    name = privacy.uri_path(uri).rsplit("/", 1)[-1]
-    ext = name.rsplit(".", 1)[-1] if "." in name else ""
-    digest = _hash(uri)[:16]
-    return f"sha256:{digest}" + (f".{ext[:10]}" if ext.isalnum() else "")
 
 
 def _open_for_writing(path: str) -> sqlite3.Connection:

@@ -34,7 +34,6 @@ total@2 (the latest) = 0.5 - 0.025 + 0.04 + 0.1 = 0.615.
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
@@ -292,19 +291,6 @@ def latest() -> list[RewardFunction]:
 def compute_reward(name: str, signals: Signals, version: int | None = None) -> float | None:
     """The reward `name` (e.g. "total", "task_success@1") for a dict of signals."""
     return get(name, version).fn(signals)
-
-
-_DISSATISFIED = re.compile(
-    r"\b(?:no[,.!]|not what i|that'?s wrong|wrong|doesn'?t work|didn'?t work|still (?:fails|broken|"
-    r"failing)|broke|undo|revert|try again|you (?:didn'?t|did not|broke)|why did you)\b",
-    re.IGNORECASE,
-)
-
-
-def looks_dissatisfied(follow_up: str) -> bool:
-    """A cheap classifier for a user's next message after an answer: a complaint or a retry.
-    The harness may use it to set `dissatisfied_followup` on an outcome event."""
-    return bool(_DISSATISFIED.search(follow_up or ""))
 
 
 # --- signals from the database -----------------------------------------------------------------

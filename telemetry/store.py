@@ -300,11 +300,6 @@ SESSION_TABLES = (
 )
 
 
-def default_path(data_home: str | os.PathLike[str]) -> Path:
-    """The per-user database inside an XDG data folder ($XDG_DATA_HOME or ~/.local/share)."""
-    return Path(data_home) / "flywheel" / "telemetry.db"
-
-
 def is_lock_error(exc: BaseException) -> bool:
     """SQLite's "someone else holds the lock" family: worth waiting for, never worth reporting."""
     if not isinstance(exc, sqlite3.OperationalError):

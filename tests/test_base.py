@@ -94,9 +94,22 @@ def _lora_adapter(tmp_path, checkpoint: Path) -> Path:
     rows = tmp_path / "sft.jsonl"
     conversation = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
     rows.write_text("\n".join(json.dumps({"messages": conversation}) for _ in range(4)))
-    recipe = Recipe(name="lora", stage="sft", out=str(tmp_path / "run"), init=str(checkpoint),
-                    sft_data=[str(rows)], lora_rank=4, steps=2, batch_size=2, seq_len=64,
-                    lr=1e-2, device="cpu", log_every=1, eval_every=100, save_every=100)  # fmt: skip
+    recipe = Recipe(
+        name="lora",
+        stage="sft",
+        out=str(tmp_path / "run"),
+        init=str(checkpoint),
+        sft_data=[str(rows)],
+        lora_rank=4,
+        steps=2,
+        batch_size=2,
+        seq_len=64,
+        lr=1e-2,
+        device="cpu",
+        log_every=1,
+        eval_every=100,
+        save_every=100,
+    )
     train(recipe, progress=False)
     return tmp_path / "run" / "model"
 

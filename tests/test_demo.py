@@ -13,10 +13,22 @@ import pytest
 def test_demo_runs_logs_and_scores_a_task(tmp_path):
     db = tmp_path / "telemetry.db"
     out = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "demo", "--workspace", str(tmp_path / "ws"),
-         "--telemetry-db", str(db), "--max-steps", "2"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "demo",
+            "--workspace",
+            str(tmp_path / "ws"),
+            "--telemetry-db",
+            str(db),
+            "--max-steps",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "rewards of this task" in out.stdout and "Where to look next" in out.stdout
     assert (tmp_path / "ws" / "inventory.py").exists()
@@ -41,7 +53,9 @@ def test_demo_refuses_a_non_empty_workspace(tmp_path):
     (tmp_path / "x").write_text("keep me")
     out = subprocess.run(
         [sys.executable, "-m", "agent.cli", "demo", "--workspace", str(tmp_path)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and "not empty" in out.stdout
     assert (tmp_path / "x").read_text() == "keep me"

@@ -15,8 +15,16 @@ def test_serve_on_a_busy_port_is_one_line_and_exit_2(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
-        command = [sys.executable, "-m", "agent.cli", "serve", "--port", str(port),
-                   "--model", str(tmp_path / "no-such-checkpoint")]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--model",
+            str(tmp_path / "no-such-checkpoint"),
+        ]
         started = time.monotonic()
         proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
         took = time.monotonic() - started

@@ -60,15 +60,24 @@ def conversation() -> list[dict]:
             "role": "assistant",
             "content": "Looking.",
             "tool_calls": [
-                {"id": "c1", "type": "function",
-                 "function": {"name": "edit_file", "arguments": json.dumps(EDIT)}},
-                {"id": "c2", "type": "function",
-                 "function": {"name": "read_file", "arguments": {"path": "a.py", "start_line": 3}}},
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "edit_file", "arguments": json.dumps(EDIT)},
+                },
+                {
+                    "id": "c2",
+                    "type": "function",
+                    "function": {
+                        "name": "read_file",
+                        "arguments": {"path": "a.py", "start_line": 3},
+                    },
+                },
             ],
         },
         {"role": "tool", "tool_call_id": "c1", "content": "a.py: 1 of 1 hunks applied"},
         {"role": "assistant", "content": "Done."},
-    ]  # fmt: skip
+    ]
 
 
 def test_chat_template_renders_every_role_and_raw_tool_calls(tokenizer):

@@ -79,9 +79,13 @@ def main(argv: list[str]) -> int:
     starter.add_argument("--eval-tasks", type=int, default=27, help="held-out tasks to evaluate")
 
     ev = sub.add_parser("eval", help="run held-out tasks through the harness; pass@1, parse rate")
-    ev.add_argument("--model", required=True, action="append",
-                    help="checkpoint or adapter folder, 'default' or 'base'; repeat it to compare "
-                         "models on the same tasks in one run")  # fmt: skip
+    ev.add_argument(
+        "--model",
+        required=True,
+        action="append",
+        help="checkpoint or adapter folder, 'default' or 'base'; repeat it to compare "
+        "models on the same tasks in one run",
+    )
     ev.add_argument("--tasks", required=True, help="tasks folder or tasks.jsonl")
     ev.add_argument("--json", default="", help="write the report here")
     ev.add_argument("--split", default="heldout", choices=["heldout", "train", "all"])
@@ -158,7 +162,8 @@ def _data(args: argparse.Namespace) -> int:
 
 
 def _tasks(args: argparse.Namespace) -> int:
-    from training.tasks import default_workers, export, generate_tasks
+    from training.tasks.dataset import export
+    from training.tasks.generation import default_workers, generate_tasks
 
     workers = args.workers or default_workers()
     tasks = generate_tasks(
@@ -207,8 +212,13 @@ def _starter(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from training.evaluate import EvalConfig, evaluate_agent
 
-    config = EvalConfig(split=args.split, limit=args.limit, max_steps=args.max_steps,
-                        max_wall_s=args.max_wall_s, turn_max_tokens=args.turn_max_tokens)  # fmt: skip
+    config = EvalConfig(
+        split=args.split,
+        limit=args.limit,
+        max_steps=args.max_steps,
+        max_wall_s=args.max_wall_s,
+        turn_max_tokens=args.turn_max_tokens,
+    )
     reports = []
     for model in args.model:
         report = evaluate_agent(

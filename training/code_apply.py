@@ -1,6 +1,6 @@
 """Fast-apply examples made from real source files: an original file, an edit sketch, the result.
 
-The synthetic projects of `training/tasks.py` come from a few templates, so a small model learns
+The synthetic projects of `training/tasks/` come from a few templates, so a small model learns
 their text by heart and rewrites a file from memory instead of copying it (the starter did:
 about 0.68 similarity to the expected file, never exact). Files it has never seen force it to
 copy from its prompt, which is what fast apply is. Each example takes one `.py` file and makes
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from agent.chat_format import apply_messages
 from agent.engine.bench import APPLY_FILE, FREE_PROMPTS
-from training.tasks import edit_sketch
+from training.tasks.fast_apply import edit_sketch
 
 EXCLUDED = {APPLY_FILE, *(name for name, _ in FREE_PROMPTS)}
 _IMPORTS = ["os", "sys", "re", "json", "math", "logging", "functools", "itertools", "typing"]

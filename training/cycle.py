@@ -18,12 +18,12 @@ One cycle, in order:
     register   the candidate goes into the registry with its lineage: parent, export manifest,
                stage recipes, reward function@version
     benchmark  candidate and, when it has no result on the same task set and settings, the
-               promoted version: `flywheel bench agent` (training/benchmark.run_benchmark) on
+               promoted version: `flywheel bench agent` (training/benchmark `run_benchmark`) on
                held-out synthetic tasks, the same tasks and sampling seed for both (a paired
                comparison); pass@1 through the harness, and oracle_logprob (the mean
                log-probability of each task's oracle trajectory: a tiny model rarely passes a
                task, so pass@1 alone cannot tell two candidates apart)
-    gate       training/gate.py; the decision and its reasons are kept in the registry
+    gate       agent/gate.py; the decision and its reasons are kept in the registry
     promote    when accepted; running `flywheel serve` / `flywheel lsp --model registry`
                processes switch to it by themselves
 
@@ -55,27 +55,13 @@ from pathlib import Path
 from typing import Any
 
 from agent.chat_format import render_chat
+from agent.gate import GateConfig, GateError, gate_promotion
 from agent.registry import Registry, RegistryError, path_from_cli
 from training.benchmark import BenchConfig, BenchTask
-from training.gate import GateConfig, GateError, gate_promotion
 
-# Recipe values per stage (training/recipe.py fields); `quick` replaces them with QUICK's.
-STAGE_SETTINGS: dict[str, dict[str, Any]] = {
-    "pretrain": dict(seq_len=512, batch_size=8, steps=100, lr=5e-4, warmup_steps=10,
-                     log_every=10, eval_every=50, eval_batches=2, save_every=50),
-    "sft": dict(seq_len=2048, batch_size=1, grad_accum=2, steps=60, lr=5e-4, warmup_steps=5,
-                log_every=10, eval_every=30, eval_batches=4, save_every=30),
-    "mtp": dict(seq_len=256, batch_size=4, steps=40, lr=2e-3, warmup_steps=4, log_every=10,
-                eval_every=20, eval_batches=2, save_every=20),
-}  # fmt: skip
-QUICK: dict[str, dict[str, Any]] = {
-    "pretrain": dict(seq_len=64, batch_size=2, steps=3, lr=1e-3, warmup_steps=1, log_every=1,
-                     eval_every=3, eval_batches=1, save_every=3),
-    "sft": dict(seq_len=2000, batch_size=1, steps=4, lr=3e-3, warmup_steps=1, log_every=1,
-                eval_every=4, eval_batches=1, save_every=4),
-    "mtp": dict(seq_len=32, batch_size=2, steps=2, lr=2e-3, warmup_steps=1, log_every=1,
-                eval_every=2, eval_batches=1, save_every=2),
-}  # fmt: skip
+# Each stage's recipe: training/recipes/cycle/STAGE.toml (`quick`: cycle/quick/STAGE.toml).
+RECIPES = Path(__file__).parent / "recipes" / "cycle"
+STAGES = ("pretrain", "sft", "mtp")
 
 
 @dataclass
@@ -113,7 +99,7 @@ QUICK_BENCH = dict(max_steps=2, turn_max_tokens=32)  # `--quick`: a benchmark of
 @functools.lru_cache(maxsize=4)
 def _tasks(projects: int, task_seed: int, max_tasks: int, oracle: bool) -> tuple[BenchTask, ...]:
     from training.benchmark import from_synthetic, pick_tasks
-    from training.tasks import generate_tasks
+    from training.tasks.generation import generate_tasks
 
     tasks = generate_tasks(projects, seed=task_seed, heldout_fraction=1.0)
     return tuple(from_synthetic(t, oracle=oracle) for t in pick_tasks(tasks, max_tasks))
@@ -155,12 +141,21 @@ class CycleConfig:
     def __post_init__(self) -> None:
         if self.min_sessions < 1 or self.min_trajectories < 1 or self.min_code_chars < 1:
             raise CycleError("min_sessions, min_trajectories and min_code_chars must be >= 1")
-        unknown = set(self.stages) - set(STAGE_SETTINGS)
+        unknown = set(self.stages) - set(STAGES)
         if unknown:
-            raise CycleError(f"unknown stage(s) {sorted(unknown)}; use {sorted(STAGE_SETTINGS)}")
+            raise CycleError(f"unknown stage(s) {sorted(unknown)}; use {sorted(STAGES)}")
+        for stage in self.stages:
+            self.recipe(stage)  # an unknown key or a wrong type fails here, before any work
 
-    def recipe_values(self, stage: str) -> dict[str, Any]:
-        return {**(QUICK if self.quick else STAGE_SETTINGS)[stage], **self.stages.get(stage, {})}
+    def recipe(self, stage: str, **fill: Any):
+        """The stage's recipe file, then `fill` (paths and the like), then the --set overrides."""
+        from training.recipe import RecipeError, load_recipe
+
+        path = (RECIPES / "quick" if self.quick else RECIPES) / f"{stage}.toml"
+        try:
+            return load_recipe(path, {**fill, **self.stages.get(stage, {})})
+        except RecipeError as exc:
+            raise CycleError(str(exc)) from None
 
 
 # --- the lock and the state ------------------------------------------------------------------
@@ -214,7 +209,7 @@ def save_state(work: Path, state: dict[str, Any]) -> None:
 
 def new_sessions(db_path: str, since: float) -> tuple[int, int, float]:
     """(all sessions, sessions started after `since`, the newest start) in the telemetry store."""
-    from telemetry import open_db
+    from telemetry import open_db, queries
 
     if not Path(db_path).exists():
         raise CycleError(
@@ -223,12 +218,10 @@ def new_sessions(db_path: str, since: float) -> tuple[int, int, float]:
         )
     db = open_db(db_path, create=False)
     try:
-        total, fresh, newest = db.conn.execute(
-            "SELECT count(*), sum(started_at > ?), max(started_at) FROM sessions", (since,)
-        ).fetchone()
+        total, fresh, newest = queries.session_counts(db, since)
     finally:
         db.conn.close()
-    return int(total or 0), int(fresh or 0), float(newest or since)
+    return total, fresh, float(newest or since)
 
 
 def due(state: dict[str, Any], fresh: int, now: float, min_sessions: int, period_s: float) -> str:
@@ -255,11 +248,17 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def _train(stage: str, init: str, out: Path, config: CycleConfig, **data: Any) -> tuple[Path, dict]:
     from training.loop import train
-    from training.recipe import Recipe
 
-    recipe = Recipe(name=f"{out.parent.name}-{stage}", stage=stage, out=str(out), init=init,
-                    device=config.device, telemetry_db=config.telemetry_db,
-                    **{**config.recipe_values(stage), **data})  # fmt: skip
+    name = f"{out.parent.name}-{stage}"
+    recipe = config.recipe(
+        stage,
+        name=name,
+        out=str(out),
+        init=init,
+        device=config.device,
+        telemetry_db=config.telemetry_db,
+        **data,
+    )
     return train(recipe, resume=False, progress=config.progress), recipe.to_dict()
 
 
@@ -280,7 +279,7 @@ def _mtp_corpus(folder: Path, export: Path, tokenizer_dir: str, tokenizer) -> tu
             tokenizer=tokenizer_dir,
             near_dup_threshold=0.95,
             heldout_fraction=0.2,
-        ),  # fmt: skip
+        ),
         folder / "mtp_corpus",
     )
     tokens = min(manifest["splits"]["train"]["tokens"], manifest["splits"]["heldout"]["tokens"])
@@ -296,11 +295,19 @@ def run_cycle(config: CycleConfig, log: Callable[[str], None] = print) -> dict[s
         state = load_state(work)
         total, fresh, newest = new_sessions(config.telemetry_db, state["watermark"])
         if total == 0:
-            return _skipped(config, log, f"the telemetry database {config.telemetry_db} has no "
-                            "sessions yet: use Flywheel in an editor first")  # fmt: skip
+            return _skipped(
+                config,
+                log,
+                f"the telemetry database {config.telemetry_db} has no "
+                "sessions yet: use Flywheel in an editor first",
+            )
         if fresh < config.min_sessions:
-            return _skipped(config, log, f"{fresh} new session(s) since the last cycle, fewer "
-                            f"than --min-sessions {config.min_sessions}")  # fmt: skip
+            return _skipped(
+                config,
+                log,
+                f"{fresh} new session(s) since the last cycle, fewer "
+                f"than --min-sessions {config.min_sessions}",
+            )
         cycle_id = f"cycle-{state['cycles'] + 1:04d}-{time.strftime('%Y%m%d-%H%M%S')}"
         folder = work / cycle_id
         folder.mkdir(parents=True)
@@ -309,9 +316,13 @@ def run_cycle(config: CycleConfig, log: Callable[[str], None] = print) -> dict[s
         try:
             summary.update(_cycle(config, registry, state, folder, log))
             if summary["status"] != "skipped":
-                state.update(watermark=newest, cycles=state["cycles"] + 1, last_at=time.time(),
-                             used_sft=summary.pop("_used_sft"),
-                             used_text=summary.pop("_used_text"))  # fmt: skip
+                state.update(
+                    watermark=newest,
+                    cycles=state["cycles"] + 1,
+                    last_at=time.time(),
+                    used_sft=summary.pop("_used_sft"),
+                    used_text=summary.pop("_used_text"),
+                )
                 save_state(work, state)
             return summary
         finally:
@@ -334,9 +345,13 @@ def _cycle(
         log(f"registry was empty: {base} (from {config.base}) is the baseline")
     parent = registry.promoted()
     out["parent"] = parent
-    report = export(config.telemetry_db, folder / "export", reward=config.reward,
-                    min_reward=config.min_reward,
-                    held_out_percent=config.held_out_percent)  # fmt: skip
+    report = export(
+        config.telemetry_db,
+        folder / "export",
+        reward=config.reward,
+        min_reward=config.min_reward,
+        held_out_percent=config.held_out_percent,
+    )
     manifest = report.manifest
     sft_rows = _jsonl(folder / "export" / "sft.jsonl")
     text_rows = _jsonl(folder / "export" / "pretrain.jsonl")
@@ -346,8 +361,11 @@ def _cycle(
     code_chars = sum(len(r["text"]) for r in new_text)
     out["_used_sft"] = sorted(used_sft | {r["id"] for r in sft_rows})
     out["_used_text"] = sorted(used_text | {r["id"] for r in text_rows})
-    out["data"] = {"new_trajectories": len(new_sft), "new_code_chars": code_chars,
-                   "export": {k: v["count"] for k, v in manifest["files"].items()}}  # fmt: skip
+    out["data"] = {
+        "new_trajectories": len(new_sft),
+        "new_code_chars": code_chars,
+        "export": {k: v["count"] for k, v in manifest["files"].items()},
+    }
     plan = []
     if code_chars >= config.min_code_chars:
         plan.append("pretrain")
@@ -371,14 +389,22 @@ def _cycle(
             from training.data import CorpusConfig, build_corpus
 
             _write_jsonl(folder / "new_code.jsonl", new_text)
-            build_corpus(CorpusConfig(exports=[str(folder / "new_code.jsonl")], tokenizer=current,
-                                      heldout_fraction=0.1), folder / "code_corpus")  # fmt: skip
-            model, recipes[stage] = _train(stage, current, folder / stage, config,
-                                           data=str(folder / "code_corpus"))  # fmt: skip
+            build_corpus(
+                CorpusConfig(
+                    exports=[str(folder / "new_code.jsonl")],
+                    tokenizer=current,
+                    heldout_fraction=0.1,
+                ),
+                folder / "code_corpus",
+            )
+            model, recipes[stage] = _train(
+                stage, current, folder / stage, config, data=str(folder / "code_corpus")
+            )
         else:
             _write_jsonl(folder / "new_sft.jsonl", new_sft)
-            model, recipes[stage] = _train(stage, current, folder / stage, config,
-                                           sft_data=[str(folder / "new_sft.jsonl")])  # fmt: skip
+            model, recipes[stage] = _train(
+                stage, current, folder / stage, config, sft_data=[str(folder / "new_sft.jsonl")]
+            )
         current = str(model)
 
     from transformers import AutoTokenizer
@@ -386,16 +412,18 @@ def _cycle(
     from training.data import CorpusError
 
     try:
-        corpus, tokens = _mtp_corpus(folder, folder / "export", current,
-                                     AutoTokenizer.from_pretrained(current))  # fmt: skip
+        corpus, tokens = _mtp_corpus(
+            folder, folder / "export", current, AutoTokenizer.from_pretrained(current)
+        )
     except CorpusError as exc:
         corpus, tokens = folder, 0
         log(f"no text to re-distill the MTP heads on: {exc}")
-    seq_len = min(config.recipe_values("mtp")["seq_len"], tokens - 1)
+    seq_len = min(config.recipe("mtp").seq_len, tokens - 1)
     if seq_len >= 8:
         log("re-distilling the MTP heads ...")
-        model, recipes["mtp"] = _train("mtp", current, folder / "mtp", config, data=str(corpus),
-                                       **({"seq_len": seq_len}))  # fmt: skip
+        model, recipes["mtp"] = _train(
+            "mtp", current, folder / "mtp", config, data=str(corpus), **({"seq_len": seq_len})
+        )
         current = str(model)
     else:
         log(f"MTP heads not re-distilled: only {tokens} tokens of text (the candidate has none)")
@@ -408,7 +436,7 @@ def _cycle(
             "sessions": manifest["sessions"],
             "held_out": manifest["held_out"],
             **out["data"],
-        },  # fmt: skip
+        },
         recipe=recipes,
         reward=f"{reward['function']}@{reward['version']} (min {reward['min']})",
         note=f"trained by {folder.name}",
@@ -450,13 +478,19 @@ def _benchmark(
     settings = json.loads(json.dumps(dataclasses.asdict(bench)))  # as the registry keeps it
     out = {}
     for vid in (candidate, parent):
-        known = [r for r in registry.benchmarks(vid)
-                 if r.get("task_set") == task_set and r.get("config") == settings]  # fmt: skip
+        known = [
+            r
+            for r in registry.benchmarks(vid)
+            if r.get("task_set") == task_set and r.get("config") == settings
+        ]
         if known:
             result = known[-1]
         else:
-            engine = EngineConfig(model=str(registry.verify(vid)), device=config.device,
-                                  speculative=SpeculativeConfig("none"))  # fmt: skip
+            engine = EngineConfig(
+                model=str(registry.verify(vid)),
+                device=config.device,
+                speculative=SpeculativeConfig("none"),
+            )
             result = run_benchmark(engine, tasks, bench).to_dict()
             registry.attach_benchmark(vid, result)
         out[vid] = result["summary"]
@@ -482,17 +516,25 @@ class _TelemetryRun:
 
     def end(self, summary: dict[str, Any]) -> None:
         self.recorder.record(
-            "training_run", id=self.run_id, stage="cycle", status=summary.get("status"),
-            model_in=summary.get("parent"), model_out=summary.get("candidate"),
-            ended_at=time.time(), config=summary,
-        )  # fmt: skip
+            "training_run",
+            id=self.run_id,
+            stage="cycle",
+            status=summary.get("status"),
+            model_in=summary.get("parent"),
+            model_out=summary.get("candidate"),
+            ended_at=time.time(),
+            config=summary,
+        )
         if summary.get("candidate"):
             bench = (summary.get("benchmark") or {}).get(summary["candidate"], {})
             self.recorder.record(
-                "model_version", id=summary["candidate"], parent=summary.get("parent"),
-                stage="cycle", metrics={"benchmark": bench, "gate": summary.get("reasons")},
+                "model_version",
+                id=summary["candidate"],
+                parent=summary.get("parent"),
+                stage="cycle",
+                metrics={"benchmark": bench, "gate": summary.get("reasons")},
                 promoted_at=time.time() if summary.get("status") == "promoted" else None,
-            )  # fmt: skip
+            )
         self.recorder.close()
 
 
@@ -500,8 +542,9 @@ class _TelemetryRun:
 
 
 def _xdg(environ: dict[str, str], *parts: str) -> str:
-    home = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return str(Path(home, "flywheel", *parts))
+    from telemetry.folders import data_home
+
+    return str(data_home(environ).joinpath(*parts))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -561,7 +604,7 @@ def _parser() -> argparse.ArgumentParser:
         help="gate on pass@1 only (no oracle log-probability score)",
     )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-    return p  # fmt: skip
+    return p
 
 
 def _stage_overrides(pairs: list[str]) -> dict[str, dict[str, Any]]:
@@ -570,10 +613,8 @@ def _stage_overrides(pairs: list[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for key, value in parse_overrides(pairs).items():
         stage, dot, name = key.partition(".")
-        if not dot or stage not in STAGE_SETTINGS:
-            raise CycleError(
-                f"--set {key}=...: use STAGE.KEY with STAGE in {sorted(STAGE_SETTINGS)}"
-            )
+        if not dot or stage not in STAGES:
+            raise CycleError(f"--set {key}=...: use STAGE.KEY with STAGE in {sorted(STAGES)}")
         out.setdefault(stage, {})[name] = value
     return out
 
@@ -611,7 +652,7 @@ def main(argv: list[str]) -> int:
             bench=_bench(args),
             device=args.device,
             progress=True,
-        )  # fmt: skip
+        )
         if not args.watch:
             summary = run_cycle(config, log=lambda line: print(line, flush=True))
             return 1 if summary["status"] == "rejected" else 0
@@ -627,8 +668,11 @@ def main(argv: list[str]) -> int:
 def _watch(config: CycleConfig, period_s: float, poll_s: float) -> int:
     if poll_s <= 0:
         raise CycleError("--poll must be > 0 seconds")
-    print(f"flywheel cycle: watching {config.telemetry_db} (a cycle at {config.min_sessions} new "
-          f"session(s) or every {period_s:g} s)", flush=True)  # fmt: skip
+    print(
+        f"flywheel cycle: watching {config.telemetry_db} (a cycle at {config.min_sessions} new "
+        f"session(s) or every {period_s:g} s)",
+        flush=True,
+    )
     while True:
         state = load_state(Path(config.work))
         try:
@@ -640,8 +684,10 @@ def _watch(config: CycleConfig, period_s: float, poll_s: float) -> int:
         if reason:
             print(f"flywheel cycle: starting ({reason})", flush=True)
             try:
-                run_cycle(dataclasses.replace(config, min_sessions=1),
-                          log=lambda line: print(line, flush=True))  # fmt: skip
+                run_cycle(
+                    dataclasses.replace(config, min_sessions=1),
+                    log=lambda line: print(line, flush=True),
+                )
             except CycleBusy as exc:
                 print(f"flywheel cycle: {exc}", file=sys.stderr, flush=True)
             except Exception as exc:  # keep watching; the failed cycle is recorded

@@ -6,7 +6,7 @@ Pipeline, in order (each step's counts land in `manifest.json`):
                no binary or oversized files) and the `text` of each line of telemetry's
                pretraining export (JSONL)
     exclude    paths matching the exclusion globs (telemetry's defaults: `.env*`, keys, ...)
-    redact     secrets replaced by `[REDACTED:<kind>]` (telemetry.privacy.redact)
+    redact     secrets replaced by `[REDACTED:<kind>]` (telemetry.redaction.redact)
     exact dup  identical text (after trimming trailing whitespace) kept once
     near dup   MinHash over word 5-gram shingles + LSH (datasketch); a document whose estimated
                Jaccard similarity with an earlier kept one is >= `near_dup_threshold` is dropped
@@ -42,9 +42,10 @@ from agent.chat_format import EOS
 from agent.tokenizer import MAX_FILE_BYTES, SOURCE_SUFFIXES
 
 try:  # telemetry owns exclusion and redaction; one implementation for logs and corpora
-    from telemetry.privacy import DEFAULT_EXCLUDE, is_excluded, redact
+    from telemetry.privacy import DEFAULT_EXCLUDE, is_excluded
+    from telemetry.redaction import redact
 except ImportError as exc:  # pragma: no cover - telemetry ships in the same package
-    raise ImportError(f"training.data needs telemetry.privacy ({exc})") from exc
+    raise ImportError(f"training.data needs telemetry ({exc})") from exc
 
 CORPUS_EXCLUDE = DEFAULT_EXCLUDE + ("*/__pycache__/*", "*/site-packages/*", "*/test/*data*/*")
 

@@ -4,7 +4,7 @@ For each task: a fresh copy of its workspace, `agent.harness.Harness` over a loc
 checkpoint (greedy; the task's own test command for `run_tests`, as in the oracle's
 trajectories), until the model answers or a limit stops it. Then the test files are restored
 from the task (a model must not pass by editing the tests) and the task's verifying command
-decides success. Each task is one sample of the benchmark (training/benchmark.py `run_sample`,
+decides success. Each task is one sample of the benchmark (training/benchmark `run_sample`,
 without the lint delta); this module reports it as the training loop's evaluation.
 
 Vocabulary:
@@ -16,7 +16,7 @@ Vocabulary:
     pass@1        share of tasks whose verifying command passes after one greedy attempt
 
 What it does not do: sampling several attempts (pass@k), or score code quality; `flywheel bench
-agent` (training/benchmark.py) does, and the promotion gate reads its results.
+agent` (training/benchmark) does, and the promotion gate reads its results.
 
     flywheel train eval --model runs/starter/model --tasks runs/starter/tasks --json eval.json
 """
@@ -30,7 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from training.benchmark import pick_tasks
-from training.tasks import TEST_TIMEOUT_S, Task, load_tasks
+from training.tasks.dataset import load_tasks
+from training.tasks.task import TEST_TIMEOUT_S, Task
 
 __all__ = ["EvalConfig", "EvalReport", "TaskResult", "evaluate_agent", "pick_tasks", "run_task"]
 

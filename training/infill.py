@@ -151,8 +151,16 @@ def run_model(
                 ok = passes(task, line)
                 passed += ok
                 exact += line.strip() == task.line.strip()
-                samples.append({"model": model, "style": style, "task": task.id, "passed": ok,
-                                "line": line, "expected": task.line})  # fmt: skip
+                samples.append(
+                    {
+                        "model": model,
+                        "style": style,
+                        "task": task.id,
+                        "passed": ok,
+                        "line": line,
+                        "expected": task.line,
+                    }
+                )
                 if i % 20 == 0:
                     log(f"  {model} {style}: {i}/{len(tasks)}, {passed} passed")
             scores.append(

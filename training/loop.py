@@ -367,9 +367,11 @@ def train(recipe: Recipe, resume: bool = True, progress: bool = True) -> Path:
     job = stages.build(recipe, runtime.device, runtime.rank)
     params = [p for p in job.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
-        param_groups(job.model, recipe), lr=recipe.lr, betas=(0.9, 0.95),
+        param_groups(job.model, recipe),
+        lr=recipe.lr,
+        betas=(0.9, 0.95),
         weight_decay=recipe.weight_decay,
-    )  # fmt: skip
+    )
     engine = None
     if runtime.deepspeed:
         import deepspeed

@@ -425,7 +425,7 @@ def is_heldout(package: str, fraction: float = HELDOUT_FRACTION) -> bool:
 def _function_tasks(job: tuple[str, str, list[str], int]) -> tuple[list[dict], Counter]:
     """One function's verified tasks (cache rows) and why candidates were dropped."""
     from training.benchmark import BenchTask, changed_lines
-    from training.tasks import mutations
+    from training.tasks.bugfix import mutations
 
     module, function, probes, seed = job
     stem, drops = stem_of(module), Counter()
@@ -477,9 +477,16 @@ def _function_tasks(job: tuple[str, str, list[str], int]) -> tuple[list[dict], C
             reference_changed_lines=changed_lines(files, original),
         )
         split = "heldout" if is_heldout(package_of(module)) else "train"
-        rows.append({"split": split, "package": package_of(module), "module": module,
-                     "function": function, "solution": {mod_file: ex.source},
-                     "task": asdict(task)})  # fmt: skip
+        rows.append(
+            {
+                "split": split,
+                "package": package_of(module),
+                "module": module,
+                "function": function,
+                "solution": {mod_file: ex.source},
+                "task": asdict(task),
+            }
+        )
 
     fmt = {"file": mod_file, "test_file": test_file, "function": function}
     candidates = [m for m in mutations(ex.source) if ex.start <= m.line <= ex.end]
@@ -552,7 +559,7 @@ def build(
 ) -> tuple[list[dict], dict]:
     """Every function's verified tasks (rows: split, package, module, function, solution, task)
     and a manifest with the counts per package and the drop reasons."""
-    from training.tasks import in_order
+    from training.tasks.generation import in_order
 
     jobs = [(m, f, probes, seed) for (m, f), probes in probe_table(only).items()]
     rows: list[dict] = []
@@ -564,8 +571,9 @@ def build(
         rows += found
         drops.update(dropped)
         p = package_of(module)
-        entry = packages.setdefault(p, {"split": "heldout" if is_heldout(p) else "train",
-                                        "functions": 0, "tasks": 0})  # fmt: skip
+        entry = packages.setdefault(
+            p, {"split": "heldout" if is_heldout(p) else "train", "functions": 0, "tasks": 0}
+        )
         entry["functions"] += bool(found)
         entry["tasks"] += len(found)
         if log:
@@ -583,17 +591,17 @@ def build(
 
 def cache_folder(seed: int = 0) -> Path:
     """Where the set for `seed` is cached, keyed by what it depends on: this code, the probes,
-    training/tasks.py (the mutations), the Python version and the source of every module probed."""
-    from agent.base import cache_root
+    training/tasks/bugfix.py (the mutations), the Python version and the source of every module probed."""
+    from telemetry.folders import cache_home
 
     h = hashlib.sha256(f"{seed}:{sys.version}".encode())
-    for path in [__file__, PROBES_FILE, Path(__file__).with_name("tasks.py")]:
+    for path in [__file__, PROBES_FILE, Path(__file__).with_name("tasks") / "bugfix.py"]:
         h.update(Path(path).read_bytes())
     for module in sorted({m for m, _ in probe_table()}):
         spec = importlib.util.find_spec(module)
         if spec and spec.origin and Path(spec.origin).is_file():
             h.update(Path(spec.origin).read_bytes())
-    return cache_root() / "real-tasks" / f"seed{seed}-{h.hexdigest()[:16]}"
+    return cache_home() / "real-tasks" / f"seed{seed}-{h.hexdigest()[:16]}"
 
 
 def write_set(folder: str | Path, rows: list[dict], manifest: dict) -> Path:
@@ -628,7 +636,7 @@ def real_tasks(
     """BenchTasks of one split ("heldout", "train" or "all"): from `folder` (written by this
     module's `--out`), else from the cache, built first (in `workers` processes) when absent."""
     from training.benchmark import BenchTask
-    from training.tasks import default_workers
+    from training.tasks.generation import default_workers
 
     if split not in ("heldout", "train", "all"):
         raise ValueError(f"split must be heldout, train or all, not {split!r}")
@@ -643,7 +651,7 @@ def real_tasks(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from training.tasks import default_workers
+    from training.tasks.generation import default_workers
 
     p = argparse.ArgumentParser(
         prog="python -m training.real_tasks", description=__doc__.split("\n")[0]

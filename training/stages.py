@@ -93,9 +93,12 @@ def _load_init(recipe: Recipe, device: torch.device):
             ckpt = load_checkpoint(recipe.init, device=str(device))
             if recipe.lora_rank:
                 ckpt.trunk = attach_lora(
-                    ckpt.trunk, ckpt.tokenizer, recipe.lora_rank, recipe.lora_alpha,
+                    ckpt.trunk,
+                    ckpt.tokenizer,
+                    recipe.lora_rank,
+                    recipe.lora_alpha,
                     recipe.lora_dropout,
-                )  # fmt: skip
+                )
     except Exception as exc:
         raise StageError(f"cannot start {recipe.stage} from {recipe.init!r}: {exc}") from exc
     ckpt.trunk.train()

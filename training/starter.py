@@ -1,7 +1,7 @@
 """`flywheel train starter`: the built-in default model, from offline sources, in one command.
 
     base   SmolLM2-135M-Instruct from its wheel, converted once (agent/base.py)
-    tasks  synthetic tasks + oracle trajectories in the harness's own format (training/tasks.py)
+    tasks  synthetic tasks + oracle trajectories in the harness's own format (training/tasks/)
     sft    a LoRA adapter (plus the special tokens' rows) on the base, trained on the
            trajectories (training/recipes/sft.toml), then a short continuation in which the
            new tokens' rows learn fast (sft_tokens.toml), then more SFT in a new order with
@@ -21,7 +21,7 @@ and the time of each step. `ship()` copies it into agent/starter/.
 What it does not do: use telemetry exports (the starter is trained from offline sources only),
 RL (`flywheel train rl`), continued pretraining or MTP heads on the base.
 
-    nice -n 5 flywheel train starter --out runs/starter            # about 2 hours on 2 CPU cores
+    nice -n 5 flywheel train starter --out runs/starter
     flywheel train starter --out /tmp/smoke --quick                # a few minutes: the chain runs
     flywheel train starter --out runs/starter --ship               # ... then copy to agent/starter
 """
@@ -75,11 +75,17 @@ def stage_overrides(config: StarterConfig, stage: str) -> dict:
     trajectories = [str(out / "tasks" / "trajectories.jsonl")]
     paths = {
         "sft": {"init": "base", "sft_data": trajectories, "seed": config.seed},
-        "sft_tokens": {"init": str(out / "sft" / "model"), "sft_data": trajectories,
-                       "seed": config.seed + 1},
-        "sft_more": {"init": str(out / "sft_tokens" / "model"), "sft_data": trajectories,
-                     "seed": config.seed + 2},
-    }[stage]  # fmt: skip
+        "sft_tokens": {
+            "init": str(out / "sft" / "model"),
+            "sft_data": trajectories,
+            "seed": config.seed + 1,
+        },
+        "sft_more": {
+            "init": str(out / "sft_tokens" / "model"),
+            "sft_data": trajectories,
+            "seed": config.seed + 2,
+        },
+    }[stage]
     extra = {"out": str(out / stage)}
     if config.quick:
         extra.update(QUICK[stage], log_every=1, eval_every=1000, save_every=1000)
@@ -91,7 +97,8 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
     from agent.base import ensure_base
     from training.loop import train
     from training.recipe import load_recipe
-    from training.tasks import default_workers, export, generate_tasks
+    from training.tasks.dataset import export
+    from training.tasks.generation import default_workers, generate_tasks
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -204,6 +211,7 @@ def finish(config: StarterConfig, evaluation: dict | None, timings: dict, second
             **timings,
             "total": round(sum(timings.values()), 1),
         },
+        "machine": _machine(),
         "reproduce": f"nice -n 5 flywheel train starter --out {config.out}"
         + (" --quick" if config.quick else ""),
     }
@@ -312,6 +320,16 @@ def ship(model: Path, dest: Path, readme: str, log: Callable[[str], None] = prin
     return info
 
 
+def _machine() -> str:
+    """The training machine in a few words, for the model card's reproduction figures."""
+    import os
+
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return f"{os.cpu_count()} CPU cores, {gpu}"
+
+
 def _minutes(timings: dict) -> str:
     parts = [f"{k} {v / 60:.0f} min" for k, v in timings.items() if k != "total" and v >= 30]
     return f"{timings.get('total', 0) / 60:.0f} minutes in all ({', '.join(parts)})"
@@ -377,9 +395,10 @@ def model_card(model: Path) -> str:
         "",
         "Wall-clock of the run that made this model, step by step, as recorded by the",
         "invocations that finished a step (timings_s in flywheel.json; an invocation killed",
-        f"mid-stage is not counted): {_minutes(meta.get('timings_s', {}))}, on a 2-core CPU",
-        "machine. Lineage (base, recipes and their hashes, the task manifest's hash, per-stage",
-        "metrics) is in flywheel.json.",
+        f"mid-stage is not counted): {_minutes(meta.get('timings_s', {}))}, on "
+        f"{meta.get('machine', 'an unrecorded machine')}.",
+        "Lineage (base, recipes and their hashes, the task manifest's hash, per-stage metrics) is",
+        "in flywheel.json.",
         "",
     ]
     return "\n".join(lines)

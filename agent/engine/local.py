@@ -57,14 +57,7 @@ from agent.engine.proposers import (
     Proposer,
 )
 from agent.engine.rejection_sampler import verify_greedy, verify_sampled
-from agent.engine.request import (
-    Delta,
-    EngineError,
-    Request,
-    RequestMetrics,
-    Result,
-    SamplingParams,
-)
+from agent.engine.request import Delta, EngineError, Request, RequestMetrics, Result, SamplingParams
 from agent.engine.sample_output import SampleOutput
 from agent.engine.sampling import make_generator, next_tokens, target_probs, token_logprobs
 

@@ -135,8 +135,10 @@ class OpenAIEngine:
             log.warning(
                 "the server at %s does not report the context length of %r (no max_model_len in "
                 "/v1/models); assuming %d tokens: pass --context-length N to set it",
-                self.url, card["id"], DEFAULT_CONTEXT_LENGTH,
-            )  # fmt: skip
+                self.url,
+                card["id"],
+                DEFAULT_CONTEXT_LENGTH,
+            )
 
     # -- the Engine protocol -------------------------------------------------------------
 

@@ -27,10 +27,8 @@ What vLLM then computes, and where it departs from our local MTPProposer:
   were trained that way; ours were not), which changes the head's keys/values at that one
   position; (2) vLLM's v1 runner only ever runs the first MTP layer, re-running it on its own
   output for drafts 2..k. So only head 1 is exported and `vllm_kwargs` asks for one draft per
-  step. The verifier keeps the output exact either way; only the acceptance rate moves.
-  Measured on the tiny distilled model of tests/vllm/test_vllm_draft.py (8 prompts x 32
-  greedy tokens): vLLM 1 draft/step 61% accepted vs ours 63% at 1 draft/step and 55% at our
-  default (2 heads, adaptive); vLLM 2 drafts/step (head 1 twice) only 34%.
+  step (head 1 re-run on its own output drafts poorly). The verifier keeps the output exact
+  either way; only the acceptance rate moves.
 - vLLM builds the MTP layer from the *target's* config, which must therefore carry
   `num_nextn_predict_layers` (TARGET_OVERRIDES, passed as a dict `hf_overrides`).
 

@@ -11,8 +11,11 @@
     print(outcome.stop_reason, outcome.final, outcome.diff)
 
 Files, one concept each:
-- `graph.py`     the loop (model -> approve -> tools -> model ... -> finish), limits, approvals,
-                 checkpoints; `Harness`, `HarnessConfig`, `ApprovalPolicy`, `Outcome`
+- `graph.py`     the wiring (model -> approve -> tools -> model ... -> finish) and `Harness`:
+                 start, resume, checkpoints; `Outcome`
+- `nodes.py`     the nodes, each a function of (state, runtime) with its dependencies in
+                 `GraphContext`; failures counted by `call_fingerprint`
+- `config.py`    `HarnessConfig` (a task's limits) and `ApprovalPolicy`
 - `state.py`     the checkpointed graph state and the stop reasons
 - `prompts.py`   system prompt, tool schemas for `Request.tools`, the compaction request
 - `tools.py`     list/read/search/outline/find_symbol/edit/write/delete/run_command/run_tests
@@ -21,7 +24,9 @@ Files, one concept each:
 - `symbols.py`   tree-sitter definitions (Python, JS, TS, Go, Rust)
 - `repo_map.py`  the files and symbols most relevant to a task, within a token budget
 - `context.py`   what the editor adds: current file and cursor, diagnostics, recent edits
+- `project.py`   a real project's test command and its rules files (AGENTS.md and the like)
 - `recording.py` every task and step to telemetry (optional)
+- `scratch.py`   a task on a throwaway copy of its files, approvals refused (benchmark, RL)
 
 `flywheel run` (agent/run.py) is the headless front end.
 """

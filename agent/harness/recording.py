@@ -1,6 +1,6 @@
 """Telemetry for agent tasks: every task and step of the harness, through telemetry's Recorder.
 
-Maps harness events onto the recorder's vocabulary (telemetry/recorder.py `EVENTS`):
+Maps harness events onto the recorder's vocabulary (telemetry/events.py `EVENTS`):
 `session_start` / `task_start` / `step` (one per message: system, user, each assistant turn with
 its token ids and sampling logprobs, each tool result or tool-call error) / `edit` (the final
 change of each file) / `task_end` (status, final answer, stop reason and detail, final diff; the

@@ -79,13 +79,42 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  
 HOME_TOOLCHAINS = (".cargo/bin", ".rustup", ".nvm/versions")
 # /etc entries kept (read-only, when present; fnmatch patterns). passwd and group are made up.
 ETC_KEPT = (
-    "alternatives", "ca-certificates", "ca-certificates.conf", "crypto-policies", "pki", "ssl",
-    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "locale.alias",
-    "locale.conf", "hosts", "host.conf", "nsswitch.conf", "gai.conf", "protocols", "services",
-    "os-release", "debian_version", "lsb-release", "redhat-release", "alpine-release",
-    "mime.types", "magic", "magic.mime", "terminfo", "fonts", "shells", "mtab",
-    "python3", "python3.*", "perl", "java-*",
-)  # fmt: skip
+    "alternatives",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "crypto-policies",
+    "pki",
+    "ssl",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "timezone",
+    "locale.alias",
+    "locale.conf",
+    "hosts",
+    "host.conf",
+    "nsswitch.conf",
+    "gai.conf",
+    "protocols",
+    "services",
+    "os-release",
+    "debian_version",
+    "lsb-release",
+    "redhat-release",
+    "alpine-release",
+    "mime.types",
+    "magic",
+    "magic.mime",
+    "terminfo",
+    "fonts",
+    "shells",
+    "mtab",
+    "python3",
+    "python3.*",
+    "perl",
+    "java-*",
+)
 # What a refused command returns, and what `flywheel run` and the language server say once.
 NO_BWRAP = (
     "bubblewrap (bwrap) is not installed, so agent commands cannot be confined and are refused; "
@@ -327,18 +356,21 @@ class Sandbox:
         return [
             self.bwrap,
             *mounts(ws, home, self.config.read_only_paths, passwd_fd, group_fd),
-            "--remount-ro", "/",
+            "--remount-ro",
+            "/",
             "--unshare-net",
             "--unshare-pid",
             "--unshare-ipc",
             "--unshare-uts",
-            "--hostname", "sandbox",
+            "--hostname",
+            "sandbox",
             "--die-with-parent",
             "--new-session",
-            "--chdir", ws,
+            "--chdir",
+            ws,
             "--",
             *inner,
-        ]  # fmt: skip
+        ]
 
     def run(self, command: str, timeout_s: float | None = None) -> CommandResult:
         """Run `command` with bash in the workspace; never raises for the command's failures."""

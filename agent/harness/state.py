@@ -1,7 +1,8 @@
 """The graph's state: everything a task needs to continue after a restart, as plain JSON values.
 
 The state is checkpointed after every node (langgraph's SQLite saver), so it holds no objects:
-the engine, workspace, sandbox and recorder are given to `build_graph` and live outside it.
+the engine, workspace, sandbox and recorder reach the nodes through langgraph's runtime context
+(`nodes.GraphContext`) and live outside it.
 Each node returns the keys it changes; a returned key replaces the old value (no reducers).
 """
 

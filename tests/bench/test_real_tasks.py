@@ -26,7 +26,7 @@ from training.real_tasks import (
     real_tasks,
     write_set,
 )
-from training.tasks import hunks_for
+from training.tasks.oracle import hunks_for
 
 # A held-out package and a train one, a bug-rich function and a short one with a docstring.
 FEW = [("colorsys", "rgb_to_hsv"), ("encodings.punycode", "adapt"), ("datetime", "_ymd2ord")]
@@ -122,8 +122,11 @@ def test_each_task_fails_before_and_passes_after(built, tmp_path):
         )
         assert run_verifier(gamed, task, 30)[0] is False, task.id  # emptied tests are restored
         assert task.reference_changed_lines > 0 and len(task.files[module_file].splitlines()) <= 150
-    rewrite = next(r["task"] for r in rows if r["task"]["family"] == "rewrite/body"
-                   and r["function"] == "_ymd2ord")  # fmt: skip
+    rewrite = next(
+        r["task"]
+        for r in rows
+        if r["task"]["family"] == "rewrite/body" and r["function"] == "_ymd2ord"
+    )
     assert "    raise NotImplementedError\n" in rewrite["files"]["datetime_mod.py"]
     assert "considering 01-Jan-0001 as day 1" in rewrite["instruction"]  # its docstring
 
@@ -169,9 +172,13 @@ def test_the_bench_source_runs_a_real_task_through_the_harness(built, tmp_path):
         {k: v.rstrip("\n") for k, v in h.items()} for h in hunks_for(task.files[path], solution)
     ]
     engine = ReplayEngine(
-        [call("read_file", path=path), call("edit_file", path=path, hunks=hunks),
-         call("run_tests"), "Fixed."]
-    )  # fmt: skip
+        [
+            call("read_file", path=path),
+            call("edit_file", path=path, hunks=hunks),
+            call("run_tests"),
+            "Fixed.",
+        ]
+    )
     result = run_benchmark(engine, [task], BenchConfig(max_steps=6, lint=False))
     [sample] = result.samples
     assert sample.passed and sample.verdict == "passed" and sample.stop_reason == "answered"

@@ -21,8 +21,9 @@ def test_local_and_served_model_score_the_same_with_the_same_seed(bench_checkpoi
             verify="python -c 'import calc; assert calc.add(1, 2) == 3'",
         )
     ]
-    config = BenchConfig(samples=2, ks=(1, 2), seed=7, temperature=0.8, max_steps=2,
-                         turn_max_tokens=16)  # fmt: skip
+    config = BenchConfig(
+        samples=2, ks=(1, 2), seed=7, temperature=0.8, max_steps=2, turn_max_tokens=16
+    )
     local = run_benchmark(EngineConfig(model=str(bench_checkpoint)), tasks, config)
     with running_server(bench_checkpoint) as url:
         served = run_benchmark(EngineConfig(model=url), tasks, config)

@@ -34,9 +34,11 @@ PANELS = ["sessions", "suggestions", "rewards", "agent", "speculative", "trainin
 
 def _playwright_core() -> Path | None:
     cache = Path.home() / ".cache/flywheel"
-    candidates = [os.environ.get("FLYWHEEL_PLAYWRIGHT_CORE", ""),
-                  cache / "playwright/node_modules/playwright-core",
-                  cache / "vscode/playwright/node_modules/playwright-core"]  # fmt: skip
+    candidates = [
+        os.environ.get("FLYWHEEL_PLAYWRIGHT_CORE", ""),
+        cache / "playwright/node_modules/playwright-core",
+        cache / "vscode/playwright/node_modules/playwright-core",
+    ]
     return next((Path(c) for c in candidates if c and Path(c, "package.json").is_file()), None)
 
 
@@ -67,8 +69,16 @@ def dashboard(db: Path, *flags: str) -> Iterator[str]:
     """`flywheel dashboard` as a subprocess on a free port; yields its URL once /health answers."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "training.dashboard", "--db", str(db), "--port",
-               str(port), *flags]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "training.dashboard",
+        "--db",
+        str(db),
+        "--port",
+        str(port),
+        *flags,
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
@@ -97,8 +107,10 @@ def load(tools: tuple[str, Path], url: str, screenshot: Path) -> dict:
     node, core = tools
     proc = subprocess.run(
         [node, str(HERE / "load_page.cjs"), str(core), url, str(screenshot)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -123,8 +135,7 @@ def test_every_panel_shows_data_from_a_real_database(browser_tools, artifacts, t
     assert (artifacts / "dashboard.png").stat().st_size > 10_000
 
 
-def test_an_empty_or_missing_database_shows_a_clear_empty_state(browser_tools, artifacts,
-                                                                tmp_path):  # fmt: skip
+def test_an_empty_or_missing_database_shows_a_clear_empty_state(browser_tools, artifacts, tmp_path):
     from telemetry import open_db
 
     empty = tmp_path / "empty.db"

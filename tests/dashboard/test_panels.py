@@ -17,8 +17,14 @@ def test_model_versions_come_from_the_registry_with_benchmark_and_gate(tmp_path)
     (ckpt / "model.safetensors").write_bytes(b"weights")
     reg = Registry(tmp_path / "registry")
     v1 = reg.add(ckpt)
-    reg.attach_benchmark(v1, {"benchmark": "agent", "task_set": "t1",
-                              "summary": {"pass@1": {"mean": 0.4, "ci95": [0.2, 0.6]}}})  # fmt: skip
+    reg.attach_benchmark(
+        v1,
+        {
+            "benchmark": "agent",
+            "task_set": "t1",
+            "summary": {"pass@1": {"mean": 0.4, "ci95": [0.2, 0.6]}},
+        },
+    )
     reg.record_gate(v1, {"accepted": True, "reasons": ["no promoted version yet"]})
     reg.promote(v1, forced=True)
     panel = data.models_panel(None, reg.root)

@@ -18,16 +18,29 @@ def main(phase: str, ws: str, ckpt: str, tel: str, thread: str) -> None:
     # The replay engine holds what the model says in each phase of the task.
     turns = [call("delete_file", path="calc.py")] if phase == "start" else ["Deleted calc.py."]
     recorder = Recorder(tel)
-    harness = Harness(ReplayEngine(turns), Workspace(ws), HarnessConfig(map_tokens=0),
-                      recorder=recorder, checkpoint_db=ckpt)  # fmt: skip
+    harness = Harness(
+        ReplayEngine(turns),
+        Workspace(ws),
+        HarnessConfig(map_tokens=0),
+        recorder=recorder,
+        checkpoint_db=ckpt,
+    )
     if phase == "start":
         out = harness.start("delete calc.py", thread_id=thread)
     else:
         out = harness.resume(thread, True)
     harness.close()
     recorder.close()
-    print(json.dumps({"stop_reason": out.stop_reason, "approval": out.approval, "final": out.final,
-                      "diff": out.diff}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "stop_reason": out.stop_reason,
+                "approval": out.approval,
+                "final": out.final,
+                "diff": out.diff,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

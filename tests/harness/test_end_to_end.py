@@ -53,11 +53,27 @@ def test_local_backend(workspace, long_context_checkpoint, recorder):
 def test_flywheel_run_command_with_a_checkpoint(workspace, long_context_checkpoint, tmp_path):
     db = tmp_path / "tel.db"
     proc = subprocess.run(
-        [sys.executable, "-m", "agent.run", "fix add", "--workspace", str(workspace),
-         "--model", str(long_context_checkpoint), "--max-steps", "2", "--turn-tokens", "16",
-         "--telemetry-db", str(db)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "agent.run",
+            "fix add",
+            "--workspace",
+            str(workspace),
+            "--model",
+            str(long_context_checkpoint),
+            "--max-steps",
+            "2",
+            "--turn-tokens",
+            "16",
+            "--telemetry-db",
+            str(db),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     assert "stopped" in proc.stdout or "done" in proc.stdout
     [task] = rows(db, "SELECT status FROM tasks")

@@ -49,15 +49,32 @@ def _run_tests(root: Path, **config) -> tuple[str, bool]:
 
 def _shapes() -> list:
     cases = [
-        ("unittest-root", {"stats.py": STATS, "test_stats.py": UNITTEST}, True, "-m unittest discover -p 'test*.py'"),
-        ("unittest-tests-dir", {"stats.py": STATS, "tests/test_stats.py": UNITTEST}, True,
-         "-m unittest discover -p 'test*.py' -s tests"),
+        (
+            "unittest-root",
+            {"stats.py": STATS, "test_stats.py": UNITTEST},
+            True,
+            "-m unittest discover -p 'test*.py'",
+        ),
+        (
+            "unittest-tests-dir",
+            {"stats.py": STATS, "tests/test_stats.py": UNITTEST},
+            True,
+            "-m unittest discover -p 'test*.py' -s tests",
+        ),
         ("unittest-suffix", {"stats.py": STATS, "stats_test.py": UNITTEST}, True, "-p '*_test.py'"),
-        ("pytest-config", {"pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-q'\n",
-                           "stats.py": STATS, "tests/test_stats.py": "from stats import average\n\n\n"
-                           "def test_average():\n    assert average([2, 4]) == 3\n"}, False, "-m pytest"),
+        (
+            "pytest-config",
+            {
+                "pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-q'\n",
+                "stats.py": STATS,
+                "tests/test_stats.py": "from stats import average\n\n\n"
+                "def test_average():\n    assert average([2, 4]) == 3\n",
+            },
+            False,
+            "-m pytest",
+        ),
         ("makefile", {"Makefile": "check:\n\t@echo all good\n"}, False, "make check"),
-    ]  # fmt: skip
+    ]
     return [pytest.param(*c, id=c[0]) for c in cases]
 
 
@@ -111,13 +128,32 @@ def test_detection_by_project_files(tmp_path, files, command):
     assert (found.command if found else None) == command
 
 
-@pytest.mark.parametrize("tool,files", [("npm", {"package.json": json.dumps({"scripts": {"test": "node t.js"}}),
-                                                 "t.js": "console.log('node ok')\n"}),
-                                        ("go", {"go.mod": "module example.com/x\n\ngo 1.20\n",
-                                                "x_test.go": "package x\nimport \"testing\"\n"
-                                                "func TestX(t *testing.T) {}\n"}),
-                                        ("cargo", {"Cargo.toml": "[package]\nname = \"x\"\nversion = \"0.1.0\"\n"
-                                                   "edition = \"2021\"\n", "src/lib.rs": "#[test]\nfn t() {}\n"})])  # fmt: skip
+@pytest.mark.parametrize(
+    "tool,files",
+    [
+        (
+            "npm",
+            {
+                "package.json": json.dumps({"scripts": {"test": "node t.js"}}),
+                "t.js": "console.log('node ok')\n",
+            },
+        ),
+        (
+            "go",
+            {
+                "go.mod": "module example.com/x\n\ngo 1.20\n",
+                "x_test.go": 'package x\nimport "testing"\nfunc TestX(t *testing.T) {}\n',
+            },
+        ),
+        (
+            "cargo",
+            {
+                "Cargo.toml": '[package]\nname = "x"\nversion = "0.1.0"\nedition = "2021"\n',
+                "src/lib.rs": "#[test]\nfn t() {}\n",
+            },
+        ),
+    ],
+)
 def test_toolchain_projects_run_where_the_toolchain_exists(tmp_path, tool, files):
     if shutil.which(tool) is None or shutil.which("bwrap") is None:
         pytest.skip(f"{tool} or bubblewrap not installed")
@@ -158,8 +194,15 @@ def test_rules_are_read_and_cut_to_their_budget(tmp_path):
 
 
 def test_a_subfolders_rules_come_with_the_first_file_touched_there(tmp_path):
-    root = _write(tmp_path, {"pkg/AGENTS.md": "Never touch generated.py.\n", "pkg/a.py": "x = 1\n",
-                             "pkg/b.py": "y = 2\n", "top.py": ""})  # fmt: skip
+    root = _write(
+        tmp_path,
+        {
+            "pkg/AGENTS.md": "Never touch generated.py.\n",
+            "pkg/a.py": "x = 1\n",
+            "pkg/b.py": "y = 2\n",
+            "top.py": "",
+        },
+    )
     ctx = ToolContext(Workspace(root), Sandbox(root))
     assert "Never touch" not in run_tool(ctx, "read_file", {"path": "top.py"})[0]
     first, _ = run_tool(ctx, "read_file", {"path": "pkg/a.py"})
@@ -170,8 +213,14 @@ def test_a_subfolders_rules_come_with_the_first_file_touched_there(tmp_path):
 def test_agents_md_changes_what_flywheel_run_runs(tmp_path, capsys, monkeypatch):
     """Through `flywheel run` with a scripted model: the root's AGENTS.md is in the task's context,
     the trace says so, and its test command is the one `run_tests` runs."""
-    root = _write(tmp_path, {"stats.py": STATS, "test_stats.py": UNITTEST,
-                             "AGENTS.md": "Run the tests with `echo custom-suite-ran`.\n"})  # fmt: skip
+    root = _write(
+        tmp_path,
+        {
+            "stats.py": STATS,
+            "test_stats.py": UNITTEST,
+            "AGENTS.md": "Run the tests with `echo custom-suite-ran`.\n",
+        },
+    )
     engine = ReplayEngine([call("run_tests"), "The tests pass."])
     monkeypatch.setattr("agent.engine.open_engine", lambda config: engine)
     code = run.main(

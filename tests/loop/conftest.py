@@ -2,7 +2,7 @@
 
 `record_sessions` writes real telemetry through the Recorder, as the language server would: one
 session per task, the task's workspace and verifying command, its steps (an oracle trajectory of
-training/tasks.py: the harness's own prompt, tool calls and results), its end, a passing test
+training/tasks/: the harness's own prompt, tool calls and results), its end, a passing test
 outcome and a thumbs-up, so that the SFT export holds it as a good trajectory.
 """
 
@@ -20,7 +20,8 @@ from agent.registry import Registry
 def record_sessions(db: Path, count: int, seed: int = 3) -> list[str]:
     """`count` sessions, each with one good agent task; returns the session ids."""
     from telemetry import PrivacyPolicy, Recorder
-    from training.tasks import generate_tasks, oracle_trajectory
+    from training.tasks.generation import generate_tasks
+    from training.tasks.oracle import oracle_trajectory
 
     tasks = [t for t in generate_tasks(1, seed=seed, heldout_fraction=0.0)][:count]
     assert len(tasks) == count
@@ -29,26 +30,50 @@ def record_sessions(db: Path, count: int, seed: int = 3) -> list[str]:
     for task in tasks:
         sid = rec.record("session_start", editor="pytest", plugin_version="0", model_version="v1")
         sessions.append(sid)
-        tid = rec.record("task_start", session_id=sid, instruction=task.instruction,
-                         workspace_files=task.files, verify_command=task.test_command,
-                         model_version="v1")  # fmt: skip
+        tid = rec.record(
+            "task_start",
+            session_id=sid,
+            instruction=task.instruction,
+            workspace_files=task.files,
+            verify_command=task.test_command,
+            model_version="v1",
+        )
         messages = oracle_trajectory(task, random.Random(0))["messages"]
         for idx, m in enumerate(messages):
             fields = {"content": m.get("content") or ""}
             if m.get("tool_calls"):
                 fields["tool_calls"] = [
-                    {"id": c["id"], "name": c["function"]["name"],
-                     "arguments": json.loads(c["function"]["arguments"])}
+                    {
+                        "id": c["id"],
+                        "name": c["function"]["name"],
+                        "arguments": json.loads(c["function"]["arguments"]),
+                    }
                     for c in m["tool_calls"]
-                ]  # fmt: skip
+                ]
             if m["role"] == "tool":
-                fields = {"tool_call_id": m["tool_call_id"], "tool_name": m.get("name"),
-                          "result": m["content"]}  # fmt: skip
+                fields = {
+                    "tool_call_id": m["tool_call_id"],
+                    "tool_name": m.get("name"),
+                    "result": m["content"],
+                }
             rec.record("step", session_id=sid, task_id=tid, idx=idx, role=m["role"], **fields)
-        rec.record("task_end", session_id=sid, task_id=tid, status="done",
-                   stop_reason="answered", final_message=messages[-1]["content"])  # fmt: skip
-        rec.record("outcome", session_id=sid, task_id=tid, tests_before_passed=3,
-                   tests_before_failed=1, tests_after_passed=4, tests_after_failed=0)  # fmt: skip
+        rec.record(
+            "task_end",
+            session_id=sid,
+            task_id=tid,
+            status="done",
+            stop_reason="answered",
+            final_message=messages[-1]["content"],
+        )
+        rec.record(
+            "outcome",
+            session_id=sid,
+            task_id=tid,
+            tests_before_passed=3,
+            tests_before_failed=1,
+            tests_after_passed=4,
+            tests_after_failed=0,
+        )
         rec.record("feedback", session_id=sid, task_id=tid, rating=1)
         rec.record("session_end", session_id=sid)
     assert rec.close(timeout=30)

@@ -19,8 +19,10 @@ from tests.lsp.conftest import SAMPLING_OPTIONS, start_editor, stop_editor
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
 BUGGY = "def add(a, b):\n    return a - b\n"
-TESTS = "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n" \
-        "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n"  # fmt: skip
+TESTS = (
+    "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"
+    "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n"
+)
 
 
 async def scripted_sessions(tmp_path, count: int) -> None:
@@ -35,8 +37,11 @@ async def scripted_sessions(tmp_path, count: int) -> None:
             uri = (root / "calc.py").as_uri()
             ed.open(uri, BUGGY)
             fix = {"search": "return a - b", "replace": "return a + b"}
-            turns = [call("read_file", path="calc.py"), call("edit_file", path="calc.py",
-                     hunks=[fix]), "Fixed: add now returns a + b."]  # fmt: skip
+            turns = [
+                call("read_file", path="calc.py"),
+                call("edit_file", path="calc.py", hunks=[fix]),
+                "Fixed: add now returns a + b.",
+            ]
             assert (await ed.request("flywheel/test/replay", {"turns": turns}))["loaded"] == 3
             result = await ed.command("flywheel.ask", {"uri": uri, "question": "fix add"})
             assert result["status"] == "done"
@@ -78,17 +83,36 @@ async def test_sessions_cycle_promotion_reaches_the_editor_and_rollback(tmp_path
     registry.promote(v1, forced=True)
     served = tmp_path / "served"
     served.mkdir()
-    ed = await start_editor(served, "registry", SAMPLING_OPTIONS, extra_args=(
-        "--registry", str(registry.root), "--reload-interval", "0.2"))  # fmt: skip
+    ed = await start_editor(
+        served,
+        "registry",
+        SAMPLING_OPTIONS,
+        extra_args=("--registry", str(registry.root), "--reload-interval", "0.2"),
+    )
     try:
         uri = (served / "main.py").as_uri()
         ed.open(uri, "import os\nx = ")
         assert await suggestion_version(ed, uri) == v1
         seen = len(ed.notes["flywheel/status"])
-        done = await asyncio.to_thread(flywheel, "cycle", "--quick", "--registry", str(registry.root), "--telemetry-db",
-                        str(tmp_path / "telemetry.db"), "--work", str(tmp_path / "work"),
-                        "--held-out-percent", "0", "--min-reward", "0", "--bench-projects", "1",
-                        "--bench-tasks", "4")  # fmt: skip
+        done = await asyncio.to_thread(
+            flywheel,
+            "cycle",
+            "--quick",
+            "--registry",
+            str(registry.root),
+            "--telemetry-db",
+            str(tmp_path / "telemetry.db"),
+            "--work",
+            str(tmp_path / "work"),
+            "--held-out-percent",
+            "0",
+            "--min-reward",
+            "0",
+            "--bench-projects",
+            "1",
+            "--bench-tasks",
+            "4",
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         candidate = registry.promoted()
         assert candidate != v1

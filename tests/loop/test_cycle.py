@@ -23,15 +23,22 @@ def flywheel(command: str, *args: str) -> subprocess.CompletedProcess:
     from agent.cli import COMMANDS
 
     head = ["agent.cli", command] if command in COMMANDS else [MODULES[command]]
-    return subprocess.run([sys.executable, "-m", *head, *args], capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", *head, *args], capture_output=True, text=True, timeout=600
+    )
 
 
 def version_and_ids(url: str) -> tuple[str, list[int], list[float]]:
     """The serving version, a seeded sample's token ids and their logprobs (which tell two sets of
     weights apart even when a short sample happens to come out the same)."""
-    body = {"prompt": "def add(a, b):", "max_tokens": 6, "temperature": 1.0, "seed": 0,
-            "return_token_ids": True, "logprobs": 1}  # fmt: skip
+    body = {
+        "prompt": "def add(a, b):",
+        "max_tokens": 6,
+        "temperature": 1.0,
+        "seed": 0,
+        "return_token_ids": True,
+        "logprobs": 1,
+    }
     answer = httpx.post(url + "/v1/completions", json=body, timeout=60).json()
     choice = answer["choices"][0]
     return answer["system_fingerprint"], choice["token_ids"], choice["logprobs"]["token_logprobs"]
@@ -46,9 +53,22 @@ def test_cycle_trains_gates_promotes_and_the_server_follows(registry, tiny_check
     with running_server("registry", *flags) as url:
         before = version_and_ids(url)
         assert before[0] == v1
-        done = flywheel("cycle", "--quick", "--registry", str(registry.root), "--telemetry-db",
-                        str(db), "--work", str(tmp_path / "work"), "--held-out-percent", "0",
-                        "--bench-projects", "1", "--bench-tasks", "4")  # fmt: skip
+        done = flywheel(
+            "cycle",
+            "--quick",
+            "--registry",
+            str(registry.root),
+            "--telemetry-db",
+            str(db),
+            "--work",
+            str(tmp_path / "work"),
+            "--held-out-percent",
+            "0",
+            "--bench-projects",
+            "1",
+            "--bench-tasks",
+            "4",
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         candidate = registry.promoted()
         assert candidate != v1 and f"{candidate} promoted" in done.stdout
@@ -77,16 +97,30 @@ def test_cycle_trains_gates_promotes_and_the_server_follows(registry, tiny_check
     assert "oracle_logprob" in json.loads(metrics[0])["benchmark"]
 
     # Nothing new since: the next cycle says so and trains nothing.
-    again = flywheel("cycle", "--quick", "--registry", str(registry.root), "--telemetry-db",
-                     str(db), "--work", str(tmp_path / "work"))  # fmt: skip
+    again = flywheel(
+        "cycle",
+        "--quick",
+        "--registry",
+        str(registry.root),
+        "--telemetry-db",
+        str(db),
+        "--work",
+        str(tmp_path / "work"),
+    )
     assert again.returncode == 0 and "0 new session(s)" in again.stdout
     assert registry.promoted() == v1 and len(registry.versions()) == 2
 
 
 def test_two_cycles_at_once_one_is_refused(registry, tmp_path, capsys):
     db = tmp_path / "telemetry.db"
-    args = ["--registry", str(registry.root), "--telemetry-db", str(db),
-            "--work", str(tmp_path / "w")]  # fmt: skip
+    args = [
+        "--registry",
+        str(registry.root),
+        "--telemetry-db",
+        str(db),
+        "--work",
+        str(tmp_path / "w"),
+    ]
     with cycle_lock(registry.root):
         assert cycle.main(args) == 3
         err = capsys.readouterr().err

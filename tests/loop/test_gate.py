@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from agent.engine import EngineConfig
+from agent.gate import GateConfig, GateError, compare, gate_promotion
 from training.benchmark import run_benchmark
 from training.cycle import CycleBench, cycle_tasks
-from training.gate import GateConfig, GateError, compare, gate_promotion
 
 # The cycle's benchmark at its smallest: 4 held-out synthetic tasks, one harness turn of a few
 # tokens each (the tiny model passes none), and the oracle log-probability of each task.
@@ -22,8 +22,11 @@ def bench(folder) -> dict:
 
 
 def rows(values):
-    return {"task_set": "s", "metrics": {"pass": "higher"},
-            "tasks": [{"id": f"t{i}", "scores": {"pass": v}} for i, v in enumerate(values)]}  # fmt: skip
+    return {
+        "task_set": "s",
+        "metrics": {"pass": "higher"},
+        "tasks": [{"id": f"t{i}", "scores": {"pass": v}} for i, v in enumerate(values)],
+    }
 
 
 def test_worked_example_of_the_docstring():
@@ -41,8 +44,12 @@ def test_interval_fallback_and_flat_rows():
     cur = {"summary": {"pass": {"mean": 0.8, "ci95": [0.7, 0.9]}}}
     decision = compare(cand, cur)
     assert not decision.accepted and decision.comparisons[0].method == "interval overlap"
-    flat = {"results": [{"task_id": "a", "passed": True, "wall_s": 3.0},
-                        {"task_id": "b", "passed": False, "wall_s": 1.0}]}  # fmt: skip
+    flat = {
+        "results": [
+            {"task_id": "a", "passed": True, "wall_s": 3.0},
+            {"task_id": "b", "passed": False, "wall_s": 1.0},
+        ]
+    }
     decision = compare(flat, flat)  # timings are never gated without a declaration
     assert decision.accepted and [c.metric for c in decision.comparisons] == ["passed"]
     with pytest.raises(GateError, match="share 0 scored task"):
@@ -69,8 +76,9 @@ def test_equal_accepted_perturbed_rejected_with_reasons(
     assert decision.reasons[0] == (
         "rejected: worse than the current version beyond noise on oracle_logprob"
     )
-    assert any(r.startswith("oracle_logprob") and ": worse beyond noise" in r
-               for r in decision.reasons)  # fmt: skip
+    assert any(
+        r.startswith("oracle_logprob") and ": worse beyond noise" in r for r in decision.reasons
+    )
     by_metric = {c.metric: c for c in decision.comparisons}
     passed, logprob = by_metric["pass@1"], by_metric["oracle_logprob"]
     assert not passed.worse  # pass@1 cannot tell them apart: neither passes a task

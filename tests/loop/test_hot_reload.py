@@ -55,8 +55,9 @@ def test_serve_follows_promotion_and_rollback(registry, tiny_checkpoint, perturb
         assert httpx.get(url + "/health", timeout=10).json()["model_version"] == v1
 
 
-def test_a_promotion_during_a_reload_lands_right_after_it(registry, tiny_checkpoint,
-                                                          perturbed_checkpoint):  # fmt: skip
+def test_a_promotion_during_a_reload_lands_right_after_it(
+    registry, tiny_checkpoint, perturbed_checkpoint
+):
     v1, v2, v3 = (registry.add(c) for c in (tiny_checkpoint, perturbed_checkpoint, tiny_checkpoint))
     registry.promote(v1, forced=True)
     engine = open_engine(EngineConfig(model=str(registry.verify(v1))))

@@ -15,8 +15,13 @@ from agent.registry import IntegrityError, RegistryError
 
 def test_add_promote_rollback_and_lineage(registry, tiny_checkpoint, tiny_checkpoint_b):
     v1 = registry.add(tiny_checkpoint, note="base")
-    v2 = registry.add(tiny_checkpoint_b, parent="v1", data={"sessions": 3},
-                      recipe={"sft": {"steps": 4}}, reward="total@1")  # fmt: skip
+    v2 = registry.add(
+        tiny_checkpoint_b,
+        parent="v1",
+        data={"sessions": 3},
+        recipe={"sft": {"steps": 4}},
+        reward="total@1",
+    )
     assert v1.startswith("v1-") and v2.startswith("v2-")
     assert registry.get("v2")["parent"] == v1 and registry.get(v2)["reward"] == "total@1"
     assert registry.get(v1)["status"] == "candidate" and registry.promoted() is None
@@ -85,8 +90,9 @@ def test_damaged_index_is_refused_with_a_clear_message(registry, tiny_checkpoint
 
 def test_two_writers_never_interleave(registry, tiny_checkpoint):
     ids: list[str] = []
-    workers = [threading.Thread(target=lambda: ids.append(registry.add(tiny_checkpoint)))
-               for _ in range(4)]  # fmt: skip
+    workers = [
+        threading.Thread(target=lambda: ids.append(registry.add(tiny_checkpoint))) for _ in range(4)
+    ]
     for w in workers:
         w.start()
     for w in workers:
@@ -106,8 +112,11 @@ def test_models_command(registry, tiny_checkpoint, tiny_checkpoint_b, tmp_path, 
     bench = tmp_path / "bench.json"
     for version, score in (("v1", 0.5), ("v2", 0.6)):
         tasks = [{"id": f"t{i}", "scores": {"pass": score + 0.01 * i}} for i in range(5)]
-        bench.write_text(json.dumps({"benchmark": "b", "task_set": "s1", "tasks": tasks,
-                                     "metrics": {"pass": "higher"}}))  # fmt: skip
+        bench.write_text(
+            json.dumps(
+                {"benchmark": "b", "task_set": "s1", "tasks": tasks, "metrics": {"pass": "higher"}}
+            )
+        )
         assert models_cli.main([*reg, "attach", version, str(bench)]) == 0
     assert models_cli.main([*reg, "promote", "v2"]) == 0
     assert "accepted: not worse" in capsys.readouterr().out

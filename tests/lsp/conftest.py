@@ -23,7 +23,7 @@ from pygls import uris
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from lsp.documents import offset_at
-from lsp.server import plain
+from lsp.protocol import plain
 
 
 def server_command(*args: str) -> list[str]:

@@ -34,7 +34,8 @@ from pathlib import Path
 
 from agent.engine import Completion, EngineError, Request, RequestMetrics, Result
 from lsp.cli import main as lsp_main
-from lsp.server import SERVER, plain
+from lsp.protocol import plain
+from lsp.server import SERVER
 from lsp.settings import ModelSettings
 from tests.harness.replay import ReplayEngine
 
@@ -107,8 +108,13 @@ class _PromptsAnswered:
         if request.prompt is None:
             return ENGINE.generate(request)
         ids = list(self.text.encode("utf-8"))
-        comp = Completion(text=self.text, token_ids=ids, logprobs=None, finish_reason="stop",
-                          model_version=ENGINE.model_version)  # fmt: skip
+        comp = Completion(
+            text=self.text,
+            token_ids=ids,
+            logprobs=None,
+            finish_reason="stop",
+            model_version=ENGINE.model_version,
+        )
         return Result([comp], RequestMetrics(prompt_tokens=1, output_tokens=len(ids)))
 
 

@@ -79,8 +79,14 @@ async def test_task_edits_unsaved_buffer_hunk_by_hunk(agent):
 
     steps = steps_of(ed, tid)
     assert [s["role"] for s in steps] == [
-        "user", "assistant", "tool", "assistant", "tool", "assistant", "system"
-    ]  # fmt: skip
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+        "system",
+    ]
     assert steps[0]["text"] == "fix the operators"
     assert steps[1]["calls"][0]["name"] == "read_file"
     assert "not saved yet" in steps[2]["text"], "the agent reads the editor's unsaved text"
@@ -220,8 +226,9 @@ async def test_a_task_runs_in_the_workspace_folder_that_holds_its_file(tmp_path)
     main.mkdir()
     (other / "AGENTS.md").write_text("Keep functions short.\n")
     (other / "pkg" / "calc.py").write_text(BASE)
-    ed = await start_editor(tmp_path, "replay", {"agent": {"maxSteps": 4}}, root=main,
-                            folders=(main, other))  # fmt: skip
+    ed = await start_editor(
+        tmp_path, "replay", {"agent": {"maxSteps": 4}}, root=main, folders=(main, other)
+    )
     try:
         uri = (other / "pkg" / "calc.py").as_uri()
         ed.open(uri, BASE)

@@ -42,12 +42,23 @@ OPTIONS = {
 EXCLUDED = {"exit", "shutdown", "initialize", "initialized", "workspace/didChangeConfiguration"}
 TASK_COMMANDS = {"flywheel.ask", "flywheel.fixDiagnostic", "flywheel.explain"}
 METHODS = [
-    "textDocument/inlineCompletion", "textDocument/completion", "textDocument/didOpen",
-    "textDocument/didChange", "textDocument/didClose", "textDocument/codeAction",
-    "workspace/executeCommand", "flywheel/nextEdit", "flywheel/completionShown",
-    "flywheel/completionRejected", "flywheel/completionPartiallyAccepted", "$/cancelRequest",
-    "window/workDoneProgress/cancel", "textDocument/hover", "flywheel/noSuchMethod", "",
-]  # fmt: skip
+    "textDocument/inlineCompletion",
+    "textDocument/completion",
+    "textDocument/didOpen",
+    "textDocument/didChange",
+    "textDocument/didClose",
+    "textDocument/codeAction",
+    "workspace/executeCommand",
+    "flywheel/nextEdit",
+    "flywheel/completionShown",
+    "flywheel/completionRejected",
+    "flywheel/completionPartiallyAccepted",
+    "$/cancelRequest",
+    "window/workDoneProgress/cancel",
+    "textDocument/hover",
+    "flywheel/noSuchMethod",
+    "",
+]
 ERROR_CODES = {-32700, -32600, -32601, -32602, -32603, -32800, -32801, -32803}
 
 
@@ -86,20 +97,28 @@ def _templates(uri: str) -> list[tuple[str, dict]]:
     pos = {"line": 0, "character": 3}
     rng = {"start": pos, "end": {"line": 0, "character": 5}}
     return [
-        ("textDocument/inlineCompletion",
-         {"textDocument": {"uri": uri}, "position": pos, "context": {"triggerKind": 1}}),
+        (
+            "textDocument/inlineCompletion",
+            {"textDocument": {"uri": uri}, "position": pos, "context": {"triggerKind": 1}},
+        ),
         ("textDocument/completion", {"textDocument": {"uri": uri}, "position": pos}),
-        ("textDocument/didOpen",
-         {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": "x = 1\n"}}),
-        ("textDocument/didChange",
-         {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{"text": "y = 2\n"}]}),
-        ("textDocument/codeAction",
-         {"textDocument": {"uri": uri}, "range": rng, "context": {"diagnostics": []}}),
+        (
+            "textDocument/didOpen",
+            {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": "x = 1\n"}},
+        ),
+        (
+            "textDocument/didChange",
+            {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{"text": "y = 2\n"}]},
+        ),
+        (
+            "textDocument/codeAction",
+            {"textDocument": {"uri": uri}, "range": rng, "context": {"diagnostics": []}},
+        ),
         ("flywheel/nextEdit", {"textDocument": {"uri": uri, "version": 1}, "position": pos}),
         ("workspace/executeCommand", {"command": "flywheel.status", "arguments": []}),
         ("flywheel/completionShown", {"suggestionId": "s"}),
         ("$/cancelRequest", {"id": 1}),
-    ]  # fmt: skip
+    ]
 
 
 @st.composite
@@ -251,8 +270,12 @@ def test_random_and_mutated_messages_never_break_the_server(tmp_path, tiny_check
     internal: list[str] = []  # -32603 messages: allowed by the specification, shown for review
     try:
         caps = {"workspace": {"configuration": True, "applyEdit": True}}
-        init = {"processId": None, "capabilities": caps, "rootUri": tmp_path.as_uri(),
-                "initializationOptions": OPTIONS}  # fmt: skip
+        init = {
+            "processId": None,
+            "capabilities": caps,
+            "rootUri": tmp_path.as_uri(),
+            "initializationOptions": OPTIONS,
+        }
         assert "capabilities" in wire.request("init", "initialize", init)["result"]
         wire.notify("initialized", {})
         warm = _complete(wire, (tmp_path / "warm.py").as_uri(), "warm")
@@ -261,8 +284,13 @@ def test_random_and_mutated_messages_never_break_the_server(tmp_path, tiny_check
         fresh = itertools.count(1_000_000)
         fuzz_uri = (tmp_path / "fuzzed.py").as_uri()
 
-        @settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
-                  suppress_health_check=list(HealthCheck))  # fmt: skip
+        @settings(
+            max_examples=EXAMPLES,
+            derandomize=True,
+            database=None,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        )
         @given(st.lists(bodies(fuzz_uri), min_size=1, max_size=20))
         def batch(sent: list[bytes]) -> None:
             waits: list[tuple[str, Any]] = []

@@ -35,8 +35,10 @@ def _nvim() -> str | None:
     probe = subprocess.run(
         [found, "--headless", "--clean", "-l", "-"],  # -l - : run Lua from stdin
         input="io.write(vim.lsp.inline_completion and 'yes' or 'no')",
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return found if probe.stdout.strip().endswith("yes") else None
 
 
@@ -56,8 +58,12 @@ def run_nvim(tmp_path: Path, script: str, config: dict) -> dict:
         env[name] = str(tmp_path / "xdg" / name.lower())
     proc = subprocess.run(
         [NVIM, "--headless", "--clean", "-S", str(SCRIPTS / script)],
-        cwd=config["root"], env=env, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        cwd=config["root"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert out.exists(), f"nvim wrote no results (rc {proc.returncode}): {proc.stderr[-3000:]}"
     results = json.loads(out.read_text())
     assert results["ok"], results.get("error")
@@ -98,8 +104,11 @@ def test_ghost_text_accepted_in_neovim(tmp_path, tiny_checkpoint):
     assert results["ghost_row"] == 1
     before, after = results["before"], results["after"]
     assert after[0] == before[0] and after[1].startswith("x = ") and after != before
-    (suggestion,) = rows(db, "SELECT * FROM suggestions WHERE kind = 'inline' AND id IN "
-                         "(SELECT suggestion_id FROM suggestion_events WHERE event = 'accepted')")  # fmt: skip
+    (suggestion,) = rows(
+        db,
+        "SELECT * FROM suggestions WHERE kind = 'inline' AND id IN "
+        "(SELECT suggestion_id FROM suggestion_events WHERE event = 'accepted')",
+    )
     assert suggestion["document_uri"] == (root / "main.py").as_uri()
     assert after[1] == before[1] + suggestion["output"].split("\n")[0]
     (session,) = rows(db, "SELECT * FROM sessions")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from lsprotocol import types
 
-from lsp.agent_tasks import Proposal, StaleProposal, hunks_between
 from lsp.documents import offset_at, position_at
 from lsp.feedback import SurvivalTracker
+from lsp.proposals import Proposal, StaleProposal, hunks_between
 from lsp.settings import Settings, parse_settings
 
 

@@ -17,6 +17,7 @@ from telemetry import (
     forget,
     privacy,
     redact,
+    redaction,
     store,
     workspace_id,
 )
@@ -149,16 +150,16 @@ def test_gated_redaction_equals_the_ungated_reference():
     """The cheap gates (token runs, literals, keyword positions) only skip regexes that could not
     match: on every sample the result is exactly what running every regex gives."""
     for text in _gate_corpus():
-        assert privacy.redact(text) == privacy._redact(text, gated=False), text
+        assert redaction.redact(text) == redaction._redact(text, gated=False), text
 
 
 def test_each_gate_is_a_necessary_condition_of_its_pattern():
     """Every secret sample that a pattern redacts passes that pattern's gates."""
     for _, template, secret in SECRETS:
         for text in (secret, template.format(s=secret)):
-            gates = privacy._Gates(text)
-            for i, pattern in enumerate(privacy.SECRET_PATTERNS):
-                if pattern.regex.sub(privacy._REPLACERS[pattern.kind], text) != text:
+            gates = redaction._Gates(text)
+            for i, pattern in enumerate(redaction.SECRET_PATTERNS):
+                if pattern.regex.sub(redaction._REPLACERS[pattern.kind], text) != text:
                     assert i in gates.candidates() and gates.has_literal(pattern), pattern.kind
                     assert gates.has_trigger(pattern), pattern.kind
 

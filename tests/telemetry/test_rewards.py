@@ -150,12 +150,6 @@ def test_registry_names_and_versions():
         rewards.get("style", 7)
 
 
-def test_looks_dissatisfied():
-    assert rewards.looks_dissatisfied("No, that's wrong, revert it")
-    assert rewards.looks_dissatisfied("it still fails")
-    assert not rewards.looks_dissatisfied("Thanks! Now add a docstring.")
-
-
 def test_signals_from_a_recorded_session(recorder: Recorder, db_path: Path):
     ids = record_session(recorder, tests_after=(4, 0))
     sid = ids["session"]

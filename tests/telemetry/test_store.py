@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from telemetry import store
+from telemetry import folders, store
 
 
 def test_new_database_is_migrated_and_recorded(db_path: Path):
@@ -159,5 +159,8 @@ def test_open_without_create_does_not_make_a_file(tmp_path: Path):
     assert not (tmp_path / "missing.db").exists()
 
 
-def test_default_path_is_under_the_data_folder(tmp_path: Path):
-    assert store.default_path(tmp_path) == tmp_path / "flywheel" / "telemetry.db"
+def test_per_user_folders_follow_xdg(tmp_path: Path):
+    env = {"XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    assert folders.db_path(None, env) == tmp_path / "data" / "flywheel" / "telemetry.db"
+    assert folders.cache_home(env) == tmp_path / "cache" / "flywheel"
+    assert folders.cache_home({**env, "FLYWHEEL_CACHE": str(tmp_path / "c")}) == tmp_path / "c"

@@ -7,7 +7,8 @@ import random
 import pytest
 
 from training.evaluate import EvalConfig, TaskResult, evaluate_agent, pick_tasks
-from training.tasks import bugfix_tasks, make_project
+from training.tasks.bugfix import bugfix_tasks
+from training.tasks.projects import make_project
 
 
 @pytest.fixture(scope="module")

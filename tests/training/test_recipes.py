@@ -57,3 +57,16 @@ def test_overrides_and_errors(tmp_path):
     bad.write_text("name = ")
     with pytest.raises(RecipeError, match="not valid TOML"):
         load_recipe(bad)
+
+
+CYCLE_RECIPES = sorted((RECIPES[0].parent / "cycle").rglob("*.toml"))
+
+
+@pytest.mark.parametrize("path", CYCLE_RECIPES, ids=lambda p: str(p.relative_to(p.parents[1])))
+def test_cycle_recipes_load_and_cover_its_stages(path):
+    """The cycle's stages are recipe files like every other stage (issue 19)."""
+    from training.cycle import STAGES
+
+    recipe = load_recipe(path)
+    assert recipe.stage in STAGES and path.stem == recipe.stage
+    assert "flywheel cycle" in path.read_text().split("\nname")[0]

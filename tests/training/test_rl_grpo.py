@@ -95,9 +95,15 @@ def test_clip_higher_is_asymmetric():
     logprobs = (prox + torch.log(torch.tensor([1.5, 1.1, 0.5]))).requires_grad_()
     adv = torch.tensor([1.0, 1.0, -1.0])
     loss, stats = policy_loss(
-        logprobs, prox, adv, torch.ones(3), 1.0,
-        prox_logprobs=prox, clip_low=0.2, clip_high=0.28,
-    )  # fmt: skip
+        logprobs,
+        prox,
+        adv,
+        torch.ones(3),
+        1.0,
+        prox_logprobs=prox,
+        clip_low=0.2,
+        clip_high=0.28,
+    )
     assert loss.item() == pytest.approx(-(1.28 + 1.1 - 0.8))
     assert stats["clipped"].item() == 2
     loss.backward()
@@ -114,15 +120,23 @@ def test_pass_at_k():
 def test_reward_spec_worked_example_and_a_raising_component():
     spec = RewardSpec({"task_success@2": 1.0, "tool_errors@1": 0.2}, effort_penalty=0.1)
     traj = Trajectory("t", 0, [Turn([1], [2] * 1500, [-0.1] * 1500, 0)])
-    traj.signals = {"tests_after_passed": 4, "tests_after_failed": 1, "tool_calls": 4,
-                    "tool_errors": 1}  # fmt: skip
+    traj.signals = {
+        "tests_after_passed": 4,
+        "tests_after_failed": 1,
+        "tool_calls": 4,
+        "tool_errors": 1,
+    }
     spec.score(traj)
     assert traj.reward == pytest.approx(0.625)
     assert traj.components == pytest.approx(
         {"task_success@2": 0.8, "tool_errors@1": -0.125, "effort": -0.15}
     )
-    bad = Trajectory("t", 1, [Turn([1], [2], [-0.1], 0)], signals={"tests_after_passed": "x",
-                                                                     "tests_after_failed": 0})  # fmt: skip
+    bad = Trajectory(
+        "t",
+        1,
+        [Turn([1], [2], [-0.1], 0)],
+        signals={"tests_after_passed": "x", "tests_after_failed": 0},
+    )
     spec.score(bad)
     assert bad.reward is None and "reward task_success@2 raised TypeError" in bad.error
     assert bad.check() == bad.error

@@ -33,8 +33,18 @@ def _check_learned(out: Path, max_staleness: int) -> None:
     assert len(train) <= 60  # the bound on updates
     assert train[-1]["admitted_over_bound"] == 0
     assert all(r["staleness_max"] <= max_staleness for r in train)
-    for key in ("reward_mean", "reward_std", "pass@1", "pass@8", "entropy", "kl_sampling_trained",
-                "ess", "staleness_mean", "refused_stale", "trajectories_per_min"):  # fmt: skip
+    for key in (
+        "reward_mean",
+        "reward_std",
+        "pass@1",
+        "pass@8",
+        "entropy",
+        "kl_sampling_trained",
+        "ess",
+        "staleness_mean",
+        "refused_stale",
+        "trajectories_per_min",
+    ):
         assert key in train[0], key
     meta = json.loads((out / "model" / "flywheel.json").read_text())
     assert meta["stage"] == "rl" and meta["version"] == f"toy@rl{train[-1]['version']}"
@@ -92,8 +102,9 @@ def test_toy_is_learned_in_asynchronous_mode(tmp_path, tiny_checkpoint, monkeypa
 
     monkeypatch.setattr(async_loop, "make_runtime", seeded)
     lines: list[str] = []
-    recipe = toy_recipe(tmp_path / "run", tiny_checkpoint, mode="async", max_staleness=1,
-                        in_flight=8)  # fmt: skip
+    recipe = toy_recipe(
+        tmp_path / "run", tiny_checkpoint, mode="async", max_staleness=1, in_flight=8
+    )
     train_rl(recipe, log=lines.append)
     assert len(runtimes) == 1
     _check_learned(tmp_path / "run", max_staleness=1)
@@ -118,8 +129,9 @@ def test_crashed_rollouts_and_raising_rewards_are_recorded_and_skipped(tmp_path,
 
 def test_a_run_killed_mid_way_resumes_from_its_last_checkpoint(tmp_path, tiny_checkpoint):
     recipe_file = tmp_path / "toy.toml"
-    values = toy_values(tmp_path / "run", tiny_checkpoint, steps=8, save_every=2, lr=5e-3,
-                        mode="sync")  # fmt: skip
+    values = toy_values(
+        tmp_path / "run", tiny_checkpoint, steps=8, save_every=2, lr=5e-3, mode="sync"
+    )
     rewards = values.pop("rewards")
     recipe_file.write_text(
         "\n".join(f"{k} = {json.dumps(v)}" for k, v in values.items())
@@ -128,8 +140,9 @@ def test_a_run_killed_mid_way_resumes_from_its_last_checkpoint(tmp_path, tiny_ch
         + "\n"
     )
     command = [sys.executable, "-m", "training.cli", "rl", "--recipe", str(recipe_file)]
-    first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)  # fmt: skip
+    first = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     seen = []
     for line in first.stdout:  # wait for the event, not for time
         seen.append(line)
@@ -158,8 +171,9 @@ def test_a_run_killed_mid_way_resumes_from_its_last_checkpoint(tmp_path, tiny_ch
 @pytest.mark.slow  # two spawned worker processes: about 25 s on 2 cores
 def test_a_dead_worker_process_is_restarted(tmp_path, tiny_checkpoint):
     lines: list[str] = []
-    recipe = toy_recipe(tmp_path / "run", tiny_checkpoint, mode="sync", steps=2,
-                        runtime="processes", workers=1)  # fmt: skip
+    recipe = toy_recipe(
+        tmp_path / "run", tiny_checkpoint, mode="sync", steps=2, runtime="processes", workers=1
+    )
     env = FaultyEnv(tasks_count=4, every=8, die_marker=str(tmp_path / "died"))
     train_rl(recipe, env=env, log=lines.append)
     text = "\n".join(lines)
@@ -172,8 +186,9 @@ def test_reward_version_change_refuses_to_resume(tmp_path, tiny_checkpoint):
     from training.loop import TrainingError
 
     train_rl(toy_recipe(tmp_path / "run", tiny_checkpoint, steps=1, save_every=1), log=print)
-    changed = toy_recipe(tmp_path / "run", tiny_checkpoint, steps=2,
-                         rewards={"task_success@2": 1.0})  # fmt: skip
+    changed = toy_recipe(
+        tmp_path / "run", tiny_checkpoint, steps=2, rewards={"task_success@2": 1.0}
+    )
     with pytest.raises(TrainingError, match="reward version"):
         train_rl(changed, log=print)
 
@@ -184,8 +199,15 @@ def test_ray_runtime_learns_the_toy(tmp_path, tiny_checkpoint, monkeypatch):
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        recipe = toy_recipe(tmp_path / "run", tiny_checkpoint, mode="async", max_staleness=1,
-                            runtime="ray", workers=2, in_flight=8)  # fmt: skip
+        recipe = toy_recipe(
+            tmp_path / "run",
+            tiny_checkpoint,
+            mode="async",
+            max_staleness=1,
+            runtime="ray",
+            workers=2,
+            in_flight=8,
+        )
         train_rl(recipe, log=print)
     finally:
         ray.shutdown()

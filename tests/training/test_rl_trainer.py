@@ -13,12 +13,21 @@ from training.rl.environments import HarnessEnv, RecordingEngine, count_tests, p
 from training.rl.grpo import collate, turn_row
 from training.rl.recipe import rl_recipe_from_dict
 from training.rl.trainer import Policy
-from training.tasks import Task
+from training.tasks.task import Task
 
 
 def _recipe(tmp_path, init, **kw):
-    values = dict(name="t", out=str(tmp_path / "run"), init=str(init), env="magic", lr=1e-2,
-                  temperature=0.7, max_tokens=6, micro_batch_rows=3, loss_tokens=1)  # fmt: skip
+    values = dict(
+        name="t",
+        out=str(tmp_path / "run"),
+        init=str(init),
+        env="magic",
+        lr=1e-2,
+        temperature=0.7,
+        max_tokens=6,
+        micro_batch_rows=3,
+        loss_tokens=1,
+    )
     return rl_recipe_from_dict({**values, **kw})
 
 
@@ -53,8 +62,10 @@ def test_update_moves_towards_positive_advantage_and_nan_changes_nothing(tmp_pat
             return policy.score(batch)[0][0, -1].item()
 
     before = logp(good), logp(bad)
-    rows = [turn_row(prompt, [good], [before[0]], 0.5, 0),
-            turn_row(prompt, [bad], [before[1]], -0.5, 0)]  # fmt: skip
+    rows = [
+        turn_row(prompt, [good], [before[0]], 0.5, 0),
+        turn_row(prompt, [bad], [before[1]], -0.5, 0),
+    ]
     metrics = policy.update(rows, n_trajectories=2)
     assert metrics["skipped"] == 0 and metrics["kl_sampling_trained"] == pytest.approx(0, abs=1e-6)
     assert metrics["ess"] == pytest.approx(1.0)
@@ -83,8 +94,16 @@ def _tiny_task(command: str = "python -m unittest") -> Task:
         ),
     }
     solution = {"calc.py": "def add(a, b):\n    return a + b\n"}
-    return Task("tiny1", "bugfix/operator_swap", "p:0", "train", "Fix add in calc.py.", files,
-                solution, test_command=command)  # fmt: skip
+    return Task(
+        "tiny1",
+        "bugfix/operator_swap",
+        "p:0",
+        "train",
+        "Fix add in calc.py.",
+        files,
+        solution,
+        test_command=command,
+    )
 
 
 @pytest.fixture(scope="module")

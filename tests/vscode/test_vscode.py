@@ -46,8 +46,12 @@ FIX = {"search": "    return a - b", "replace": "    return a + b"}
 
 
 def _missing() -> str | None:
-    for path, what in ((CODE_SERVER, "code-server"), (PLAYWRIGHT, "playwright-core"),
-                       (Path("/usr/bin/chromium"), "chromium"), (VSIX, "the built .vsix")):  # fmt: skip
+    for path, what in (
+        (CODE_SERVER, "code-server"),
+        (PLAYWRIGHT, "playwright-core"),
+        (Path("/usr/bin/chromium"), "chromium"),
+        (VSIX, "the built .vsix"),
+    ):
         if not path.exists():
             return f"{what} is missing ({path}); run `make test-vscode`"
     return None
@@ -85,10 +89,20 @@ def code_server(tmp_path):
         "XDG_CACHE_HOME": str(home / "cache"),
         "XDG_STATE_HOME": str(home / "state"),
     }
-    base = [str(CODE_SERVER), "--user-data-dir", str(home / "user"),
-            "--extensions-dir", str(home / "extensions")]  # fmt: skip
-    subprocess.run([*base, "--install-extension", str(VSIX)], env=env, check=True,
-                   capture_output=True, timeout=300)  # fmt: skip
+    base = [
+        str(CODE_SERVER),
+        "--user-data-dir",
+        str(home / "user"),
+        "--extensions-dir",
+        str(home / "extensions"),
+    ]
+    subprocess.run(
+        [*base, "--install-extension", str(VSIX)],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
 
     ws = home / "ws"
     (ws / "calc.py").write_text(BASE)
@@ -120,13 +134,32 @@ def code_server(tmp_path):
     config.write_text("auth: none\n")
     log = open(tmp_path / "code-server.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [*base, "--auth", "none", "--bind-addr", f"127.0.0.1:{port}", "--disable-telemetry",
-         "--disable-update-check", "--disable-workspace-trust", "--config", str(config), str(ws)],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        [
+            *base,
+            "--auth",
+            "none",
+            "--bind-addr",
+            f"127.0.0.1:{port}",
+            "--disable-telemetry",
+            "--disable-update-check",
+            "--disable-workspace-trust",
+            "--config",
+            str(config),
+            str(ws),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
-        yield {"url": f"http://127.0.0.1:{port}/?folder={ws}", "ws": ws, "db": db, "env": env,
-               "lsp_pid": pidfile}  # fmt: skip
+        yield {
+            "url": f"http://127.0.0.1:{port}/?folder={ws}",
+            "ws": ws,
+            "db": db,
+            "env": env,
+            "lsp_pid": pidfile,
+        }
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # code-server, its extension hosts, the LSP server
         proc.wait()
@@ -149,14 +182,21 @@ def test_ghost_text_and_agent_proposal_in_code_server(code_server, tmp_path):
     artifacts = tmp_path / "screenshots"
     artifacts.mkdir()
     print(f"\nscreenshots: {artifacts}")
-    opts = {"url": code_server["url"], "file": "calc.py", "question": "fix add",
-            "expect": "a + b", "artifacts": str(artifacts)}  # fmt: skip
+    opts = {
+        "url": code_server["url"],
+        "file": "calc.py",
+        "question": "fix add",
+        "expect": "a + b",
+        "artifacts": str(artifacts),
+    }
     node = shutil.which("node", path=str(NODE_BIN)) or "node"
     run = subprocess.run(
         [node, str(Path(__file__).with_name("drive.cjs")), json.dumps(opts)],
         env={**code_server["env"], "PLAYWRIGHT_CORE": str(PLAYWRIGHT)},
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     lines = run.stdout.strip().splitlines()
     assert lines, run.stderr
     summary = json.loads(lines[-1])
@@ -169,8 +209,11 @@ def test_ghost_text_and_agent_proposal_in_code_server(code_server, tmp_path):
 
     _stop_language_server(int(code_server["lsp_pid"].read_text()))
     db = code_server["db"]
-    events = _rows(db, "SELECT e.event FROM suggestion_events e JOIN suggestions s "
-                       "ON s.id = e.suggestion_id WHERE s.kind = 'inline'")  # fmt: skip
+    events = _rows(
+        db,
+        "SELECT e.event FROM suggestion_events e JOIN suggestions s "
+        "ON s.id = e.suggestion_id WHERE s.kind = 'inline'",
+    )
     assert "accepted" in [e["event"] for e in events]
     (task,) = _rows(db, "SELECT * FROM tasks")
     assert task["status"] == "done" and task["instruction"] == "fix add"

@@ -9,8 +9,8 @@ scores and gate decisions. Charts are drawn on the server (matplotlib, inline SV
 needs no scripts and nothing from the network.
 
 Files, one role each:
-  data.py          SQL over the telemetry database (and the model registry) -> plain series per
-                   panel, each with the reason when it has nothing to show
+  data.py          telemetry's reads (telemetry/queries.py) and the model registry -> plain
+                   series per panel, each with the reason when it has nothing to show
   charts.py        series -> inline SVG
   server.py        the FastAPI app and the command line (uvicorn)
   page.html.jinja  the page

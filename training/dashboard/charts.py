@@ -22,8 +22,15 @@ def _plt():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
-                         "axes.spines.right": False, "svg.hashsalt": "flywheel"})  # fmt: skip
+    plt.rcParams.update(
+        {
+            "svg.fonttype": "none",
+            "font.size": 9,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "svg.hashsalt": "flywheel",
+        }
+    )
     return plt
 
 
@@ -37,8 +44,9 @@ def _svg(fig) -> str:
 
 def _ticks(ax, x: list[str]) -> None:
     step = max(1, len(x) // 8)
-    ax.set_xticks(range(0, len(x), step), [x[i] for i in range(0, len(x), step)],
-                  rotation=20, ha="right")  # fmt: skip
+    ax.set_xticks(
+        range(0, len(x), step), [x[i] for i in range(0, len(x), step)], rotation=20, ha="right"
+    )
 
 
 def render(series: dict[str, Any]) -> str | None:

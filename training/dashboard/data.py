@@ -8,6 +8,7 @@ Time buckets are days, or hours when everything recorded spans less than two day
 install still shows a trend).
 
 The database is opened read-only (`mode=ro`); a missing file is the empty state, never created.
+Every read is a function of telemetry/queries.py; this module only shapes the answers.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sqlite_utils import Database
+
+from telemetry import queries
 
 
 @dataclass
@@ -31,38 +36,22 @@ class Panel:
     note: str = ""  # where the data came from
 
 
-def connect(path: Path) -> sqlite3.Connection | None:
-    """A read-only connection, or None when the file does not exist."""
-    if not Path(path).is_file():
-        return None
-    conn = sqlite3.connect(f"file:{Path(path).absolute()}?mode=ro", uri=True, timeout=5)
-    conn.row_factory = sqlite3.Row
-    return conn
-
-
-def _bucket(conn: sqlite3.Connection) -> tuple[str, str]:
-    """(SQL format for strftime, label): hours when the data spans under two days."""
-    row = conn.execute("SELECT MIN(started_at), MAX(started_at) FROM sessions").fetchone()
-    if row[0] is not None and row[1] - row[0] < 2 * 86400:
-        return "%Y-%m-%d %H:00", "hour"
-    return "%Y-%m-%d", "day"
-
-
-def _when(fmt: str, column: str) -> str:
-    return f"strftime('{fmt}', {column}, 'unixepoch')"
+def _unit(db: Database) -> str:
+    """The time bucket: "hour" when the sessions span under two days, else "day"."""
+    first, last = queries.session_span(db)
+    if first is not None and last - first < 2 * 86400:
+        return "hour"
+    return "day"
 
 
 def _pct(num: float, den: float) -> str:
     return f"{100 * num / den:.0f}%" if den else "-"
 
 
-def sessions_panel(conn: sqlite3.Connection) -> Panel:
+def sessions_panel(db: Database) -> Panel:
     p = Panel("sessions", "Sessions over time")
-    fmt, unit = _bucket(conn)
-    rows = conn.execute(
-        f"SELECT {_when(fmt, 'started_at')} AS t, COALESCE(editor, '?') AS editor, COUNT(*) AS n "
-        "FROM sessions GROUP BY 1, 2 ORDER BY 1"
-    ).fetchall()
+    unit = _unit(db)
+    rows = queries.sessions_per_bucket(db, unit)
     if not rows:
         p.empty = "No sessions recorded yet: run `flywheel demo`, or use the editor plug-in."
         return p
@@ -80,19 +69,10 @@ def sessions_panel(conn: sqlite3.Connection) -> Panel:
     return p
 
 
-def suggestions_panel(conn: sqlite3.Connection) -> Panel:
+def suggestions_panel(db: Database) -> Panel:
     p = Panel("suggestions", "Suggestion acceptance and kept code")
-    fmt, unit = _bucket(conn)
-    rows = conn.execute(
-        f"""SELECT {_when(fmt, "s.created_at")} AS t, COUNT(*) AS made,
-          SUM(EXISTS(SELECT 1 FROM suggestion_events e WHERE e.suggestion_id = s.id
-                     AND e.event = 'shown')) AS shown,
-          SUM(EXISTS(SELECT 1 FROM suggestion_events e WHERE e.suggestion_id = s.id
-                     AND e.event IN ('accepted', 'partially_accepted'))) AS accepted,
-          AVG((SELECT v.share FROM survival v WHERE v.suggestion_id = s.id
-               ORDER BY v.after_s DESC LIMIT 1)) AS kept
-        FROM suggestions s GROUP BY 1 ORDER BY 1"""
-    ).fetchall()
+    unit = _unit(db)
+    rows = queries.suggestions_per_bucket(db, unit)
     if not rows:
         p.empty = "No inline suggestions recorded yet: they come from the language server."
         return p
@@ -117,15 +97,10 @@ def suggestions_panel(conn: sqlite3.Connection) -> Panel:
     return p
 
 
-def rewards_panel(conn: sqlite3.Connection) -> Panel:
+def rewards_panel(db: Database) -> Panel:
     p = Panel("rewards", "Reward trends")
-    fmt, unit = _bucket(conn)
-    rows = conn.execute(
-        f"""SELECT {_when(fmt, "s.started_at")} AS t, r.function || '@' || r.version AS f,
-          AVG(r.value) AS mean, COUNT(*) AS n
-        FROM rewards r JOIN sessions s ON s.id = r.session_id
-        WHERE r.value IS NOT NULL GROUP BY 1, 2 ORDER BY 1"""
-    ).fetchall()
+    unit = _unit(db)
+    rows = queries.rewards_per_bucket(db, unit)
     if not rows:
         p.empty = "No rewards computed yet: run `flywheel telemetry rewards` after some sessions."
         return p
@@ -142,18 +117,10 @@ def rewards_panel(conn: sqlite3.Connection) -> Panel:
     return p
 
 
-def agent_panel(conn: sqlite3.Connection) -> Panel:
+def agent_panel(db: Database) -> Panel:
     p = Panel("agent", "Agent success and tool errors")
-    fmt, unit = _bucket(conn)
-    rows = conn.execute(
-        f"""SELECT {_when(fmt, "t.created_at")} AS t, COUNT(*) AS tasks,
-          SUM(t.stop_reason = 'answered' OR (t.stop_reason IS NULL AND t.status = 'done')) AS ok,
-          SUM(COALESCE(e.n, 0)) AS errors
-        FROM tasks t
-        LEFT JOIN (SELECT task_id, SUM(is_error) AS n FROM steps GROUP BY task_id) e
-          ON e.task_id = t.id
-        WHERE t.ended_at IS NOT NULL GROUP BY 1 ORDER BY 1"""
-    ).fetchall()
+    unit = _unit(db)
+    rows = queries.tasks_per_bucket(db, unit)
     if not rows:
         p.empty = "No finished agent tasks yet: run `flywheel run` or an agent task in the editor."
         return p
@@ -166,25 +133,20 @@ def agent_panel(conn: sqlite3.Connection) -> Panel:
         },
         "ylabel": f"per {unit}",
     }
-    stops = conn.execute(
-        "SELECT COALESCE(stop_reason, status, '?') AS reason, COUNT(*) AS n FROM tasks "
-        "WHERE ended_at IS NOT NULL GROUP BY 1 ORDER BY 2 DESC"
-    ).fetchall()
-    p.rows = [{"stop reason": r["reason"], "tasks": r["n"]} for r in stops]
+    p.rows = [{"stop reason": r["reason"], "tasks": r["n"]} for r in queries.stop_reasons(db)]
     tasks, ok = sum(r["tasks"] for r in rows), sum(r["ok"] for r in rows)
-    p.stats = {"tasks": str(tasks), "success": _pct(ok, tasks),
-               "tool errors": str(sum(r["errors"] for r in rows))}  # fmt: skip
+    p.stats = {
+        "tasks": str(tasks),
+        "success": _pct(ok, tasks),
+        "tool errors": str(sum(r["errors"] for r in rows)),
+    }
     return p
 
 
-def speculative_panel(conn: sqlite3.Connection) -> Panel:
+def speculative_panel(db: Database) -> Panel:
     p = Panel("speculative", "Speculative decoding acceptance")
-    fmt, unit = _bucket(conn)
-    rows = conn.execute(
-        f"""SELECT {_when(fmt, "created_at")} AS t, SUM(drafts_proposed) AS proposed,
-          SUM(drafts_accepted) AS accepted, AVG(mean_acceptance_length) AS length
-        FROM suggestions WHERE drafts_proposed > 0 GROUP BY 1 ORDER BY 1"""
-    ).fetchall()
+    unit = _unit(db)
+    rows = queries.drafts_per_bucket(db, unit)
     if not rows:
         p.empty = (
             "No speculative-decoding statistics yet: suggestions record them when the engine "
@@ -204,15 +166,10 @@ def speculative_panel(conn: sqlite3.Connection) -> Panel:
     return p
 
 
-def training_panel(conn: sqlite3.Connection) -> Panel:
+def training_panel(db: Database) -> Panel:
     p = Panel("training", "Training curves")
-    runs = conn.execute(
-        "SELECT id, stage, status, created_at FROM training_runs ORDER BY created_at"
-    ).fetchall()
-    metrics = conn.execute(
-        "SELECT run_id, name, step, value FROM training_metrics WHERE value IS NOT NULL "
-        "ORDER BY run_id, name, step"
-    ).fetchall()
+    runs = queries.training_runs(db)
+    metrics = queries.training_metrics(db)
     if not metrics:
         p.empty = (
             "No training metrics recorded yet: `flywheel train` and `flywheel cycle` record "
@@ -297,12 +254,10 @@ def registry_versions(registry: Path) -> tuple[list[dict[str, Any]], str | None]
     return rows, None
 
 
-def table_versions(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+def table_versions(db: Database) -> list[dict[str, Any]]:
     """Rows from the telemetry `model_versions` table (metrics JSON may hold benchmark/gate)."""
     out = []
-    for r in conn.execute(
-        "SELECT id, parent, stage, promoted_at, metrics FROM model_versions ORDER BY created_at"
-    ):
+    for r in queries.model_versions(db):
         try:
             metrics = json.loads(r["metrics"] or "{}")
         except json.JSONDecodeError:
@@ -323,16 +278,16 @@ def table_versions(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     return out
 
 
-def models_panel(conn: sqlite3.Connection | None, registry: Path | None) -> Panel:
+def models_panel(db: Database | None, registry: Path | None) -> Panel:
     p = Panel("models", "Model versions, benchmark scores and gate decisions")
     why = "no registry folder was given (--registry)"
     if registry is not None:
         rows, why = registry_versions(registry)
         if rows:
             p.rows, p.note = rows, f"from the model registry at {registry}"
-    if not p.rows and conn is not None:
+    if not p.rows and db is not None:
         try:
-            p.rows = table_versions(conn)
+            p.rows = table_versions(db)
         except sqlite3.Error as exc:  # an old schema without model_versions
             why += f"; the telemetry database cannot list versions ({exc})"
         if p.rows:
@@ -356,7 +311,7 @@ def models_panel(conn: sqlite3.Connection | None, registry: Path | None) -> Pane
     return p
 
 
-PANELS: list[Callable[[sqlite3.Connection], Panel]] = [
+PANELS: list[Callable[[Database], Panel]] = [
     sessions_panel,
     suggestions_panel,
     rewards_panel,
@@ -368,27 +323,30 @@ PANELS: list[Callable[[sqlite3.Connection], Panel]] = [
 
 def collect(db: Path, registry: Path | None) -> tuple[list[Panel], str | None]:
     """Every panel, and the page's empty-state message (None when there is data)."""
-    conn = connect(db)
+    tables = queries.open_read_only(db)
     panels: list[Panel] = []
     try:
         for build in PANELS:
             title = build.__name__.removesuffix("_panel")
-            if conn is None:
+            if tables is None:
                 panels.append(Panel(title, title.capitalize(), empty="No telemetry database."))
                 continue
             try:
-                panels.append(build(conn))
+                panels.append(build(tables))
             except sqlite3.Error as exc:
                 panels.append(
-                    Panel(title, title.capitalize(),
-                          empty=f"This database cannot answer this panel ({exc}); run "
-                          "`flywheel telemetry stats` once to upgrade its schema.")
-                )  # fmt: skip
-        panels.append(models_panel(conn, registry))
+                    Panel(
+                        title,
+                        title.capitalize(),
+                        empty=f"This database cannot answer this panel ({exc}); run "
+                        "`flywheel telemetry stats` once to upgrade its schema.",
+                    )
+                )
+        panels.append(models_panel(tables, registry))
     finally:
-        if conn is not None:
-            conn.close()
-    if conn is None:
+        if tables is not None:
+            tables.close()
+    if tables is None:
         return panels, (
             f"There is no telemetry database at {db} yet. It is created by the first recorded "
             "session: run `flywheel demo`, or start the language server from your editor."

@@ -65,10 +65,18 @@ def main(argv: list[str]) -> int:
         description="A local web page: sessions, suggestion acceptance and kept code, rewards, "
         "agent success, speculative acceptance, training curves, model versions.",
     )
-    p.add_argument("--db", default=None, help="telemetry database (default: $FLYWHEEL_DB, else "
-                   "$XDG_DATA_HOME/flywheel/telemetry.db)")  # fmt: skip
-    p.add_argument("--registry", default=None, help="model registry folder (default: "
-                   "$FLYWHEEL_REGISTRY, else $XDG_DATA_HOME/flywheel/models)")  # fmt: skip
+    p.add_argument(
+        "--db",
+        default=None,
+        help="telemetry database (default: $FLYWHEEL_DB, else "
+        "$XDG_DATA_HOME/flywheel/telemetry.db)",
+    )
+    p.add_argument(
+        "--registry",
+        default=None,
+        help="model registry folder (default: "
+        "$FLYWHEEL_REGISTRY, else $XDG_DATA_HOME/flywheel/models)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="interface (default: %(default)s)")
     p.add_argument("--port", type=int, default=8765, help="TCP port (default: %(default)s)")
     args = p.parse_args(argv)
@@ -80,8 +88,9 @@ def main(argv: list[str]) -> int:
     try:
         uvicorn.run(make_app(db, registry), host=args.host, port=args.port, log_level="warning")
     except OSError as exc:
-        print(f"flywheel dashboard: cannot listen on {args.host}:{args.port}: {exc}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"flywheel dashboard: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr
+        )
         return 1
     return 0
 

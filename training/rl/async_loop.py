@@ -205,8 +205,10 @@ class RLRun:
         checkpoint = latest_checkpoint(self.ckpts) if resume else None
         if checkpoint is not None:
             self.state = load_state(checkpoint, recipe, self.policy)
-            log(f"resuming {recipe.name} from {checkpoint.name} "
-                f"(step {self.state.step} of {recipe.steps}, policy v{self.state.version})")  # fmt: skip
+            log(
+                f"resuming {recipe.name} from {checkpoint.name} "
+                f"(step {self.state.step} of {recipe.steps}, policy v{self.state.version})"
+            )
         self.metrics = MetricsLog(self.out / "metrics.jsonl", self.state.step, True)
         self.train_tasks = self._usable(self.env.tasks("train"), "train")
         if not self.train_tasks:
@@ -237,8 +239,12 @@ class RLRun:
         epoch, index = divmod(self.state.jobs, n)
         order = list(range(n))
         random.Random(self.recipe.seed * 7_919 + epoch).shuffle(order)
-        job = Job(self.state.jobs, self.train_tasks[order[index]], self.recipe.group_size,
-                  seed=self.recipe.seed * 1_000_003 + self.state.jobs * 131)  # fmt: skip
+        job = Job(
+            self.state.jobs,
+            self.train_tasks[order[index]],
+            self.recipe.group_size,
+            seed=self.recipe.seed * 1_000_003 + self.state.jobs * 131,
+        )
         self.state.jobs += 1
         return job
 
@@ -263,8 +269,10 @@ class RLRun:
         task_id = getattr(job.task, "id", "?")
         if result.error:
             counters["rollout_errors"] += 1
-            self.log(f"rollout of task {task_id} (job {job.id}, worker {result.worker}) failed: "
-                     f"{result.error} — skipped")  # fmt: skip
+            self.log(
+                f"rollout of task {task_id} (job {job.id}, worker {result.worker}) failed: "
+                f"{result.error} — skipped"
+            )
             if job.purpose == "eval":
                 self.eval_results[job.id] = result  # an empty group: the evaluation goes on
             return
@@ -329,8 +337,10 @@ class RLRun:
         if result.get("skipped"):
             state.counters["skipped_updates"] += 1
             self.bad_steps += 1
-            self.log(f"update {state.step + 1} skipped: {result.get('skip_reason')}; the weights "
-                     f"are unchanged ({self.bad_steps} of {recipe.max_bad_steps} in a row)")  # fmt: skip
+            self.log(
+                f"update {state.step + 1} skipped: {result.get('skip_reason')}; the weights "
+                f"are unchanged ({self.bad_steps} of {recipe.max_bad_steps} in a row)"
+            )
             if self.bad_steps >= recipe.max_bad_steps:
                 raise TrainingError(
                     f"{self.bad_steps} updates in a row were skipped ({result.get('skip_reason')})"
@@ -391,8 +401,13 @@ class RLRun:
         self._push()
         ids = []
         for i, task in enumerate(self.eval_tasks):
-            job = Job(-(i + 1) - 1000 * self.state.step, task, recipe.eval_samples,
-                      seed=10**9 + i * 977, purpose="eval")  # fmt: skip
+            job = Job(
+                -(i + 1) - 1000 * self.state.step,
+                task,
+                recipe.eval_samples,
+                seed=10**9 + i * 977,
+                purpose="eval",
+            )
             ids.append(job.id)
             self.runtime.submit(job)
         while not all(i in self.eval_results for i in ids):
@@ -414,11 +429,14 @@ class RLRun:
             f"pass@{k}": sum(pass_at_k(n, c, min(k, n)) for n, c in per_task) / len(per_task),
         }
         self.metrics.write(record)
-        self.telemetry.metric(self.state.step, {f"eval_{k_}": v for k_, v in record.items()
-                                                if k_.startswith("pass@")})  # fmt: skip
+        self.telemetry.metric(
+            self.state.step, {f"eval_{k_}": v for k_, v in record.items() if k_.startswith("pass@")}
+        )
         self.state.evals.append(record)
-        self.log(f"eval at step {self.state.step}: pass@1 {record['pass@1']:.3f} "
-                 f"pass@{k} {record[f'pass@{k}']:.3f} on {len(per_task)} held-out tasks")  # fmt: skip
+        self.log(
+            f"eval at step {self.state.step}: pass@1 {record['pass@1']:.3f} "
+            f"pass@{k} {record[f'pass@{k}']:.3f} on {len(per_task)} held-out tasks"
+        )
         return record
 
     # -- the run -------------------------------------------------------------------------------
@@ -526,8 +544,12 @@ def plot(records: list[dict], path: Path, recipe: RLRecipe) -> None:
         mean = [r["reward_mean"] for r in train]
         std = [r["reward_std"] for r in train]
         ax_r.plot(steps, mean, label="reward mean")
-        ax_r.fill_between(steps, [m - s for m, s in zip(mean, std, strict=True)],
-                          [m + s for m, s in zip(mean, std, strict=True)], alpha=0.2)  # fmt: skip
+        ax_r.fill_between(
+            steps,
+            [m - s for m, s in zip(mean, std, strict=True)],
+            [m + s for m, s in zip(mean, std, strict=True)],
+            alpha=0.2,
+        )
         ax_p.plot(steps, [r["pass@1"] for r in train], label="rollout pass@1")
         ax_p.plot(steps, [r[f"pass@{g}"] for r in train], label=f"rollout pass@{g}")
     if evals:

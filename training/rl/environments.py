@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,8 +90,13 @@ class MagicTokenEnv:
         for i, comp in enumerate(result.completions):
             hit = bool(comp.token_ids) and self.paid(task, comp.token_ids[0])
             version = policy_version(comp.model_version or engine.model_version)
-            turn = Turn(list(task.prompt_ids), list(comp.token_ids), list(comp.logprobs or []),
-                        version, comp.finish_reason)  # fmt: skip
+            turn = Turn(
+                list(task.prompt_ids),
+                list(comp.token_ids),
+                list(comp.logprobs or []),
+                version,
+                comp.finish_reason,
+            )
             signals = {"tests_after_passed": int(hit), "tests_after_failed": int(not hit)}
             out.append(Trajectory(task.id, i, [turn], signals, "answered", passed=hit))
         return out
@@ -145,7 +148,7 @@ class RecordingEngine:
                     list(comp.logprobs or []),
                     version,
                     comp.finish_reason,
-                )  # fmt: skip
+                )
             )
         return result
 
@@ -185,7 +188,8 @@ def count_tests(code: int, output: str) -> tuple[int, int]:
 
 def load_rl_tasks(path: str | Path, split: str) -> list:
     """Synthetic tasks (`flywheel train tasks`) or telemetry's rl_tasks/benchmark.jsonl rows."""
-    from training.tasks import Task, load_tasks
+    from training.tasks.dataset import load_tasks
+    from training.tasks.task import Task
 
     path = Path(path)
     file = path / "tasks.jsonl" if path.is_dir() else path
@@ -218,7 +222,7 @@ def load_rl_tasks(path: str | Path, split: str) -> list:
                 row["workspace"],
                 {},
                 test_command=row["verify"],
-            )  # fmt: skip
+            )
         )
     return tasks
 
@@ -240,7 +244,7 @@ class HarnessEnv:
 
     def check(self, task) -> str:
         """The verifier must run on the untouched workspace (it is expected to fail there)."""
-        from training.tasks import run_tests
+        from training.tasks.task import run_tests
 
         try:
             code, output = run_tests(task.files, task.test_command, timeout=60)
@@ -254,12 +258,13 @@ class HarnessEnv:
         return [self.one(engine, tokenizer, task, i, seed + i) for i in range(group_size)]
 
     def one(self, engine, tokenizer, task, sample: int, seed: int) -> Trajectory:
-        from agent.harness import Harness, HarnessConfig, Workspace
-        from agent.harness.graph import _fingerprint
-        from training.tasks import TEST_TIMEOUT_S, _run, task_tools_config
+        from agent.harness import HarnessConfig
+        from agent.harness.nodes import call_fingerprint
+        from agent.harness.scratch import run_unattended, scratch_copy
+        from training.tasks.oracle import task_tools_config
+        from training.tasks.task import TEST_TIMEOUT_S, _run
 
         t0 = time.monotonic()
-        root = Path(tempfile.mkdtemp(prefix="flywheel-rollout-"))
         recording = RecordingEngine(engine, tokenizer)
         counts: dict[str, Any] = {"tool_calls": 0, "tool_errors": 0, "invalid_tool_calls": 0}
         seen: set[str] = set()
@@ -272,43 +277,35 @@ class HarnessEnv:
                 counts["tool_calls"] += len(calls) + len(event.get("errors") or [])
                 counts["invalid_tool_calls"] += len(event.get("errors") or [])
                 for call in calls:
-                    fp = _fingerprint(call["name"], call["arguments"])
+                    fp = call_fingerprint(call["name"], call["arguments"])
                     repeated += fp in seen
                     seen.add(fp)
             elif event.get("kind") == "tool" and event.get("is_error"):
                 counts["tool_errors"] += 1
 
         traj = Trajectory(task.id, sample, [])
-        harness = None
+        config = HarnessConfig(
+            max_steps=self.max_turns,
+            max_wall_s=self.wall_s,
+            turn_max_tokens=self.turn_max_tokens,
+            temperature=self.temperature,
+            seed=seed,
+            editor="rollout",
+            tools=task_tools_config(task),
+        )
         try:
-            for path, text in task.files.items():
-                Path(root, path).parent.mkdir(parents=True, exist_ok=True)
-                Path(root, path).write_text(text)
-            harness = Harness(
-                recording,
-                Workspace(root),
-                HarnessConfig(
-                    max_steps=self.max_turns,
-                    max_wall_s=self.wall_s,
-                    turn_max_tokens=self.turn_max_tokens,
-                    temperature=self.temperature,
-                    seed=seed,
-                    editor="rollout",
-                    tools=task_tools_config(task),
-                ),
-                on_event=on_event,
-            )
-            outcome = harness.start(task.instruction, verify_command=task.test_command)
-            while outcome.approval:  # risky actions are refused, as a cautious user would
-                outcome = harness.resume(outcome.thread_id, False)
-            for path, text in task.files.items():
-                if Path(path).name.startswith("test_"):
-                    Path(root, path).write_text(text)
-            try:
-                code, output = _run(task.test_command, str(root), TEST_TIMEOUT_S)
-            except OSError as exc:
-                traj.error = f"verifier {task.test_command!r} could not run: {exc}"
-                code, output = 1, ""
+            with scratch_copy(task.files, prefix="flywheel-rollout-") as root:
+                outcome = run_unattended(
+                    recording, root, task.instruction, config, task.test_command, on_event
+                )
+                for path, text in task.files.items():
+                    if Path(path).name.startswith("test_"):
+                        Path(root, path).write_text(text)
+                try:
+                    code, output = _run(task.test_command, str(root), TEST_TIMEOUT_S)
+                except OSError as exc:
+                    traj.error = f"verifier {task.test_command!r} could not run: {exc}"
+                    code, output = 1, ""
             passed, failed = count_tests(code, output)
             traj.turns = recording.turns
             traj.stop_reason = outcome.stop_reason or "waiting"
@@ -332,10 +329,6 @@ class HarnessEnv:
         except Exception as exc:  # a crashed rollout is one bad trajectory, not a dead run
             traj.turns = recording.turns
             traj.error = f"rollout crashed: {type(exc).__name__}: {exc}"
-        finally:
-            if harness is not None:
-                harness.close()
-            shutil.rmtree(root, ignore_errors=True)
         traj.seconds = time.monotonic() - t0
         return traj
 

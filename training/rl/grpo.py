@@ -73,8 +73,14 @@ class Row:
     staleness: int  # trainer version - the turn's policy version
 
 
-def turn_row(prompt_ids: list[int], output_ids: list[int], logprobs: list[float],
-             advantage: float, staleness: int, trainable: bool = True) -> Row:  # fmt: skip
+def turn_row(
+    prompt_ids: list[int],
+    output_ids: list[int],
+    logprobs: list[float],
+    advantage: float,
+    staleness: int,
+    trainable: bool = True,
+) -> Row:
     """prompt [P] + output [O] -> a row of length P + O - 1 whose last O targets are the output."""
     seq = list(prompt_ids) + list(output_ids)
     n_prompt = len(prompt_ids)
@@ -105,7 +111,7 @@ def group_rows(trajectories: list[Trajectory], version: int) -> tuple[list[Row],
                     adv,
                     version - turn.version,
                     trainable,
-                )  # fmt: skip
+                )
             )
     return rows, counts
 

@@ -161,6 +161,56 @@ class _Restarts:
             )
 
 
+class _SlotRuntime:
+    """What processes and Ray share: a queue of pending jobs handed to idle slots, and a failed or
+    timed-out slot answered with an error result, killed and restarted. Subclasses say how a
+    worker starts (`_start`), gets a job (`_hand`) and dies (`_kill`)."""
+
+    def __init__(self, env, model_path: str, recipe, log: Callable[[str], None]) -> None:
+        self.env = env
+        self.recipe = recipe
+        self.weights = model_path  # restarted workers start from the newest pushed weights
+        self.log = log
+        self.restarts = _Restarts(recipe.max_worker_restarts, log)
+        self.pending: deque[Job] = deque()
+        self.slots = [_Slot(i) for i in range(recipe.workers)]
+
+    def _start(self, slot: _Slot) -> None:
+        raise NotImplementedError
+
+    def _hand(self, slot: _Slot) -> None:
+        raise NotImplementedError
+
+    def _kill(self, slot: _Slot) -> None:
+        raise NotImplementedError
+
+    def _dispatch(self) -> None:
+        for slot in self.slots:
+            if slot.job is None and self.pending:
+                slot.job = self.pending.popleft()
+                slot.since = time.monotonic()
+                self._hand(slot)
+
+    def submit(self, job: Job) -> None:
+        self.pending.append(job)
+        self._dispatch()
+
+    def _fail(self, slot: _Slot, what: str, out: list[GroupResult]) -> None:
+        if slot.job is not None:
+            out.append(GroupResult(slot.job, [], error=what, worker=slot.index))
+        with contextlib.suppress(Exception):
+            self._kill(slot)
+        self.restarts.note(f"worker {slot.index}: {what}")
+        self._start(slot)
+
+    def _check_timeouts(self, out: list[GroupResult]) -> None:
+        now = time.monotonic()
+        limit = self.recipe.rollout_timeout_s
+        for slot in self.slots:
+            if slot.job is not None and slot.ready and now - slot.since > limit:
+                self._fail(slot, f"rollout timed out after {limit:.0f} s", out)
+
+
 def _process_main(worker_id, env, model_path, device, threads, inbox, outbox) -> None:
     worker = RolloutWorker(env, model_path, device, worker_id, threads)
     outbox.put(("ready", worker_id, None))
@@ -175,74 +225,40 @@ def _process_main(worker_id, env, model_path, device, threads, inbox, outbox) ->
             outbox.put(("result", worker_id, worker.run(payload)))
 
 
-class ProcessRuntime:
+class ProcessRuntime(_SlotRuntime):
     def __init__(self, env, model_path: str, recipe, log: Callable[[str], None]) -> None:
         import multiprocessing
 
+        super().__init__(env, model_path, recipe, log)
         self.ctx = multiprocessing.get_context("spawn")
-        self.env = env
-        self.recipe = recipe
-        self.weights = model_path
-        self.log = log
-        self.restarts = _Restarts(recipe.max_worker_restarts, log)
         self.outbox = self.ctx.Queue()
-        self.pending: deque[Job] = deque()
-        self.slots = [_Slot(i) for i in range(recipe.workers)]
         for slot in self.slots:
             self._start(slot)
 
     def _start(self, slot: _Slot) -> None:
         slot.inbox = self.ctx.Queue()
+        args = (slot.index, self.env, self.weights, self.recipe.device, self.recipe.worker_threads)
         slot.handle = self.ctx.Process(
             target=_process_main,
-            args=(
-                slot.index,
-                self.env,
-                self.weights,
-                self.recipe.device,
-                self.recipe.worker_threads,
-                slot.inbox,
-                self.outbox,
-            ),  # fmt: skip
+            args=(*args, slot.inbox, self.outbox),
             name=f"flywheel-rollout-{slot.index}",
             daemon=True,
         )
         slot.handle.start()
         slot.job, slot.ready = None, False
 
-    def _dispatch(self) -> None:
-        for slot in self.slots:
-            if slot.job is None and self.pending:
-                slot.job = self.pending.popleft()
-                slot.since = time.monotonic()
-                slot.inbox.put(("job", slot.job))
+    def _hand(self, slot: _Slot) -> None:
+        slot.inbox.put(("job", slot.job))
 
-    def submit(self, job: Job) -> None:
-        self.pending.append(job)
-        self._dispatch()
-
-    def _fail(self, slot: _Slot, what: str, out: list[GroupResult]) -> None:
-        if slot.job is not None:
-            out.append(GroupResult(slot.job, [], error=what, worker=slot.index))
-        with contextlib.suppress(Exception):
-            slot.handle.kill()
-            slot.handle.join(timeout=10)
-        self.restarts.note(f"worker {slot.index}: {what}")
-        self._start(slot)
+    def _kill(self, slot: _Slot) -> None:
+        slot.handle.kill()
+        slot.handle.join(timeout=10)
 
     def _health(self, out: list[GroupResult]) -> None:
-        now = time.monotonic()
         for slot in self.slots:
             if not slot.handle.is_alive():
                 self._fail(slot, f"worker died (exit code {slot.handle.exitcode})", out)
-            elif (
-                slot.job is not None
-                and slot.ready
-                and now - slot.since > self.recipe.rollout_timeout_s
-            ):
-                self._fail(
-                    slot, f"rollout timed out after {self.recipe.rollout_timeout_s:.0f} s", out
-                )
+        self._check_timeouts(out)
         self._dispatch()
 
     def poll(self, timeout: float) -> list[GroupResult]:
@@ -271,7 +287,7 @@ class ProcessRuntime:
                 return out
 
     def push(self, path: str) -> None:
-        self.weights = path  # restarted workers start from it
+        self.weights = path
         for slot in self.slots:
             slot.inbox.put(("swap", path))
 
@@ -286,7 +302,7 @@ class ProcessRuntime:
                 slot.handle.join(timeout=5)
 
 
-class RayRuntime:
+class RayRuntime(_SlotRuntime):
     def __init__(self, env, model_path: str, recipe, log: Callable[[str], None]) -> None:
         try:
             import ray
@@ -295,18 +311,12 @@ class RayRuntime:
                 "runtime 'ray' needs Ray: pip install 'flywheel[ray]' (or set runtime = "
                 '"processes" in the recipe)'
             ) from None
+        super().__init__(env, model_path, recipe, log)
         self.ray = ray
         self.owns = not ray.is_initialized()
         if self.owns:
             ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
-        self.env = env
-        self.recipe = recipe
-        self.weights = model_path
-        self.log = log
-        self.restarts = _Restarts(recipe.max_worker_restarts, log)
         self.actor_cls = ray.remote(num_cpus=0)(RolloutWorker)
-        self.pending: deque[Job] = deque()
-        self.slots = [_Slot(i) for i in range(recipe.workers)]
         for slot in self.slots:
             self._start(slot)
 
@@ -316,24 +326,11 @@ class RayRuntime:
         )
         slot.job, slot.future, slot.ready = None, None, True
 
-    def _dispatch(self) -> None:
-        for slot in self.slots:
-            if slot.job is None and self.pending:
-                slot.job = self.pending.popleft()
-                slot.since = time.monotonic()
-                slot.future = slot.handle.run.remote(slot.job)
+    def _hand(self, slot: _Slot) -> None:
+        slot.future = slot.handle.run.remote(slot.job)
 
-    def submit(self, job: Job) -> None:
-        self.pending.append(job)
-        self._dispatch()
-
-    def _fail(self, slot: _Slot, what: str, out: list[GroupResult]) -> None:
-        if slot.job is not None:
-            out.append(GroupResult(slot.job, [], error=what, worker=slot.index))
-        with contextlib.suppress(Exception):
-            self.ray.kill(slot.handle)
-        self.restarts.note(f"worker {slot.index}: {what}")
-        self._start(slot)
+    def _kill(self, slot: _Slot) -> None:
+        self.ray.kill(slot.handle)
 
     def poll(self, timeout: float) -> list[GroupResult]:
         out: list[GroupResult] = []
@@ -352,10 +349,7 @@ class RayRuntime:
                 except self.ray.exceptions.RayTaskError as exc:
                     out.append(GroupResult(slot.job, [], error=str(exc)[:500], worker=slot.index))
                     slot.job, slot.future = None, None
-        now = time.monotonic()
-        for slot in self.slots:
-            if slot.job is not None and now - slot.since > self.recipe.rollout_timeout_s:
-                self._fail(slot, f"rollout timed out after {self.recipe.rollout_timeout_s:.0f} s", out)  # fmt: skip
+        self._check_timeouts(out)
         self._dispatch()
         return out
 

@@ -97,8 +97,19 @@ class Policy:
                     for row, lp in zip(micro, logprobs, strict=True):
                         prox[id(row)] = lp[: len(row.input_ids)]
         per_update = math.ceil(len(rows) / recipe.updates_per_batch)
-        totals = {k: 0.0 for k in ("loss", "tokens", "is_weight", "is_weight_sq", "truncated",
-                                   "clipped", "kl", "entropy")}  # fmt: skip
+        totals = {
+            k: 0.0
+            for k in (
+                "loss",
+                "tokens",
+                "is_weight",
+                "is_weight_sq",
+                "truncated",
+                "clipped",
+                "kl",
+                "entropy",
+            )
+        }
         grad_norm = 0.0
         for u in range(recipe.updates_per_batch):
             part = rows[u * per_update : (u + 1) * per_update]
@@ -114,10 +125,16 @@ class Policy:
                     for i, row in enumerate(micro):
                         prox_lp[i, : len(row.input_ids)] = prox[id(row)]
                 loss, stats = policy_loss(
-                    logprobs, batch.old_logprobs, batch.advantages, batch.mask, norm,
-                    prox_logprobs=prox_lp, is_cap=recipe.is_cap,
-                    clip_low=recipe.clip_low, clip_high=recipe.clip_high,
-                )  # fmt: skip
+                    logprobs,
+                    batch.old_logprobs,
+                    batch.advantages,
+                    batch.mask,
+                    norm,
+                    prox_logprobs=prox_lp,
+                    is_cap=recipe.is_cap,
+                    clip_low=recipe.clip_low,
+                    clip_high=recipe.clip_high,
+                )
                 if not torch.isfinite(loss):
                     self.optimizer.zero_grad(set_to_none=True)
                     return {"skipped": 1.0, "skip_reason": f"loss is {loss.item()}"}  # type: ignore[dict-item]

@@ -4,8 +4,8 @@ The HTML page holds its plots as inline SVG (matplotlib, Agg backend): it opens 
 file, with no scripts. Plots: pass@k per source with 95% bootstrap intervals, the distribution of
 model turns and tokens per sample, the lint delta per sample, and the verifier's verdicts.
 
-What it does not do: compute anything (training/benchmark.py does); compare two runs (see
-`benchmark.compare`).
+What it does not do: compute anything (result.py does); compare two runs (result.py
+`compare`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import io
 from collections import Counter
 from pathlib import Path
 
-from training.benchmark import BenchmarkResult, Interval, iter_groups
+from agent.stats import Interval
+from training.benchmark.result import BenchmarkResult, iter_groups
 
 # metric -> (column title, digits)
 _COLUMNS = {
@@ -135,8 +136,10 @@ def plots(result: BenchmarkResult) -> dict[str, str]:
     out["efficiency and quality per sample"] = _svg(fig)
     plt.close(fig)
 
-    verdicts = Counter(s.verdict.split(":")[0] + (": timeout" if "timed out" in s.verdict else "")
-                       for s in result.samples)  # fmt: skip
+    verdicts = Counter(
+        s.verdict.split(":")[0] + (": timeout" if "timed out" in s.verdict else "")
+        for s in result.samples
+    )
     stops = Counter(s.stop_reason for s in result.samples)
     fig, axes = plt.subplots(1, 2, figsize=(8, 2.4))
     for ax, counts, title in ((axes[0], verdicts, "verifier"), (axes[1], stops, "harness stop")):

@@ -6,8 +6,8 @@ positive is better) and a paired bootstrap of their mean (2,000 resamples of the
 seed): the candidate is *worse beyond noise* on that metric when the whole 95% interval lies
 below `-tolerance`. It is accepted when it is worse on no gated metric. A worked example: six
 tasks with d = [0, 0, 0, 0, 0, -1] (one task lost) give a mean of -0.17 and an interval of about
-[-0.5, 0]: not beyond noise, accepted; d = [-1.2, -0.9, -1.1, -1.0, -1.3, -0.8] gives [-1.15,
--0.93]: rejected.
+[-0.5, 0]: not beyond noise, accepted; d = [-1.2, -0.9, -1.1, -1.0, -1.3, -0.8] gives [-1.18,
+-0.92]: rejected.
 
 When a result has no per-task scores for a metric but reports a mean with an interval
 (`summary[metric] = {"mean", "ci95": [lo, hi]}`), the gate falls back to comparing intervals:
@@ -25,7 +25,9 @@ Rows may instead sit in `results` (or per source under `sources.<name>.results`)
 with `task_id`/`id` and numeric or boolean fields; without a `metrics` declaration the gate uses
 the correctness fields it knows (passed, pass, correct, resolved, score, reward), never timings.
 
-What it does not do: run benchmarks (training/cycle.py, training/benchmark.py) or promote
+The bootstrap is agent/stats.py's, the one the benchmark's intervals use.
+
+What it does not do: run benchmarks (training/cycle.py, training/benchmark/) or promote
 (agent/registry.py records the decision; the caller promotes when it is accepted).
 
     flywheel models promote v3          # runs this gate; --force skips it
@@ -38,6 +40,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+
+from agent.stats import bootstrap_interval
 
 DEFAULT_METRICS = ("passed", "pass", "correct", "resolved", "score", "reward")
 LOWER_IS_BETTER = ("tokens", "steps", "wall_s", "seconds", "invalid_calls", "lint_delta")
@@ -160,18 +164,6 @@ def gated_metrics(
 # --- comparing -------------------------------------------------------------------------------
 
 
-def paired_bootstrap(
-    differences: np.ndarray, confidence: float, resamples: int, seed: int
-) -> tuple[float, float]:
-    """Interval of the mean of `differences` ([tasks]) by resampling tasks with replacement."""
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(differences), size=(resamples, len(differences)))
-    means = differences[picks].mean(axis=1)  # [resamples]
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(means, [tail, 100 - tail])
-    return float(low), float(high)
-
-
 def compare(
     candidate: dict[str, Any],
     current: dict[str, Any],
@@ -188,6 +180,7 @@ def compare(
             "the benchmark results name no metric to gate on (no `metrics` declaration and none "
             f"of {', '.join(DEFAULT_METRICS)}): pass GateConfig.metrics"
         )
+    tail = (1 - config.confidence) / 2 * 100  # percent left out on each side
     comparisons, reasons = [], []
     for metric, (sign, tolerance) in metrics.items():
         tasks = [t for t in common if metric in cand_scores[t] and metric in cur_scores[t]]
@@ -195,10 +188,18 @@ def compare(
             a = np.array([cand_scores[t][metric] for t in tasks])  # [tasks]
             b = np.array([cur_scores[t][metric] for t in tasks])  # [tasks]
             diff = sign * (a - b)
-            low, high = paired_bootstrap(diff, config.confidence, config.resamples, config.seed)
-            c = Comparison(metric, len(tasks), float(a.mean()), float(b.mean()),
-                           float(diff.mean()), (low, high), tolerance, high < -tolerance,
-                           "paired bootstrap")  # fmt: skip
+            low, high = bootstrap_interval(diff, config.resamples, config.seed, tail)
+            c = Comparison(
+                metric,
+                len(tasks),
+                float(a.mean()),
+                float(b.mean()),
+                float(diff.mean()),
+                (low, high),
+                tolerance,
+                high < -tolerance,
+                "paired bootstrap",
+            )
         else:
             c = _by_interval(metric, sign, tolerance, candidate, current)
             if c is None:
@@ -248,8 +249,17 @@ def _by_interval(
     else:
         worse = a[1] > b[2] + tolerance
         low, high = b[1] - a[2], b[2] - a[1]
-    return Comparison(metric, 0, a[0], b[0], sign * (a[0] - b[0]), (low, high), tolerance, worse,
-                      "interval overlap")  # fmt: skip
+    return Comparison(
+        metric,
+        0,
+        a[0],
+        b[0],
+        sign * (a[0] - b[0]),
+        (low, high),
+        tolerance,
+        worse,
+        "interval overlap",
+    )
 
 
 # --- the gate over a registry ----------------------------------------------------------------
@@ -271,8 +281,9 @@ def gate_promotion(registry, candidate: str, config: GateConfig | None = None) -
         )
     current = registry.promoted()
     if current is None:
-        return Decision(True, ["accepted: no version is promoted yet, nothing to compare"], cid,
-                        None)  # fmt: skip
+        return Decision(
+            True, ["accepted: no version is promoted yet, nothing to compare"], cid, None
+        )
     if current == cid:
         raise GateError(f"{cid} is already the promoted version")
     theirs = {r.get("task_set"): r for r in registry.benchmarks(current)}

@@ -1,0 +1,468 @@
+"""The graph's nodes: `model_node`, `approve_node`, `tools_node`, `finish_node`.
+
+Each node is a module-level function `(state, runtime) -> updates`: it reads the checkpointed
+state (state.py) and gets the live objects it needs (engine, workspace, telemetry, settings, the
+caller's cancel event) from `runtime.context`, a `GraphContext`. That context is passed to every
+`graph.invoke(..., context=...)` and never checkpointed. A node can therefore run on its own:
+
+    model_node(state, Runtime(context=GraphContext(engine, tools, HarnessConfig(), TaskLog(None))))
+
+Vocabulary: a *stop* is the update that ends the task (`stop_reason`, `stop_detail`); a *failure*
+is a tool call that came back as an error, counted by its `call_fingerprint`.
+
+What the nodes do is described in graph.py, which wires them together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agent.chat_format import CALL_SHAPE, TOOL_CALL, parse_assistant
+from agent.engine import Cancelled, Engine, EngineError, Request, Result, SamplingParams
+from agent.harness.config import HarnessConfig
+from agent.harness.prompts import COMPACT_PROMPT, COMPACTED_PREFIX, tool_schemas
+from agent.harness.recording import TaskLog
+from agent.harness.state import AgentState
+from agent.harness.tools import MAX_ARGUMENT_CHARS, TOOLS, ToolContext, check_arguments, run_tool
+from agent.harness.workspace import Workspace, WorkspaceError
+
+if TYPE_CHECKING:  # langgraph is imported lazily; nodes only read `runtime.context`
+    from langgraph.runtime import Runtime
+
+CANCEL_POLL_S = 0.05  # how often a running model turn looks at the caller's cancel event
+
+
+def _ignore(event: dict[str, Any]) -> None:
+    """The default `GraphContext.emit`: progress events go nowhere."""
+
+
+@dataclass
+class GraphContext:
+    """The nodes' dependencies: live objects that are not state and are never checkpointed."""
+
+    engine: Engine  # the model
+    tools: ToolContext  # the workspace, its sandbox and the tools' settings
+    config: HarnessConfig  # limits and approval policy
+    log: TaskLog  # telemetry of the task (does nothing without a recorder)
+    emit: Callable[[dict[str, Any]], None] = _ignore  # live progress events ({"kind": ...})
+    cancel: threading.Event | None = None  # the caller sets it to stop the task (`cancelled`)
+    schemas: list[dict[str, Any]] = field(default_factory=tool_schemas)  # `Request.tools`
+
+    @property
+    def workspace(self) -> Workspace:
+        return self.tools.workspace
+
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+
+def call_fingerprint(name: str, arguments: Any) -> str:
+    """A short stable hash of one tool call (tool name and arguments, key order ignored).
+
+    The same failing call made `HarnessConfig.repeat_limit` times stops the task; RL rollouts
+    (training/rl/environments.py) use it to count repeated calls.
+    """
+    blob = json.dumps([name, arguments], sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _chars(messages: list[dict[str, Any]]) -> int:
+    return len(json.dumps(messages, ensure_ascii=False, default=str))
+
+
+def _shown_arguments(arguments: Any) -> Any:
+    """Arguments as kept in the history: a huge argument object is replaced by a note."""
+    text = json.dumps(arguments, ensure_ascii=False, default=str)
+    if len(text) <= MAX_ARGUMENT_CHARS:
+        return arguments
+    return {"_omitted": f"{len(text)} characters of arguments, over the limit"}
+
+
+def _stop(reason: str, detail: str = "") -> dict[str, Any]:
+    return {"stop_reason": reason, "stop_detail": detail, "pending": []}
+
+
+def _prompt_tokens(deps: GraphContext, state: AgentState, messages: list[dict[str, Any]]) -> int:
+    """Estimated prompt tokens of `messages`, scaled by the last turn's tokens per character."""
+    chars = _chars(messages) + _chars(deps.schemas)
+    if state.get("last_prompt_tokens") and state.get("last_prompt_chars"):
+        return int(chars * state["last_prompt_tokens"] / state["last_prompt_chars"]) + 1
+    return chars // 3 + 1
+
+
+def _call_engine(
+    deps: GraphContext,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    max_tokens: int,
+    deadline_s: float,
+) -> tuple[Result, bool]:
+    """One engine call and whether it was cut short; its request is cancelled at the deadline
+    or by the caller."""
+    cancel, done = threading.Event(), threading.Event()
+    outer = deps.cancel
+    end = time.monotonic() + max(deadline_s, 0.01)
+
+    def watch() -> None:  # the engine sees one event: set it on either cause
+        while not done.is_set():
+            left = end - time.monotonic()
+            if left <= 0 or (outer is not None and outer.is_set()):
+                cancel.set()
+                return
+            done.wait(min(left, CANCEL_POLL_S) if outer is not None else left)
+
+    watcher = threading.Thread(target=watch, daemon=True, name="flywheel-turn-deadline")
+    watcher.start()
+    try:
+        req = Request(
+            messages=messages,
+            tools=tools,
+            params=SamplingParams(
+                max_tokens=max_tokens, temperature=deps.config.temperature, seed=deps.config.seed
+            ),
+            cancel=cancel,
+            request_id=uuid.uuid4().hex,
+        )
+        return deps.engine.generate(req), cancel.is_set()
+    finally:
+        done.set()
+
+
+def _compact(
+    deps: GraphContext, state: AgentState, room: int
+) -> tuple[list[dict[str, Any]] | None, dict, str]:
+    """Ask the model to summarise; returns (new messages or None, updates, error)."""
+    config = deps.config
+    messages = state["messages"]
+    ask = [*messages, {"role": "user", "content": COMPACT_PROMPT}]
+    upd: dict[str, Any] = {}
+    try:
+        result, _ = _call_engine(
+            deps,
+            ask,
+            None,
+            config.summary_max_tokens,
+            config.max_wall_s - state.get("elapsed_s", 0),
+        )
+        summary = Workspace.display(parse_assistant(result.completions[0].text)[0])
+        upd["tokens"] = (
+            state.get("tokens", 0) + result.metrics.prompt_tokens + result.metrics.output_tokens
+        )
+    except (EngineError, ValueError):
+        # The history is already too long to summarise: keep only the task, say so.
+        summary = "(the earlier turns could not be summarised; re-read what you need)"
+    head = messages[:2]
+    new = [*head, {"role": "user", "content": COMPACTED_PREFIX + summary}]
+    upd.update(deps.log.step(state, "assistant", content=f"[compaction summary]\n{summary}"))
+    deps.emit({"kind": "compact", "summary": summary, "before": len(messages), "after": len(new)})
+    if _prompt_tokens(deps, state, new) > room:
+        return None, upd, "the task and its context alone do not fit the model's context"
+    return new, upd, ""
+
+
+def _limit_stop(deps: GraphContext, state: AgentState) -> dict[str, Any] | None:
+    """The stop for a limit reached before the next turn (workspace gone, steps, tokens, time,
+    cancel), or None."""
+    config = deps.config
+    elapsed = state.get("elapsed_s", 0.0)
+    steps = state.get("steps", 0)
+    tokens = state.get("tokens", 0)
+    try:
+        deps.workspace.check_alive()
+    except WorkspaceError as exc:
+        return _stop("workspace_error", str(exc))
+    if steps >= config.max_steps:
+        return _stop("max_steps", f"used all {config.max_steps} model turns")
+    if tokens >= config.max_tokens:
+        return _stop("max_tokens", f"used {tokens} of {config.max_tokens} tokens")
+    if elapsed >= config.max_wall_s:
+        return _stop("wall_time", f"ran {elapsed:.0f} s of {config.max_wall_s:.0f} s")
+    if deps.cancelled():
+        return _stop("cancelled", "the user cancelled the task")
+    return None
+
+
+def model_node(state: AgentState, runtime: Runtime[GraphContext]) -> dict[str, Any]:
+    """Check the limits, compact the history if needed, then ask the engine for one turn."""
+    deps = runtime.context
+    config, engine = deps.config, deps.engine
+    t0 = time.monotonic()
+    elapsed = state.get("elapsed_s", 0.0)
+    steps = state.get("steps", 0)
+    limit = _limit_stop(deps, state)
+    if limit is not None:
+        return limit
+    upd: dict[str, Any] = {}
+    messages = state["messages"]
+    turn_max = min(config.turn_max_tokens, max(engine.context_length // 4, 1))
+    room = engine.context_length - turn_max
+    if _prompt_tokens(deps, state, messages) > config.compact_at * room:
+        new, upd, error = _compact(deps, state, room)
+        state = {**state, **upd}
+        if new is None:
+            return {**upd, **_stop("context_overflow", error)}
+        messages = new
+        upd["messages"] = new
+        upd["last_prompt_tokens"] = 0
+    remaining = config.max_wall_s - elapsed - (time.monotonic() - t0)
+    try:
+        result, timed_out = _call_engine(deps, messages, deps.schemas, turn_max, remaining)
+    except Cancelled:
+        if deps.cancelled():
+            return {**upd, **_stop("cancelled", "the user cancelled the task")}
+        return {**upd, **_stop("wall_time", "the model turn passed the running-time limit")}
+    except EngineError as exc:
+        return {**upd, **_stop("engine_error", f"the engine failed: {exc}")}
+    except Exception as exc:  # a backend bug must still end the task with a reason
+        return {
+            **upd,
+            **_stop("engine_error", f"the engine failed: {type(exc).__name__}: {exc}"),
+        }
+    duration = time.monotonic() - t0
+    if not result.completions:
+        return {**upd, **_stop("engine_error", "the engine returned no completion")}
+    comp = result.completions[0]
+    m = result.metrics
+    upd.update(
+        steps=steps + 1,
+        tokens=state.get("tokens", 0) + m.prompt_tokens + m.output_tokens,
+        elapsed_s=elapsed + duration,
+        last_prompt_tokens=m.prompt_tokens,
+        last_prompt_chars=_chars(messages) + _chars(deps.schemas),
+    )
+    text = comp.text or ""
+    calls, errors = list(comp.tool_calls), list(comp.tool_call_errors)
+    content = text
+    if TOOL_CALL in text:
+        content, parsed, parse_errors = parse_assistant(text, deps.schemas)
+        if not calls and not errors:
+            calls, errors = parsed, parse_errors
+    content = Workspace.display(content)
+    seen: set[str] = set()
+    pending = []
+    for call in calls:
+        cid = call.id if call.id and call.id not in seen else f"call_{uuid.uuid4().hex[:12]}"
+        seen.add(cid)
+        pending.append({"id": cid, "name": call.name, "arguments": call.arguments})
+    assistant: dict[str, Any] = {"role": "assistant", "content": content}
+    if pending:
+        assistant["tool_calls"] = [
+            {
+                "id": c["id"],
+                "type": "function",
+                "function": {
+                    "name": c["name"],
+                    "arguments": json.dumps(_shown_arguments(c["arguments"]), ensure_ascii=False),
+                },
+            }
+            for c in pending
+        ]
+    messages = [*messages, assistant]
+    upd.update(
+        deps.log.step(
+            {**state, **upd},
+            "assistant",
+            content=content,
+            tool_calls=[{**c, "arguments": _shown_arguments(c["arguments"])} for c in pending]
+            or None,
+            token_ids=list(comp.token_ids),
+            logprobs=list(comp.logprobs) if comp.logprobs is not None else None,
+            policy_version=comp.model_version or engine.model_version,
+            duration_ms=duration * 1000,
+            prompt_tokens=m.prompt_tokens,
+            output_tokens=m.output_tokens,
+        )
+    )
+    deps.emit(
+        {
+            "kind": "assistant",
+            "step": steps + 1,
+            "content": content,
+            "calls": pending,
+            "errors": errors,
+            "duration_s": duration,
+        }
+    )
+    if comp.finish_reason == "cancelled" or timed_out:
+        if deps.cancelled():
+            return {
+                **upd,
+                "messages": messages,
+                **_stop("cancelled", "the user cancelled the task"),
+            }
+        return {
+            **upd,
+            "messages": messages,
+            **_stop("wall_time", "the model turn passed the running-time limit"),
+        }
+    if comp.finish_reason == "error":
+        return {
+            **upd,
+            "messages": messages,
+            **_stop("engine_error", "the engine reported an error for this turn"),
+        }
+    failures = dict(state.get("failures", {}))
+    tool_errors = state.get("tool_errors", 0)
+    for error in errors:
+        note = f"Your tool call could not be used: {Workspace.display(error)}\n{CALL_SHAPE}"
+        messages.append({"role": "user", "content": note})
+        upd.update(deps.log.step({**state, **upd}, "tool", error=error, is_error=1, invalid=1))
+        deps.emit({"kind": "tool", "name": "(invalid call)", "is_error": True, "result": error})
+        tool_errors += 1
+        fp = call_fingerprint("(invalid)", error[:200])
+        failures[fp] = failures.get(fp, 0) + 1
+        if failures[fp] >= config.repeat_limit:
+            upd.update(messages=messages, failures=failures, tool_errors=tool_errors)
+            return {
+                **upd,
+                **_stop(
+                    "repeated_failure",
+                    f"the same malformed tool call {failures[fp]} times: {error[:200]}",
+                ),
+            }
+    upd.update(messages=messages, failures=failures, tool_errors=tool_errors, pending=pending)
+    if not pending and not errors:
+        upd.update(final=content, **_stop("answered"))
+    return upd
+
+
+def approve_node(state: AgentState, runtime: Runtime[GraphContext]) -> dict[str, Any]:
+    """Pause with langgraph's `interrupt` when a pending call needs the user's approval."""
+    from langgraph.types import interrupt
+
+    deps = runtime.context
+    risky = []
+    for call in state.get("pending", []):
+        reason = deps.config.approval.reason(
+            call["name"],
+            call["arguments"] if isinstance(call["arguments"], dict) else {},
+            deps.tools.sandbox.confined,
+        )
+        if reason:
+            shown = _shown_arguments(call["arguments"])
+            risky.append(
+                {"id": call["id"], "name": call["name"], "arguments": shown, "reason": reason}
+            )
+    if not risky:
+        return {"approvals": {}}
+    decision = interrupt({"calls": risky})
+    if isinstance(decision, dict) and decision.get("stop"):
+        return _stop("denied", "the user denied an action and stopped the task")
+    if isinstance(decision, dict):
+        approvals = {c["id"]: bool(decision.get(c["id"], False)) for c in risky}
+    elif isinstance(decision, list | tuple):
+        approvals = {c["id"]: bool(d) for c, d in zip(risky, decision, strict=False)}
+    else:
+        approvals = {c["id"]: bool(decision) for c in risky}
+    deps.emit({"kind": "approval", "approvals": approvals})
+    return {"approvals": approvals}
+
+
+def tools_node(state: AgentState, runtime: Runtime[GraphContext]) -> dict[str, Any]:
+    """Run each pending call (denied ones become error results) and append the results."""
+    deps = runtime.context
+    ws, repeat_limit = deps.workspace, deps.config.repeat_limit
+    t0 = time.monotonic()
+    messages = list(state["messages"])
+    failures = dict(state.get("failures", {}))
+    tool_errors = state.get("tool_errors", 0)
+    approvals = state.get("approvals", {})
+    upd: dict[str, Any] = {}
+    reason = None
+    for call in state.get("pending", []):
+        name, args, cid = call["name"], call["arguments"], call["id"]
+        c0 = time.monotonic()
+        if deps.cancelled():
+            reason = ("cancelled", "the user cancelled the task")
+            break
+        invalid = name not in TOOLS or check_arguments(TOOLS[name], args) is not None
+        if approvals.get(cid) is False:
+            result, is_error = (
+                "the user did not approve this action; do something else or answer",
+                True,
+            )
+        else:
+            try:
+                ws.check_alive()
+                result, is_error = run_tool(deps.tools, name, args)
+            except WorkspaceError as exc:
+                result, is_error = str(exc), True
+                reason = ("workspace_error", str(exc))
+        if is_error:
+            tool_errors += 1
+            fp = call_fingerprint(name, args)
+            failures[fp] = failures.get(fp, 0) + 1
+            if failures[fp] == repeat_limit - 1:
+                result += (
+                    "\n[this exact call has failed before; change the arguments or the approach]"
+                )
+            if failures[fp] >= repeat_limit and reason is None:
+                reason = (
+                    "repeated_failure",
+                    f"{name} failed {failures[fp]} times with the same arguments",
+                )
+        messages.append({"role": "tool", "tool_call_id": cid, "name": name, "content": result})
+        upd.update(
+            deps.log.step(
+                {**state, **upd},
+                "tool",
+                tool_call_id=cid,
+                tool_name=name,
+                result=None if is_error else result,
+                error=result if is_error else None,
+                is_error=int(is_error),
+                invalid=int(invalid),
+                duration_ms=(time.monotonic() - c0) * 1000,
+            )
+        )
+        deps.emit(
+            {
+                "kind": "tool",
+                "name": name,
+                "arguments": args,
+                "is_error": is_error,
+                "result": result,
+            }
+        )
+        if reason is not None:
+            break
+    if reason is None:
+        try:
+            ws.check_alive()
+        except WorkspaceError as exc:
+            reason = ("workspace_error", str(exc))
+    upd.update(
+        messages=messages,
+        failures=failures,
+        tool_errors=tool_errors,
+        pending=[],
+        approvals={},
+        originals=dict(ws._original),
+        elapsed_s=state.get("elapsed_s", 0.0) + time.monotonic() - t0,
+    )
+    if reason is not None:
+        upd.update(_stop(*reason))
+    return upd
+
+
+def finish_node(state: AgentState, runtime: Runtime[GraphContext]) -> dict[str, Any]:
+    """Record the end of the task (stop reason, final answer, diff) in telemetry."""
+    deps = runtime.context
+    ws = deps.workspace
+    reason = state.get("stop_reason") or "engine_error"
+    detail = state.get("stop_detail", "")
+    final = state.get("final", "")
+    changes = ws.changes() if ws.root.is_dir() else {}
+    diff = ws.diff() if ws.root.is_dir() else ""
+    deps.log.end_task(
+        state, stop_reason=reason, detail=detail, final=final, changes=changes, diff=diff
+    )
+    deps.emit({"kind": "stop", "reason": reason, "detail": detail})
+    return {"stop_reason": reason}

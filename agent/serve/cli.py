@@ -1,0 +1,185 @@
+"""`flywheel serve` on the command line: flags, the listening socket, the engine, uvicorn.
+
+    flywheel serve --model path/to/checkpoint --speculative ngram --port 8000
+
+The port is bound before the model loads, so a busy port is one line on stderr and exit 2 at
+once. `--model registry` serves the registry's promoted version and follows it (agent/registry.py
+`RegistryWatcher`); only a version whose files verify against its manifest is loaded.
+"""
+
+import argparse
+import errno
+import logging
+import socket
+import sys
+
+from agent.engine import EngineConfig, EngineError, SpeculativeConfig
+from agent.registry import Registry, RegistryError, RegistryWatcher, path_from_cli
+from agent.serve.app import ServerConfig, build_app
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="flywheel serve",
+        description="OpenAI-compatible HTTP server over the engine (/v1/models, /v1/completions, "
+        "/v1/chat/completions with SSE streaming and tool calls, /metrics, /health).",
+    )
+    m = p.add_argument_group("model")
+    m.add_argument(
+        "--model",
+        default="default",
+        help="checkpoint folder, 'default' (the starter model) or an http(s) URL of "
+        "another OpenAI-compatible server (default: %(default)s)",
+    )
+    m.add_argument(
+        "--backend",
+        default="auto",
+        choices=["auto", "local", "vllm", "openai"],
+        help="engine backend; auto: URL -> openai, else local (default: %(default)s)",
+    )
+    m.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
+    m.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    m.add_argument(
+        "--prefix-cache-mb",
+        type=int,
+        default=512,
+        help="memory for cached prompt prefixes, local backend; 0 turns it off (default: %(default)s)",
+    )
+    m.add_argument(
+        "--served-model-name",
+        default="flywheel",
+        help="model id reported in /v1/models and expected in requests (default: %(default)s)",
+    )
+    s = p.add_argument_group("speculative decoding")
+    s.add_argument(
+        "--speculative",
+        default="none",
+        choices=["none", "ngram", "mtp", "draft"],
+        help="where draft tokens come from (default: %(default)s)",
+    )
+    s.add_argument(
+        "--num-draft",
+        type=int,
+        default=4,
+        help="draft tokens per verify step, the start value (default: %(default)s)",
+    )
+    s.add_argument("--draft-model", default=None, help="checkpoint folder of the draft model")
+    r = p.add_argument_group("model registry (with --model registry)")
+    r.add_argument(
+        "--registry",
+        default=None,
+        help="registry folder whose promoted version to serve and follow "
+        "(default: $FLYWHEEL_REGISTRY or $XDG_DATA_HOME/flywheel/models)",
+    )
+    r.add_argument(
+        "--reload-interval",
+        type=float,
+        default=2.0,
+        help="seconds between checks for a newly promoted version (also checked before "
+        "each request) (default: %(default)s)",
+    )
+    h = p.add_argument_group("HTTP")
+    h.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
+    h.add_argument("--port", type=int, default=8000, help="TCP port (default: %(default)s)")
+    h.add_argument(
+        "--api-key",
+        default=None,
+        help="require `Authorization: Bearer KEY` on every route but /health",
+    )
+    return p
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (raises OSError: busy port, unknown host, ...)."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # not a busy port: TIME_WAIT
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return "the port is in use (another server?); stop it or choose another with --port"
+    if exc.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need root); choose another with --port"
+    return exc.strerror or str(exc)
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        server = ServerConfig(args.host, args.port, args.api_key, args.served_model_name)
+        config = EngineConfig(
+            model=args.model,
+            backend=args.backend,
+            device=args.device,
+            dtype=args.dtype,
+            prefix_cache_mb=args.prefix_cache_mb,
+            speculative=SpeculativeConfig(
+                method=args.speculative,
+                num_draft_tokens=args.num_draft,
+                max_draft_tokens=max(8, args.num_draft),
+                draft_model=args.draft_model,
+            ),
+        )
+        from agent.engine import open_engine
+
+        registry = None
+        if args.reload_interval <= 0:
+            raise EngineError(f"--reload-interval must be > 0 seconds, got {args.reload_interval}")
+        if args.model == "registry":
+            registry = Registry(path_from_cli(args.registry))
+            promoted = registry.promoted()
+            if promoted is None:
+                raise EngineError(
+                    f"no version of the registry {registry.root} is promoted yet: "
+                    "flywheel models add PATH --promote --force, or flywheel cycle"
+                )
+            config.model = str(registry.verify(promoted))
+        try:  # before the model loads: a busy port is one line and exit 2 at once, and the
+            # "serving on" line below is true when it is printed
+            sock = _listen(server.host, server.port)
+        except OSError as exc:
+            print(
+                f"flywheel serve: cannot listen on {args.host}:{args.port}: {_why(exc)}",
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            engine = open_engine(config)
+        except BaseException:
+            sock.close()
+            raise
+    except (EngineError, RegistryError) as exc:
+        print(f"flywheel serve: {exc}", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    watcher = None
+    if registry is not None:
+        watcher = RegistryWatcher(
+            registry, engine.swap, engine.model_version, interval_s=args.reload_interval
+        )
+        watcher.start()
+    try:
+        app = build_app(engine, server, watcher)
+        port = sock.getsockname()[1]  # the one the system chose for --port 0
+        print(
+            f"flywheel serve: {engine.model_version} on http://{server.host}:{port}/v1", flush=True
+        )
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+    finally:
+        sock.close()
+        if watcher is not None:
+            watcher.stop()
+        engine.close()
+    return 0

@@ -1,0 +1,158 @@
+"""Bug-fix families: one-token mutations of a working module that its original tests catch.
+
+`bugfix/operator_swap`, `bugfix/off_by_one`, `bugfix/comparison`, `bugfix/swapped_arguments`.
+The fix restores the original module; a mutation the tests do not notice is dropped.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import re
+from dataclasses import dataclass
+
+from training.tasks.projects import Project, project_files
+from training.tasks.task import Task, make_task, run_tests
+
+_OPERATOR_SWAPS = {"+": "-", "-": "+", "*": "/", "/": "*", "//": "/", "%": "//", "**": "*"}
+_COMPARISON_SWAPS = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "=="}
+
+
+@dataclass
+class Mutation:
+    family: str  # bugfix/...
+    line: int  # 1-based line in the module
+    before: str  # the original line
+    after: str  # the mutated line
+
+
+def mutations(source: str) -> list[Mutation]:
+    """Every single-token mutation we know how to make, in source order.
+
+    Each replaces one span on one line: a binary operator, a comparison, an integer literal
+    (+-1), or the first two arguments of a call.
+    """
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    found: list[Mutation] = []
+
+    def replace(family: str, lineno: int, start: int, end: int, text: str) -> None:
+        line = lines[lineno - 1]
+        found.append(Mutation(family, lineno, line, line[:start] + text + line[end:]))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and node.left.end_lineno == node.right.lineno:
+            line = lines[node.lineno - 1]
+            gap = line[node.left.end_col_offset : node.right.col_offset]
+            op = gap.strip().strip("()").strip()
+            if op in _OPERATOR_SWAPS:
+                start = node.left.end_col_offset + gap.index(op)
+                replace(
+                    "bugfix/operator_swap", node.lineno, start, start + len(op), _OPERATOR_SWAPS[op]
+                )
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1:
+            right = node.comparators[0]
+            if node.left.end_lineno != right.lineno:
+                continue
+            line = lines[node.lineno - 1]
+            gap = line[node.left.end_col_offset : right.col_offset]
+            op = gap.strip()
+            if op in _COMPARISON_SWAPS:
+                start = node.left.end_col_offset + gap.index(op)
+                replace(
+                    "bugfix/comparison", node.lineno, start, start + len(op), _COMPARISON_SWAPS[op]
+                )
+        elif (
+            isinstance(node, ast.Constant)
+            and type(node.value) is int
+            and node.lineno == node.end_lineno
+            and node.col_offset > 0
+        ):
+            line = lines[node.lineno - 1]
+            if re.match(r"\s*[A-Z_]+ = ", line):  # constants are for edit tasks, not bugs
+                continue
+            for delta in (1, -1):
+                replace(
+                    "bugfix/off_by_one",
+                    node.lineno,
+                    node.col_offset,
+                    node.end_col_offset,
+                    str(node.value + delta),
+                )
+        elif isinstance(node, ast.Call) and len(node.args) >= 2 and not node.keywords:
+            a, b = node.args[0], node.args[1]
+            if not (a.lineno == a.end_lineno == b.lineno == b.end_lineno):
+                continue
+            line = lines[a.lineno - 1]
+            ta = line[a.col_offset : a.end_col_offset]
+            tb = line[b.col_offset : b.end_col_offset]
+            if ta == tb:
+                continue
+            mutated = line[: a.col_offset] + tb + line[a.end_col_offset : b.col_offset] + ta
+            found.append(
+                Mutation(
+                    "bugfix/swapped_arguments", a.lineno, line, mutated + line[b.end_col_offset :]
+                )
+            )
+    for node in ast.walk(tree):  # `len(x) - 1` style off-by-one in range/slice bounds
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "range" and node.args:
+            arg = node.args[-1]
+            if arg.lineno == arg.end_lineno and not isinstance(arg, ast.Constant):
+                line = lines[arg.lineno - 1]
+                text = line[arg.col_offset : arg.end_col_offset]
+                replace(
+                    "bugfix/off_by_one",
+                    arg.lineno,
+                    arg.col_offset,
+                    arg.end_col_offset,
+                    f"{text} - 1",
+                )
+    return sorted(found, key=lambda m: (m.line, m.family, m.after))
+
+
+_BUG_PHRASES = [
+    "The tests in {t} fail. Find the bug and fix it without changing the tests.",
+    "fix the failing tests",
+    "Something is wrong in {f}: {test} fails. Please fix it.",
+    "{test} is failing, can you fix the code?",
+    "Run the tests, find out why they fail and fix the code (not the tests).",
+]
+
+
+def bugfix_tasks(p: Project, rng: random.Random, heldout_fraction: float, limit: int) -> list[Task]:
+    """Up to `limit` tasks from mutating the module; the tests are the original, passing ones."""
+    files = project_files(p)
+    mod_file, test_file = f"{p.module}.py", f"test_{p.module}.py"
+    candidates = mutations(p.source)
+    rng.shuffle(candidates)
+    tasks: list[Task] = []
+    seen_families: dict[str, int] = {}
+    for m in sorted(candidates, key=lambda m: seen_families.get(m.family, 0)):
+        if len(tasks) >= limit:
+            break
+        if seen_families.get(m.family, 0) >= max(1, limit // 3):
+            continue
+        lines = p.source.splitlines(keepends=True)
+        lines[m.line - 1] = m.after + "\n"
+        broken = "".join(lines)
+        code, output = run_tests({**files, mod_file: broken})
+        if code in (0, 124):
+            continue  # tests do not notice this mutation (or it hangs): not a verifiable task
+        failing = re.findall(r"(?:FAIL|ERROR): (test_\w+)", output)
+        test = failing[0] if failing else "a test"
+        instruction = rng.choice(_BUG_PHRASES).format(t=test_file, f=mod_file, test=test)
+        task = make_task(
+            m.family,
+            p,
+            instruction,
+            {**files, mod_file: broken},
+            {mod_file: p.source},
+            heldout_fraction,
+            line=m.line,
+            mutated=m.after.strip(),
+            original=m.before.strip(),
+            failing=failing,
+        )
+        tasks.append(task)  # the fix restores the original module, whose tests pass
+        seen_families[m.family] = seen_families.get(m.family, 0) + 1
+    return tasks

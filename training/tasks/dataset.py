@@ -1,0 +1,79 @@
+"""The task dataset on disk: tasks.jsonl, trajectories.jsonl, apply.jsonl and manifest.json."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict
+from pathlib import Path
+
+from training.tasks.fast_apply import fast_apply_example
+from training.tasks.generation import in_order
+from training.tasks.oracle import oracle_trajectory
+from training.tasks.task import TEST_COMMAND, Task, TaskRejected
+
+
+def export(
+    tasks: list[Task], out: str | Path, seed: int = 0, samples_per_task: int = 1, workers: int = 1
+) -> dict:
+    """Write tasks.jsonl, trajectories.jsonl, apply.jsonl (each row has its split) + manifest.
+
+    Each task's trajectories and fast-apply example draw from a generator seeded by `seed` and
+    the task's id, so the output does not depend on `workers` (processes running the oracles),
+    except for what the test runs print that varies anyway (timings, scratch-folder names).
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    counts = {"tasks": {}, "trajectories": 0, "apply": 0}
+    jobs = [(task, seed, samples_per_task) for task in tasks]
+    with (
+        (out / "tasks.jsonl").open("w") as tf,
+        (out / "trajectories.jsonl").open("w") as jf,
+        (out / "apply.jsonl").open("w") as af,
+    ):
+        for task, (rows, failed, apply_row) in zip(
+            tasks, in_order(_task_rows, jobs, workers), strict=True
+        ):
+            tf.write(json.dumps(asdict(task)) + "\n")
+            counts["tasks"][task.split] = counts["tasks"].get(task.split, 0) + 1
+            for row in rows:
+                jf.write(json.dumps(row) + "\n")
+            counts["trajectories"] += len(rows)
+            if failed:
+                counts["oracle_failed"] = counts.get("oracle_failed", 0) + failed
+            af.write(json.dumps(apply_row) + "\n")
+            counts["apply"] += 1
+    families: dict[str, int] = {}
+    for task in tasks:
+        families[task.family] = families.get(task.family, 0) + 1
+    manifest = {
+        "format": "flywheel-tasks/1",
+        "counts": counts,
+        "families": families,
+        "test_command": TEST_COMMAND,
+        "seed": seed,
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return manifest
+
+
+def _task_rows(job: tuple[Task, int, int]) -> tuple[list[dict], int, dict]:
+    """One task's oracle trajectories, how many failed, and its fast-apply example."""
+    task, seed, samples = job
+    rng = random.Random(f"export:{seed}:{task.id}")
+    rows, failed = [], 0
+    for _ in range(samples):
+        try:
+            rows.append(oracle_trajectory(task, rng))
+        except TaskRejected:
+            failed += 1
+    return rows, failed, fast_apply_example(task, rng)
+
+
+def load_tasks(path: str | Path, split: str | None = None) -> list[Task]:
+    path = Path(path)
+    file = path / "tasks.jsonl" if path.is_dir() else path
+    if not file.exists():
+        raise FileNotFoundError(f"no tasks at {str(file)!r}; make them with `flywheel train tasks`")
+    tasks = [Task(**json.loads(line)) for line in file.read_text().splitlines() if line.strip()]
+    return [t for t in tasks if split is None or t.split == split]

@@ -1,0 +1,211 @@
+"""Edit families: instruction-explicit changes whose updated tests describe the target.
+
+`edit/rename`, `edit/constant`, `edit/add_parameter`, `edit/add_import`, `edit/remove_function`.
+The workspace holds the project with its tests already rewritten for the change.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import re
+
+from training.tasks.projects import Project, project_files, write_tests
+from training.tasks.task import Task, make_task
+from training.tasks.templates import function_name
+
+
+def _sub_word(text: str, old: str, new: str) -> str:
+    return re.sub(rf"\b{re.escape(old)}\b", new, text)
+
+
+def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[Task]:
+    """Instruction-explicit edits. The workspace tests already describe the target."""
+    tasks = []
+    mod_file = f"{p.module}.py"
+    before = project_files(p)
+
+    # rename a function everywhere it is used
+    funcs = [v for k, v in p.names.items() if k not in ("cls", "legacy")]
+    old = rng.choice(funcs)
+    new = function_name(rng, set(funcs) | {old})
+    src, hsrc = _sub_word(p.source, old, new), _sub_word(p.helper_source, old, new)
+    after = project_files(p, src, hsrc, [_sub_word(c, old, new) for c in p.calls])
+    phr = rng.choice(
+        [
+            "Rename the function `{o}` in {f} to `{n}` and update every caller.",
+            "rename {o} -> {n} (in {f}), keep callers working",
+            "Please rename `{o}` to `{n}`. It is defined in {f} and used elsewhere.",
+        ]
+    )
+    tasks.append(
+        make_task(
+            "edit/rename",
+            p,
+            phr.format(o=old, n=new, f=mod_file),
+            {**before, f"test_{p.module}.py": after[f"test_{p.module}.py"]},
+            after,
+            heldout_fraction,
+            old=old,
+            new=new,
+        )
+    )
+
+    # change a constant
+    name, value = rng.choice(list(p.constants.items()))
+    if isinstance(value, str):
+        new_value: object = rng.choice([v for v in ["-", "_", ".", "...", "~", ":"] if v != value])
+    elif isinstance(value, float):
+        new_value = round(value * rng.choice([0.5, 2.0, 1.5]), 4)
+    else:
+        new_value = value + rng.choice([-2, -1, 1, 2, 5])
+    src = p.source.replace(f"{name} = {value!r}", f"{name} = {new_value!r}", 1)
+    after = project_files(p, src)
+    phr = rng.choice(
+        [
+            "Change {c} in {f} from {o!r} to {n!r}.",
+            "set {c} to {n!r}",
+            "The {c} constant should be {n!r} instead of {o!r}; update {f}.",
+        ]
+    )
+    tasks.append(
+        make_task(
+            "edit/constant",
+            p,
+            phr.format(c=name, f=mod_file, o=value, n=new_value),
+            {**before, f"test_{p.module}.py": after[f"test_{p.module}.py"]},
+            {mod_file: src},
+            heldout_fraction,
+            constant=name,
+            old=value,
+            new=new_value,
+        )
+    )
+
+    # add a keyword parameter that scales a numeric result
+    func = rng.choice(p.numeric_functions)
+    param = rng.choice(["scale", "factor", "multiplier", "weight"])
+    src = _add_scale_parameter(p.source, func, param)
+    if src is not None:
+        example = next((c for c in p.calls if c.startswith(f"mod.{func}(")), None)
+        calls = list(p.calls)
+        if example:
+            calls.append(example[:-1] + f", {param}=3)")
+        after = project_files(p, src, calls=calls)
+        phr = rng.choice(
+            [
+                "Add a keyword parameter `{p}` (default 1) to `{fn}` in {f}; the "
+                "function should return its result multiplied by `{p}`.",
+                "{fn} needs an optional `{p}=1` argument that multiplies what it returns",
+                "Give `{fn}` a `{p}` parameter, default 1, scaling the returned value.",
+            ]
+        )
+        tasks.append(
+            make_task(
+                "edit/add_parameter",
+                p,
+                phr.format(p=param, fn=func, f=mod_file),
+                {**before, f"test_{p.module}.py": after[f"test_{p.module}.py"]},
+                {mod_file: src},
+                heldout_fraction,
+                function=func,
+                parameter=param,
+            )
+        )
+
+    # add an import (and the one line that uses it)
+    variant = rng.choice(["logging", "pathlib"])
+    if variant == "logging":
+        addition = "import logging\n\nlogger = logging.getLogger(__name__)\n"
+        extra = ["import logging", "self.assertIsInstance(mod.logger, logging.Logger)"]
+        phr = rng.choice(
+            [
+                "Add `import logging` to {f} and a module-level "
+                "`logger = logging.getLogger(__name__)`.",
+                "{f} should define logger = logging.getLogger(__name__) (import logging)",
+            ]
+        )
+    else:
+        addition = 'from pathlib import Path\n\nDATA_DIR = Path(__file__).parent / "data"\n'
+        extra = [
+            "from pathlib import Path",
+            "self.assertIsInstance(mod.DATA_DIR, Path)",
+            'self.assertEqual(mod.DATA_DIR.name, "data")',
+        ]
+        phr = rng.choice(
+            [
+                "In {f}, import `Path` from pathlib and add a constant "
+                '`DATA_DIR = Path(__file__).parent / "data"`.',
+                'add DATA_DIR (a pathlib Path to the "data" folder next to {f})',
+            ]
+        )
+    doc_end = p.source.index('"""', 3) + 4
+    src = p.source[:doc_end] + "\n" + addition + p.source[doc_end:]
+    tests = write_tests(p.module, p.helper, src, p.helper_source, p.calls, extra)
+    tasks.append(
+        make_task(
+            "edit/add_import",
+            p,
+            phr.format(f=mod_file),
+            {**before, f"test_{p.module}.py": tests},
+            {mod_file: src},
+            heldout_fraction,
+            variant=variant,
+        )
+    )
+
+    # remove the unused legacy function
+    legacy = p.names["legacy"]
+    src = re.sub(rf"\n\n\ndef {legacy}\(.*?(?=\n\n\n|\Z)", "", p.source, flags=re.S)
+    src = src.rstrip("\n") + "\n"
+    tests = write_tests(
+        p.module,
+        p.helper,
+        src,
+        p.helper_source,
+        p.calls,
+        [f'self.assertFalse(hasattr(mod, "{legacy}"))'],
+    )
+    phr = rng.choice(
+        [
+            "Remove the unused function `{l}` from {f}.",
+            "delete {l}, nothing uses it",
+            "`{l}` in {f} is dead code; remove it.",
+        ]
+    )
+    tasks.append(
+        make_task(
+            "edit/remove_function",
+            p,
+            phr.format(l=legacy, f=mod_file),
+            {**before, f"test_{p.module}.py": tests},
+            {mod_file: src},
+            heldout_fraction,
+            function=legacy,
+        )
+    )
+    return tasks
+
+
+def _add_scale_parameter(source: str, func: str, param: str) -> str | None:
+    """Add `param=1` to `func`'s signature and multiply each of its return values by it."""
+    tree = ast.parse(source)
+    node = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == func), None)
+    if node is None:
+        return None
+    lines = source.splitlines(keepends=True)
+    for ret in sorted(
+        (n for n in ast.walk(node) if isinstance(n, ast.Return) and n.value),
+        key=lambda n: -n.lineno,
+    ):
+        value = ret.value
+        if value.lineno != value.end_lineno:
+            return None
+        line = lines[value.lineno - 1]
+        expr = line[value.col_offset : value.end_col_offset]
+        lines[value.lineno - 1] = (
+            line[: value.col_offset] + f"({expr}) * {param}" + line[value.end_col_offset :]
+        )
+    header = lines[node.lineno - 1]
+    lines[node.lineno - 1] = header.replace("):", f", {param}=1):", 1)
+    return "".join(lines)

@@ -1,0 +1,231 @@
+"""Oracle trajectories: a correct, varied solving conversation for a task, in the harness's format.
+
+Trajectories are what the harness sees at run time: its system prompt, tool schemas and
+repository map (agent/harness/prompts.py, context.py), and tool results from its own tools
+(`run_tool` on a real `Workspace` over a scratch copy; see `HarnessScratch`). The oracle's
+choices (explore first or not, search or read, ranges, one edit or several, phrasing) are drawn
+at random so the model does not learn one script.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import random
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from training.tasks.task import TEST_TIMEOUT_S, Task, TaskRejected
+
+
+def hunks_for(old: str, new: str) -> list[dict[str, str]]:
+    """Search/replace hunks turning `old` into `new`: the fewest lines of context that make each
+    search text unique in `old` (a small model copies less, and misquotes less)."""
+    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    for context in (0, 1, 2, 3, 5, 8, len(a)):
+        groups = difflib.SequenceMatcher(None, a, b, autojunk=False).get_grouped_opcodes(context)
+        hunks = []
+        for group in groups:
+            i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
+            if i1 == i2 and i1 > 0:  # pure insertion: anchor on the line before
+                i1, j1 = i1 - 1, j1 - 1
+            elif i1 == i2:
+                i2, j2 = i2 + 1, j2 + 1
+            hunks.append({"search": "".join(a[i1:i2]), "replace": "".join(b[j1:j2])})
+        if all(h["search"] and old.count(h["search"]) == 1 for h in hunks):
+            return hunks
+    return [{"search": old, "replace": new}]
+
+
+def apply_hunks(text: str, hunks: list[dict[str, str]]) -> str:
+    for hunk in hunks:
+        if text.count(hunk["search"]) != 1:
+            raise ValueError(f"hunk search text is not unique: {hunk['search'][:80]!r}")
+        text = text.replace(hunk["search"], hunk["replace"], 1)
+    return text
+
+
+class HarnessScratch:
+    """A scratch copy of a task's workspace, with the harness's own tools running on it.
+
+    Tool results are exactly what `agent.harness.tools.run_tool` returns at run time (the same
+    numbering, edit reports, test summaries, sandbox). The project's tests run with the task's
+    own command (`ToolsConfig.test_command`), as the evaluation and RL rollouts configure it.
+    """
+
+    def __init__(self, task: Task) -> None:
+        from agent.harness import Sandbox, ToolContext, Workspace
+        from agent.harness.scratch import write_files
+
+        self.root = Path(tempfile.mkdtemp(prefix="flywheel-oracle-"))
+        write_files(self.root, task.files)
+        self.workspace = Workspace(self.root)
+        self.ctx = ToolContext(self.workspace, Sandbox(self.root), task_tools_config(task))
+
+    def call(self, name: str, args: dict) -> tuple[str, bool]:
+        from agent.harness import run_tool
+
+        return run_tool(self.ctx, name, args)
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def task_tools_config(task: Task):
+    """The harness's tool settings for a task: its own test command (oracle, evaluation, RL)."""
+    from agent.harness import ToolsConfig
+
+    return ToolsConfig(test_command=task.test_command, test_timeout_s=TEST_TIMEOUT_S)
+
+
+_INTROS = [
+    "",
+    "",
+    "Let me look at the project first.",
+    "I'll start by looking around.",
+    "First, the layout.",
+    "Checking the files.",
+]
+_TEST_INTROS = [
+    "",
+    "Let me run the tests to see what fails.",
+    "Running the tests first.",
+    "I'll reproduce the failure.",
+]
+_READ_INTROS = ["", "", "Reading {f}.", "Let me read {f}.", "Opening {f}."]
+_EDIT_INTROS = [
+    "",
+    "",
+    "Now the fix.",
+    "Making the change in {f}.",
+    "Editing {f}.",
+    "Found it: updating {f}.",
+]
+_VERIFY_INTROS = [
+    "",
+    "Checking the tests again.",
+    "Running the tests to confirm.",
+    "Let me verify.",
+]
+_ANSWERS = {
+    "bugfix": [
+        "Fixed: in {f}, `{old}` should have been `{new}`. The tests pass now.",
+        "The bug was on line {line} of {f} (`{old}` instead of `{new}`). Fixed; all tests pass.",
+        "Done. {f} line {line} now reads `{new}`, and the test suite passes.",
+    ],
+    "edit": [
+        "Done: {summary}. Tests pass.",
+        "{summary}; the tests pass.",
+        "Changed {files}: {summary}. All tests pass.",
+    ],
+}
+
+
+def oracle_trajectory(task: Task, rng: random.Random) -> dict:
+    """A correct, varied trajectory for `task`: {"messages", "tools", "task_id", "family"}.
+
+    The conversation is what the harness builds at run time: its system prompt, the task with
+    its repository map (agent.harness.prompts / context), its tool schemas, and tool results from
+    the harness's own tools run on a scratch copy of the workspace. The final `run_tests` result
+    shows the tests passing; a trajectory that would not get there raises `TaskRejected`.
+    """
+    from agent.harness import HarnessConfig
+    from agent.harness.context import render_context
+    from agent.harness.prompts import first_messages, tool_schemas
+
+    scratch = HarnessScratch(task)
+    context = render_context(scratch.workspace, task.instruction, None, HarnessConfig().map_tokens)
+    messages: list[dict] = first_messages(task.instruction, context)
+    counter = iter(range(1, 1000))
+
+    def step(content: str, *calls: tuple[str, dict]) -> list[tuple[str, bool]]:
+        tool_calls = [
+            {
+                "id": f"call_{next(counter)}",
+                "type": "function",
+                "function": {"name": n, "arguments": json.dumps(a, ensure_ascii=False)},
+            }
+            for n, a in calls
+        ]
+        messages.append({"role": "assistant", "content": content, "tool_calls": tool_calls})
+        results = []
+        for call, (name, args) in zip(tool_calls, calls, strict=True):
+            result, is_error = scratch.call(name, args)
+            results.append((result, is_error))
+            messages.append(
+                {"role": "tool", "tool_call_id": call["id"], "name": name, "content": result}
+            )
+        return results
+
+    try:
+        changed = sorted(task.solution)
+        bug = task.family.startswith("bugfix/")
+        if rng.random() < 0.5:
+            step(rng.choice(_INTROS), ("list_files", {}))
+        if bug and rng.random() < 0.7:
+            step(rng.choice(_TEST_INTROS), ("run_tests", {}))
+        symbol = (
+            task.notes.get("old")
+            if task.family == "edit/rename"
+            else task.notes.get("function") or task.notes.get("constant")
+        )
+        if symbol and isinstance(symbol, str) and rng.random() < 0.5:
+            step(
+                rng.choice(["", f"Where is `{symbol}` used?", f"Searching for {symbol}."]),
+                ("search", {"pattern": rf"\b{re.escape(symbol)}\b"}),
+            )
+        for path in changed:
+            text = task.files.get(path, "")
+            n_lines = len(text.splitlines())
+            if bug and "line" in task.notes and rng.random() < 0.3 and n_lines > 20:
+                line = task.notes["line"]
+                args = {"path": path, "start_line": max(1, line - 8), "end_line": line + 8}
+            else:
+                args = {"path": path}
+            step(rng.choice(_READ_INTROS).format(f=path), ("read_file", args))
+        if rng.random() < 0.25:
+            test_file = next(p for p in task.files if p.startswith("test_"))
+            step(rng.choice(["", "And the tests."]), ("read_file", {"path": test_file}))
+        for path in changed:
+            old, new = task.files.get(path, ""), task.solution[path]
+            intro = rng.choice(_EDIT_INTROS).format(f=path)
+            if not old or (rng.random() < 0.12 and len(new) < 3000):
+                results = step(intro, ("write_file", {"path": path, "content": new}))
+            else:
+                results = step(intro, ("edit_file", {"path": path, "hunks": hunks_for(old, new)}))
+            if results[0][1]:
+                raise TaskRejected(f"oracle edit failed for task {task.id}: {results[0][0][:300]}")
+        step(rng.choice(_VERIFY_INTROS), ("run_tests", {}))
+        if not messages[-1]["content"].startswith("tests passed"):
+            raise TaskRejected(f"oracle for task {task.id} did not make the tests pass")
+        messages.append({"role": "assistant", "content": _answer(task, rng)})
+    finally:
+        scratch.close()
+    return {
+        "task_id": task.id,
+        "family": task.family,
+        "split": task.split,
+        "tools": tool_schemas(),
+        "messages": messages,
+    }
+
+
+def _answer(task: Task, rng: random.Random) -> str:
+    notes = task.notes
+    if task.family.startswith("bugfix/"):
+        return rng.choice(_ANSWERS["bugfix"]).format(
+            f=next(iter(task.solution)),
+            old=notes["mutated"],
+            new=notes["original"],
+            line=notes["line"],
+        )
+    summary = {
+        "edit/rename": f"renamed `{notes.get('old')}` to `{notes.get('new')}` everywhere",
+        "edit/constant": f"set {notes.get('constant')} to {notes.get('new')!r}",
+        "edit/add_parameter": f"`{notes.get('function')}` takes `{notes.get('parameter')}=1`",
+        "edit/add_import": f"added the {notes.get('variant')} import and its constant",
+        "edit/remove_function": f"removed `{notes.get('function')}`",
+    }[task.family]
+    return rng.choice(_ANSWERS["edit"]).format(summary=summary, files=", ".join(task.solution))
