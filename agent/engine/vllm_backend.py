@@ -49,19 +49,18 @@ from pathlib import Path
 from typing import Any
 
 from agent.chat_format import parse_assistant
-from agent.engine import Stream
-from agent.engine.config import EngineConfig
-from agent.engine.prompt import prepare_prompt
-from agent.engine.request import (
+from agent.engine import (
     BadRequest,
     Delta,
     EngineError,
-    FinishReason,
     Request,
     RequestMetrics,
     Result,
-    SamplingParams,
+    Stream,
 )
+from agent.engine.config import EngineConfig
+from agent.engine.prompt import prepare_prompt
+from agent.engine.request import FinishReason, SamplingParams
 from agent.engine.sample_output import SampleOutput
 
 INSTALL_HINT = (
