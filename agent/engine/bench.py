@@ -19,7 +19,7 @@ and the peers, run in the same process on the same weights: `hf-greedy` (`genera
 ratio to `plain` and to the matching peer, the mean acceptance length, and whether its tokens
 equal `plain`'s.
 
-Two figures decide whether speculation can pay off on this machine, both in the JSON with
+Two figures decide whether speculation can pay off where the benchmark runs, both in the JSON with
 pass/fail: (a) plain decoding tokens/s over `hf-greedy` (target >= 1.0) and (b) the median time
 of one verify step over 4 draft tokens divided by one plain decode step, each timed many times
 with a warm KV cache (target <= 1.6).
@@ -27,7 +27,7 @@ with a warm KV cache (target <= 1.6).
 Timing: each (prompt, method) runs `--repeats` times, methods interleaved, and the best is kept;
 the machine is shared and noisy, so only ratios measured in the same run mean anything.
 Without `--model`, a 10m-size trunk (`SIZES["10m"]`) with 2 random MTP heads, a 3m random draft
-model and a tokenizer trained on this machine's Python standard library are built in a
+model and a tokenizer trained on the local Python standard library are built in a
 temporary folder: speeds are real, acceptance rates are not (random weights mostly repeat a
 token, which flatters n-gram lookup, and random MTP heads are never right).
 """
@@ -136,7 +136,7 @@ def build_default_models(folder: Path) -> tuple[str, str]:
 
 
 def workloads(tokenizer) -> list[dict]:
-    """[{workload, name, prompt, speculation}] built from this machine's standard library."""
+    """[{workload, name, prompt, speculation}] built from the local Python standard library."""
     from agent.chat_format import apply_messages, render_chat
 
     original = (STDLIB / APPLY_FILE).read_text()
