@@ -1,6 +1,6 @@
 """Benchmark: asynchronous vs synchronous RL, trajectories per minute, in one run.
 
-What it measures, on this machine: the toy RL recipe ("say the magic token", training/rl) run
+What it measures, where it runs: the toy RL recipe ("say the magic token", training/rl) run
 twice with the same settings, first synchronous (staleness 0: generate a batch, update, push the
 weights, repeat), then asynchronous (rollouts keep running while the trainer updates; samples
 more than `--staleness` versions old are refused). Rollouts run in `--workers` spawned worker

@@ -381,8 +381,7 @@ class CompletionService:
 
     def _record_cancelled(self, **row: Any) -> None:
         self.record("suggestion", **self._suggestion_fields(**row, neighbours=[]))
-        sid = row["sid"]
-        self.record("suggestion_event", suggestion_id=sid, event="cancelled")
+        self.record("suggestion_event", suggestion_id=row["sid"], event="cancelled")
 
     def resolve(self, sid: str, event: str, accepted_chars: int | None = None) -> Suggestion | None:
         """Record a lifecycle event from the client; None for an unknown suggestion."""

@@ -25,7 +25,7 @@ of one verify step over 4 draft tokens divided by one plain decode step, each ti
 with a warm KV cache (target <= 1.6).
 
 Timing: each (prompt, method) runs `--repeats` times, methods interleaved, and the best is kept;
-the machine is shared and noisy, so only ratios measured in the same run mean anything.
+timings vary from run to run, so only ratios within one run are compared.
 Without `--model`, a 10m-size trunk (`SIZES["10m"]`) with 2 random MTP heads, a 3m random draft
 model and a tokenizer trained on the local Python standard library are built in a
 temporary folder: speeds are real, acceptance rates are not (random weights mostly repeat a

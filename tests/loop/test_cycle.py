@@ -50,18 +50,13 @@ def test_cycle_trains_gates_promotes_and_the_server_follows(registry, tiny_check
     v1 = registry.add(tiny_checkpoint)
     registry.promote(v1, forced=True)
     flags = ("--registry", str(registry.root), "--reload-interval", "600")
+    cycle_args = ("cycle", "--quick", "--registry", str(registry.root), "--telemetry-db", str(db))
+    cycle_args += ("--work", str(tmp_path / "work"))
     with running_server("registry", *flags) as url:
         before = version_and_ids(url)
         assert before[0] == v1
         done = flywheel(
-            "cycle",
-            "--quick",
-            "--registry",
-            str(registry.root),
-            "--telemetry-db",
-            str(db),
-            "--work",
-            str(tmp_path / "work"),
+            *cycle_args,
             "--held-out-percent",
             "0",
             "--bench-projects",
@@ -82,9 +77,8 @@ def test_cycle_trains_gates_promotes_and_the_server_follows(registry, tiny_check
     assert record["data"]["new_trajectories"] == 3 and record["reward"].startswith("total@")
     assert record["gate"][-1]["accepted"]
     assert not record["benchmarks"][0]["provisional"]
-    (result,) = registry.benchmarks(
-        candidate
-    )  # the real benchmark, pass@1 and oracle_logprob per task
+    # the real benchmark, pass@1 and oracle_logprob per task
+    (result,) = registry.benchmarks(candidate)
     assert result["format"] == "flywheel-benchmark/1" and not result["provisional"]
     assert set(result["metrics"]) == {"pass@1", "oracle_logprob"}
     assert all("oracle_logprob" in t["scores"] for t in result["tasks"])
@@ -97,16 +91,7 @@ def test_cycle_trains_gates_promotes_and_the_server_follows(registry, tiny_check
     assert "oracle_logprob" in json.loads(metrics[0])["benchmark"]
 
     # Nothing new since: the next cycle says so and trains nothing.
-    again = flywheel(
-        "cycle",
-        "--quick",
-        "--registry",
-        str(registry.root),
-        "--telemetry-db",
-        str(db),
-        "--work",
-        str(tmp_path / "work"),
-    )
+    again = flywheel(*cycle_args)
     assert again.returncode == 0 and "0 new session(s)" in again.stdout
     assert registry.promoted() == v1 and len(registry.versions()) == 2
 
