@@ -215,3 +215,46 @@ def test_several_samples_give_pass_at_k_and_intervals_per_source(bench_checkpoin
     assert result.shape["sessions"]["median_changed_lines"] is None  # no reference diff
     html = (out / "report.html").read_text()
     assert html.count("<svg") == 3 and "http" not in html.split("<svg")[0].lower()
+
+
+def test_a_killed_run_resumes_from_its_journal_and_a_different_setting_is_refused(tmp_path):
+    """Each sample is journalled as it ends; --resume reuses what was done (only the missing
+    sample runs), keeps the reused count, and refuses samples run with other settings."""
+    from training.benchmark import read_previous
+
+    first = _fix_task("python -c 'import calc; assert calc.add(1, 2) == 3'")
+    second = BenchTask(**{**first.__dict__, "id": "sessions/fix-add-2"})
+    fix = call(
+        "edit_file",
+        path="calc.py",
+        hunks=[{"search": "    return a - b", "replace": "    return a + b"}],
+    )
+    config = BenchConfig(max_steps=4, seed=1)
+    journal = tmp_path / "out" / "samples.jsonl"
+    done = run_benchmark(ReplayEngine([fix, "Fixed."]), [first], config, journal=journal)
+    # a kill while the second task ran: the journal holds the first sample and half a line
+    with journal.open("a") as f:
+        f.write('{"task_id": "sessions/fix-add-2", "sou')
+    previous = read_previous(journal)
+    assert [s.task_id for s in previous.samples] == ["sessions/fix-add"]
+
+    # the replay model answers only once more: a rerun of the first task would fail it
+    engine = ReplayEngine(["Nothing to do."])
+    resumed = run_benchmark(engine, [first, second], config, resume=previous, journal=journal)
+    assert resumed.reused == 1
+    assert resumed.task_scores() == {"sessions/fix-add": 1.0, "sessions/fix-add-2": 0.0}
+    assert resumed.samples[0].scores() == done.samples[0].scores()
+    assert [s.task_id for s in read_previous(journal).samples] == [first.id, second.id]
+    assert BenchmarkResult.from_dict(resumed.to_dict()).reused == 1
+    assert "1 samples reused" in render_table(resumed)
+
+    # a finished result JSON resumes too; another turn limit is refused with the setting named
+    (tmp_path / "done.json").write_text(json.dumps(resumed.to_dict()))
+    other = BenchConfig(max_steps=5, seed=1)
+    with pytest.raises(BenchmarkError, match="max_steps=4, this run has max_steps=5"):
+        run_benchmark(
+            ReplayEngine([]), [first], other, resume=read_previous(tmp_path / "done.json")
+        )
+    (tmp_path / "junk.txt").write_text("hello\n")
+    with pytest.raises(BenchmarkError, match="neither a benchmark result"):
+        read_previous(tmp_path / "junk.txt")

@@ -4,6 +4,7 @@
     sample.py    one sample: a harness run on a scratch workspace, then the verifier
     result.py    per-task scores, pass@k and bootstrap intervals per source, the result JSON
     run.py       run_benchmark: every task through the harness, then scored
+    journal.py   samples.jsonl as samples end; --resume reuses an earlier run's samples
     report.py    the plain-text table and the offline HTML report
     cli.py       the command line
 
@@ -19,6 +20,7 @@ API (the promotion gate and `flywheel cycle` read its results):
 
 from agent.stats import Interval, bootstrap, pass_at_k
 from training.benchmark.cli import main
+from training.benchmark.journal import Journal, Previous, read_previous
 from training.benchmark.result import (
     FORMAT,
     MEASURES,
@@ -69,6 +71,8 @@ __all__ = [
     "BenchmarkError",
     "BenchmarkResult",
     "Interval",
+    "Journal",
+    "Previous",
     "SampleResult",
     "TaskScore",
     "bootstrap",
@@ -85,6 +89,7 @@ __all__ = [
     "oracle_of",
     "pass_at_k",
     "pick_tasks",
+    "read_previous",
     "run_benchmark",
     "run_sample",
     "run_verifier",

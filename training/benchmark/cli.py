@@ -2,6 +2,8 @@
 
 flywheel bench agent --model default --synthetic runs/starter/tasks --humaneval 20 --out bench/
 flywheel bench agent --model default --real --out bench/real/
+flywheel bench agent --model default --real --limit 50 --out bench/real/ \
+    --resume bench/real/samples.jsonl      # after a kill, or to grow a run to more tasks
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from training.benchmark.journal import read_previous
 from training.benchmark.report import render_table, write_html
 from training.benchmark.run import run_benchmark
 from training.benchmark.sample import BenchConfig
@@ -74,7 +77,18 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--verify-timeout-s", type=float, default=60.0, help="verifier time limit")
     r.add_argument("--no-lint", action="store_true", help="skip the ruff lint delta")
     o = p.add_argument_group("output")
-    o.add_argument("--out", default="", help="folder for benchmark.json and report.html")
+    o.add_argument(
+        "--out",
+        default="",
+        help="folder for benchmark.json, report.html and samples.jsonl (each sample as it ends)",
+    )
+    o.add_argument(
+        "--resume",
+        default="",
+        metavar="PATH",
+        help="reuse the samples of an earlier run of the same model and settings: its "
+        "samples.jsonl (a killed run leaves one) or its result JSON",
+    )
     o.add_argument("--json", default="", help="write the result JSON here")
     o.add_argument("--html", default="", help="write the HTML report here")
     o.add_argument("--quiet", action="store_true", help="no per-sample progress lines")
@@ -116,10 +130,16 @@ def main(argv: list[str]) -> int:
             api_key=api_key,
             served_model_name=args.served_model_name,
         )
+        resume = read_previous(args.resume) if args.resume else None
         if not args.quiet:
             print(f"{len(tasks)} tasks x {config.samples} samples on {args.model}", file=sys.stderr)
         result = run_benchmark(
-            engine, tasks, config, log=None if args.quiet else lambda s: print(s, file=sys.stderr)
+            engine,
+            tasks,
+            config,
+            log=None if args.quiet else lambda s: print(s, file=sys.stderr),
+            resume=resume,
+            journal=Path(args.out, "samples.jsonl") if args.out else None,
         )
     except (BenchmarkError, EngineError, FileNotFoundError, ValueError) as exc:
         print(f"flywheel bench agent: {exc}", file=sys.stderr)

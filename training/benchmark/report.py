@@ -80,6 +80,7 @@ def render_table(result: BenchmarkResult) -> str:
     head = (
         f"model {result.model} ({result.model_version}); {c['samples']} sample(s)/task, "
         f"seed {c['seed']}, temperature {c['temperature']}; {result.seconds:.0f} s"
+        + (f" ({result.reused} samples reused from an earlier run)" if result.reused else "")
     )
     return "\n\n".join(
         [head, _text_table(*table_rows(result)), "task set", _text_table(*shape_rows(result))]
@@ -165,7 +166,8 @@ figure { margin: 1em 0; } figcaption { font-weight: 600; }
 <h1>flywheel bench agent</h1>
 <p>model <b>{{ r.model }}</b> ({{ r.model_version }}) &middot; {{ r.config.samples }} sample(s)
 per task &middot; seed {{ r.config.seed }} &middot; temperature {{ r.config.temperature }}
-&middot; {{ "%.0f"|format(r.seconds) }} s</p>
+&middot; {{ "%.0f"|format(r.seconds) }} s{% if r.reused %} ({{ r.reused }} samples reused from
+an earlier run){% endif %}</p>
 <h2>Scores (mean [95% bootstrap CI] over tasks)</h2>
 <table><tr>{% for h in header %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for row in rows %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}

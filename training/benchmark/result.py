@@ -82,6 +82,7 @@ class BenchmarkResult:
     summary: dict[str, dict[str, Interval | None]]  # group -> metric -> mean and CI
     tasks: list[TaskScore]
     samples: list[SampleResult]
+    reused: int = 0  # samples taken from an earlier run (--resume); `seconds` excludes them
 
     def task_scores(self, metric: str = "pass@1") -> dict[str, float]:
         """Task id -> score (pass@k, or a measure's mean); what a paired comparison needs."""
@@ -128,6 +129,7 @@ class BenchmarkResult:
             "model_version": self.model_version,
             "config": self.config,
             "seconds": self.seconds,
+            "reused_samples": self.reused,
             "shape": self.shape,
             "summary": intervals(self.summary["overall"]),
             "groups": {g: intervals(metrics) for g, metrics in self.summary.items()},
@@ -144,6 +146,7 @@ class BenchmarkResult:
             model_version=data["model_version"],
             config=data["config"],
             seconds=data["seconds"],
+            reused=data.get("reused_samples", 0),
             shape=data["shape"],
             summary={
                 g: {m: Interval(v["mean"], *v["ci95"]) if v else None for m, v in ms.items()}

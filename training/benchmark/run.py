@@ -6,6 +6,9 @@ checkpoint by `oracle_logprob`: the mean log-probability per assistant token of 
 trajectory (one teacher-forced pass, no sampling). A tiny model rarely passes any task, so
 pass@1 alone cannot separate two candidates; this low-noise score can. The gate compares both.
 
+`resume` (journal.py) reuses the samples of an earlier run of the same model and settings;
+`journal` appends each new sample to a file as it finishes, so a killed run can resume.
+
 What it does not do: run samples in parallel or judge answers with a model.
 """
 
@@ -14,8 +17,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
+from training.benchmark.journal import Journal, Previous
 from training.benchmark.result import BenchmarkResult, score
 from training.benchmark.sample import BenchConfig, SampleResult, run_sample
 from training.benchmark.sources import BenchmarkError, BenchTask
@@ -71,12 +76,15 @@ def run_benchmark(
     tasks: list[BenchTask],
     config: BenchConfig | None = None,
     log: Callable[[str], None] | None = None,
+    resume: Previous | None = None,
+    journal: str | Path | None = None,
 ) -> BenchmarkResult:
     """Run every task `config.samples` times through the harness and score it.
 
     `engine`: an `EngineConfig` (opened here and closed after) or an open engine. With
     `config.oracle_logprob`, tasks that carry an oracle trajectory are also scored by it (an
-    `EngineConfig` of a local checkpoint only).
+    `EngineConfig` of a local checkpoint only). `resume`: samples of an earlier run, reused
+    for the (task, sample index) pairs they cover; `journal`: where to append each sample.
     """
     from agent.engine import EngineConfig, open_engine
 
@@ -92,10 +100,22 @@ def run_benchmark(
     samples: list[SampleResult] = []
     try:
         version = str(engine.model_version)
+        earlier = resume.reusable(version, config) if resume else {}
+        wanted = {(t.id, j) for t in tasks for j in range(config.samples)}
+        reused = [s for key, s in earlier.items() if key in wanted]
+        writer = Journal(journal, version, config, reused) if journal else None
+        if log and resume:
+            log(f"reusing {len(reused)} samples from {resume.path}")
         for i, task in enumerate(tasks, 1):
             for j in range(config.samples):
+                s = earlier.get((task.id, j))
+                if s is not None:
+                    samples.append(s)
+                    continue
                 s = run_sample(engine, task, config, j)
                 samples.append(s)
+                if writer:
+                    writer.add(s)
                 if log:
                     done = sum(x.passed for x in samples)
                     log(
@@ -114,6 +134,7 @@ def run_benchmark(
         model_version=version,
         config=asdict(config),
         seconds=round(time.monotonic() - t0, 2),
+        reused=len(reused),
         shape=shape,
         summary=summary,
         tasks=scores,
