@@ -3,6 +3,7 @@
     flywheel lsp                                  # stdio, the editor starts it
     flywheel lsp --model ./ckpt --consent metrics # defaults that client settings may override
     flywheel lsp --tcp --port 2087                # attach a client by hand; logs to stderr
+    flywheel lsp --setup                          # the lines that set up Neovim and VS Code
 
 This is the only place that reads the environment: the telemetry database defaults to
 $FLYWHEEL_DB, else $XDG_DATA_HOME/flywheel/telemetry.db (~/.local/share when unset).
@@ -64,6 +65,31 @@ def _terminate(signum: int, frame: object) -> None:
         os._exit(0)
 
 
+def setup_lines() -> str:
+    """The few lines that set up each editor with this checkout's client and `flywheel`."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    clients = Path(__file__).resolve().parent / "clients"
+    beside = Path(sys.executable).parent / "flywheel"
+    program = str(beside) if beside.exists() else shutil.which("flywheel") or "flywheel"
+    plugin, vsix = clients / "nvim", clients / "vscode" / "flywheel.vsix"
+    return "\n".join(
+        [
+            "Neovim 0.11+ (ghost text and next edits need 0.12), in init.lua:",
+            f"  vim.opt.runtimepath:append({json.dumps(str(plugin))})",
+            f'  vim.lsp.config("flywheel", {{ cmd = {{ {json.dumps(program)}, "lsp" }} }})',
+            '  vim.lsp.enable("flywheel")',
+            "",
+            "VS Code (builds the extension once, then installs it):",
+            f"  bash {clients / 'vscode' / 'build.sh'}",
+            f"  code --install-extension {vsix}",
+            f'  and in settings.json: "flywheel.server.command": [{json.dumps(program)}, "lsp"]',
+        ]
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="flywheel lsp",
@@ -74,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     transport.add_argument("--tcp", action="store_true", help="serve TCP instead of stdio")
     transport.add_argument("--host", default="127.0.0.1", help="TCP address (default 127.0.0.1)")
     transport.add_argument("--port", type=int, default=2087, help="TCP port (default 2087)")
+    transport.add_argument(
+        "--setup", action="store_true", help="print the lines that set up each editor, and exit"
+    )
     model = p.add_argument_group("defaults (the client's settings override them)")
     model.add_argument(
         "--model", help="'default', a checkpoint folder, or an OpenAI-compatible URL"
@@ -104,6 +133,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.setup:
+        print(setup_lines())
+        return 0
+    if not args.tcp and sys.stdin.isatty():  # a person, not an editor, started it
+        print(
+            "flywheel lsp: waiting for an editor on stdin; editors start this command "
+            "themselves. To set one up:\n\n" + setup_lines() + "\n",
+            file=sys.stderr,
+        )
     level = getattr(logging, str(args.log_level).upper(), None)
     if not isinstance(level, int):
         print(f"flywheel lsp: unknown --log-level {args.log_level!r}", file=sys.stderr)

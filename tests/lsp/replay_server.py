@@ -15,10 +15,13 @@ loads the turns the model will emit next:
           then answers T: the test changes the document while the model runs;
           `flywheel/test/held` answers once such a turn is running)
 
-Two launcher flags for clients that cannot send that request (the VS Code tier):
+Launcher flags for clients that cannot send that request (the editor tiers):
     --turns FILE        a JSON list of TURNs to load at start
-    --completion TEXT   answer every prompt request (inline completion, next edit) with TEXT, so
-                        the editor's own completion requests do not use up the agent's turns
+    --completion TEXT   answer every inline-completion prompt with TEXT, so the editor's own
+                        completion requests do not use up the agent's turns
+    --next-edit OLD=>NEW
+                        answer every next-edit prompt with its region, OLD replaced by NEW (the
+                        first occurrence): the edit a model would predict next
 
 The agent harness, tools, workspace, server and telemetry are the real ones. This file lives in
 tests/ on purpose: no test double ships in the package.
@@ -34,6 +37,7 @@ from pathlib import Path
 
 from agent.engine import Completion, EngineError, Request, RequestMetrics, Result
 from lsp.cli import main as lsp_main
+from lsp.next_edit import REGION_CLOSE, REGION_OPEN
 from lsp.protocol import plain
 from lsp.server import SERVER
 from lsp.settings import ModelSettings
@@ -96,20 +100,31 @@ def load_turns(ls, params) -> dict:
 
 
 class _PromptsAnswered:
-    """ENGINE, except that prompt requests (completions) get a fixed text."""
+    """ENGINE, except that prompt requests get fixed answers: `completion` for inline
+    completions; for next-edit prompts, the region with `rewrite` (old, new) applied."""
 
-    def __init__(self, text: str) -> None:
-        self.text = text
+    def __init__(self, completion: str | None, rewrite: tuple[str, str] | None) -> None:
+        self.completion = completion
+        self.rewrite = rewrite
 
     def __getattr__(self, name: str):
         return getattr(ENGINE, name)
 
+    def _answer(self, prompt: str) -> str | None:
+        if prompt.endswith(REGION_OPEN + "\n"):  # next_edit.build_prompt: the region, then again
+            if self.rewrite is None:
+                return None
+            region = prompt.rsplit(REGION_OPEN + "\n", 2)[-2].split(REGION_CLOSE)[0]
+            return region.replace(*self.rewrite, 1) + REGION_CLOSE
+        return self.completion
+
     def generate(self, request: Request) -> Result:
-        if request.prompt is None:
+        text = self._answer(request.prompt) if isinstance(request.prompt, str) else None
+        if text is None:
             return ENGINE.generate(request)
-        ids = list(self.text.encode("utf-8"))
+        ids = list(text.encode("utf-8"))
         comp = Completion(
-            text=self.text,
+            text=text,
             token_ids=ids,
             logprobs=None,
             finish_reason="stop",
@@ -131,9 +146,12 @@ def main(argv: list[str]) -> int:
     argv = list(argv)
     turns_file = _pop_flag(argv, "--turns")
     completion = _pop_flag(argv, "--completion")
+    rule = _pop_flag(argv, "--next-edit")
+    rewrite = tuple(rule.split("=>", 1)) if rule else None
     if turns_file:
         ENGINE.turns[:] = [_turn(t) for t in json.loads(Path(turns_file).read_text())]
-    SERVER.host.engine = _PromptsAnswered(completion) if completion is not None else ENGINE
+    answered = completion is not None or rewrite is not None
+    SERVER.host.engine = _PromptsAnswered(completion, rewrite) if answered else ENGINE
     SERVER.host.settings = ModelSettings(name="replay")
     return lsp_main(argv)
 

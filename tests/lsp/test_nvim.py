@@ -168,3 +168,137 @@ def test_agent_task_hunks_accepted_and_rejected_in_neovim(tmp_path):
     assert row["status"] == "done"
     (fb,) = rows(db, "SELECT * FROM feedback WHERE task_id = ?", task["taskId"])
     assert fb["rating"] == 1 and fb["comment"] == "good fix"
+
+
+NEXT_BASE = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    "
+GHOST = "return a * b"
+
+
+CLIENT_EVENTS = ("shown", "accepted", "partially_accepted", "rejected")
+
+
+def suggestion_event_sequence(db: Path) -> list[tuple[str, list[str]]]:
+    """Each suggestion the user was shown, in order: its kind and the events the editor reported
+    (not the server's own: superseded, ignored, cancelled)."""
+    shown = rows(
+        db,
+        "SELECT s.id, s.kind FROM suggestions s WHERE s.id IN (SELECT suggestion_id FROM "
+        "suggestion_events WHERE event = 'shown') ORDER BY s.rowid",
+    )
+    out = []
+    for s in shown:
+        events = rows(
+            db,
+            "SELECT event FROM suggestion_events WHERE suggestion_id = ? ORDER BY rowid",
+            s["id"],
+        )
+        out.append((s["kind"], [e["event"] for e in events if e["event"] in CLIENT_EVENTS]))
+    return out
+
+
+def test_next_edit_and_suggestion_feedback_in_neovim(tmp_path):
+    """Ghost text accepted brings a next edit: drawn as a diff away from the cursor, Tab jumps to
+    it and Tab applies it; a ghost text partly accepted (a word) and one dismissed with Esc. The
+    buffer and every suggestion event in telemetry are checked."""
+    root = workspace(tmp_path, "calc.py", NEXT_BASE)
+    db = tmp_path / "telemetry.db"
+    flags = ["--completion", "\n    " + GHOST, "--next-edit", "a - b=>a + b"]
+    cmd = replay_command("--model", "replay", "--db", str(db), *flags)
+    results = run_nvim(
+        tmp_path,
+        "next_edit.lua",
+        {
+            "root": str(root),
+            "file": str(root / "calc.py"),
+            "cmd": cmd,
+            "settings": {"completion": {"debounceMs": 0}},
+        },
+    )
+    assert results["after_ghost"][-1] == "    " + GHOST
+    edit = results["next_edit"]
+    assert edit["range"]["start"]["line"] == 1 and edit["newText"] == "    return a + b\n"
+    assert results["next_edit_marks"] >= 2  # the old text struck through, the new lines below
+    assert "+     return a + b" in results["virt_lines"]
+    assert (results["cursor_before_jump"], results["cursor_after_jump"]) == (6, 2)
+    assert results["after_next_edit"][:2] == ["def add(a, b):", "    return a + b"]
+    assert results["marks_after"] == 0
+    assert results["after_word"][-1] == "    return"
+    assert results["final"][-1] == "    "  # the dismissed ghost text left nothing
+    sequence = suggestion_event_sequence(db)
+    assert sequence == [
+        ("inline", ["shown", "accepted"]),
+        ("next_edit", ["shown", "accepted"]),
+        ("inline", ["shown", "partially_accepted"]),
+        ("inline", ["shown", "rejected"]),
+    ], sequence
+    (partial,) = rows(db, "SELECT * FROM suggestion_events WHERE event = 'partially_accepted'")
+    assert partial["accepted_chars"] == len("return")
+
+
+def readme_neovim_lines() -> str:
+    """The README's Neovim set-up lines (the lua block of `flywheel lsp`), with this checkout."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### flywheel lsp") :]
+    block = section[section.index("```lua\n") + len("```lua\n") :]
+    return block[: block.index("```")].replace("<checkout>", str(ROOT))
+
+
+def test_the_readme_set_up_lines_start_flywheel_in_a_clean_neovim(tmp_path, tiny_checkpoint):
+    """A clean profile whose init.lua is the README's three lines (plus the test's model): the
+    server attaches, and the plugin's commands and keymaps are there without setup()."""
+    from lsp.cli import setup_lines
+
+    lines = readme_neovim_lines()
+    for line in lines.strip().splitlines():  # the README shows what `flywheel lsp --setup` prints
+        assert f"  {line}\n" in setup_lines() + "\n", line
+    root = workspace(tmp_path, "main.py", "x = 1\n")
+    config = tmp_path / "xdg" / "xdg_config_home" / "nvim"
+    config.mkdir(parents=True)
+    model = {"init_options": {"model": {"name": str(tiny_checkpoint)}}}
+    test_only = f"vim.lsp.config('flywheel', vim.json.decode([[{json.dumps(model)}]]))\n"
+    (config / "init.lua").write_text(lines + test_only)
+    script = tmp_path / "attach.lua"
+    script.write_text(
+        "vim.cmd.edit(os.getenv('FILE'))\n"
+        "local ok = vim.wait(30000, function() return #vim.lsp.get_clients({ name = 'flywheel', "
+        "bufnr = 0 }) > 0 and vim.lsp.get_clients({ name = 'flywheel' })[1].initialized end, 50)\n"
+        "local out = { attached = ok, commands = vim.fn.exists(':FlywheelNextEdit') == 2,\n"
+        "  tab = vim.fn.maparg('<Tab>', 'n') ~= '' }\n"
+        "vim.fn.writefile({ vim.json.encode(out) }, os.getenv('OUT'))\n"
+        "vim.cmd('qall!')\n"
+    )
+    out = tmp_path / "out.json"
+    env = {**os.environ, "FILE": str(root / "main.py"), "OUT": str(out)}
+    env["FLYWHEEL_DB"] = str(tmp_path / "telemetry.db")
+    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
+        env[name] = str(tmp_path / "xdg" / name.lower())
+    proc = subprocess.run(
+        [NVIM, "--headless", "-S", str(script)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.exists(), f"nvim wrote nothing (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    assert json.loads(out.read_text()) == {"attached": True, "commands": True, "tab": True}
+
+
+def test_a_dead_server_shows_in_the_status_once_and_restarts(tmp_path, tiny_checkpoint):
+    root = workspace(tmp_path, "main.py", "x = 1\n")
+    db = tmp_path / "death.db"
+    results = run_nvim(
+        tmp_path,
+        "server_death.lua",
+        {
+            "root": str(root),
+            "file": str(root / "main.py"),
+            "cmd": server_command("--model", str(tiny_checkpoint), "--db", str(db)),
+            "settings": {},
+            "marker": str(db),
+        },
+    )
+    assert results["statusline"].startswith("Flywheel stopped")
+    assert "signal 9" in results["statusline"] and ":FlywheelRestart" in results["statusline"]
+    assert len(results["errors"]) == 1, results["errors"]
+    assert "state" in results["answer"]

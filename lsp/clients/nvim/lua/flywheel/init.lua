@@ -2,6 +2,12 @@
 ---
 ---   require("flywheel").setup({})             -- defaults below; needs Neovim 0.11+ (0.12 for ghost text)
 ---
+--- or, with the defaults, as `flywheel lsp --setup` prints it (lsp/flywheel.lua is the config):
+---
+---   vim.opt.runtimepath:append("<checkout>/lsp/clients/nvim")
+---   vim.lsp.config("flywheel", { cmd = { "<checkout>/.venv/bin/flywheel", "lsp" } })
+---   vim.lsp.enable("flywheel")
+---
 --- What it does: starts the server with vim.lsp.config/vim.lsp.enable, turns on Neovim's native
 --- inline completion (0.12: vim.lsp.inline_completion; its items carry a command that reports
 --- acceptance), adds commands and keymaps for agent tasks and the review of their proposals, shows
@@ -11,12 +17,18 @@
 --- What it does not do: compute anything. Every decision (prompts, hunks, staleness, telemetry)
 --- is the server's; this file renders and sends commands.
 ---
+--- Suggestions (suggestions.lua): each ghost text's lifetime is reported (shown, accepted,
+--- partially accepted, rejected), and next edits are asked for, drawn, jumped to and applied.
+---
 --- Commands: :FlywheelAsk [question] (with a range: about the selection), :FlywheelFix (the
 --- diagnostic under the cursor), :FlywheelAcceptHunk, :FlywheelRejectHunk, :FlywheelNextHunk,
 --- :FlywheelPrevHunk, :FlywheelAcceptAll, :FlywheelRejectAll, :FlywheelRate {1|0|-1} [comment],
---- :FlywheelCancel, :FlywheelSteps, :FlywheelStatus.
+--- :FlywheelRateSuggestion {1|0|-1}, :FlywheelCancel, :FlywheelSteps, :FlywheelStatus,
+--- :FlywheelNextEdit, :FlywheelToggleCompletion, :FlywheelConsent [off|metrics|code],
+--- :FlywheelRestart.
 
 local M = {}
+local suggestions = require("flywheel.suggestions")
 
 M.defaults = {
   cmd = { "flywheel", "lsp" }, -- how to start the server
@@ -25,8 +37,13 @@ M.defaults = {
   root_dir = nil, -- a folder or a function(bufnr, on_dir) as in vim.lsp.config; overrides root_markers
   settings = {}, -- the server's settings (lsp/settings.py), sent as initializationOptions
   inline_completion = true, -- enable native ghost text where Neovim has it (0.12)
+  next_edit = { enabled = true, debounce_ms = 800 }, -- ask after an accept and after this pause
   keymaps = {
     accept_completion = "<C-l>", -- insert mode: accept the ghost text
+    accept_word = "<M-l>", -- insert mode: accept the ghost text's next word
+    accept_line = "<M-j>", -- insert mode: accept the rest of the ghost text's line
+    next_edit_accept = "<Tab>", -- jump to the next edit, then apply it (falls through when none)
+    next_edit_dismiss = "<Esc>", -- dismiss the next edit (falls through when none)
     ask = "<leader>fa", -- normal: ask; visual: ask about the selection
     accept_hunk = "<leader>fy",
     reject_hunk = "<leader>fn",
@@ -311,10 +328,53 @@ function M.cancel()
   end
 end
 
---- For a statusline: "Flywheel idle (model-version)".
+--- For a statusline: "Flywheel idle (model-version)", with the reason when in error or stopped.
 function M.statusline()
   local s = M.state.status
-  return ("Flywheel %s%s"):format(s.state or "?", (s.modelVersion or "") ~= "" and (" (" .. s.modelVersion .. ")") or "")
+  local reason = (s.state == "error" or s.state == "stopped") and (s.message or "") ~= "" and (": " .. s.message) or ""
+  return ("Flywheel %s%s%s"):format(s.state or "?", (s.modelVersion or "") ~= "" and (" (" .. s.modelVersion .. ")") or "", reason)
+end
+
+--- The server's telemetry consent: shown without an argument, changed with one.
+function M.consent(level)
+  local c = client()
+  if not c then
+    return notify("the server is not running", vim.log.levels.ERROR)
+  end
+  local settings = vim.deepcopy((c.settings or {}).flywheel or {})
+  settings = vim.tbl_isempty(settings) and {} or settings
+  local now = (settings.telemetry or {}).consent or "code (the default)"
+  if not level or level == "" then
+    return notify("telemetry consent: " .. now .. " (:FlywheelConsent off|metrics|code)")
+  end
+  if level ~= "off" and level ~= "metrics" and level ~= "code" then
+    return notify("consent must be off, metrics or code", vim.log.levels.ERROR)
+  end
+  settings.telemetry = vim.tbl_extend("force", settings.telemetry or {}, { consent = level })
+  c.settings = vim.tbl_extend("force", c.settings or {}, { flywheel = settings })
+  c:notify("workspace/didChangeConfiguration", { settings = { flywheel = settings } })
+  notify("telemetry consent: " .. level)
+end
+
+--- Rate the latest suggestion shown (ghost text or next edit).
+function M.rate_suggestion(rating)
+  local sid = suggestions.state.last_sid
+  if not sid then
+    return notify("no suggestion to rate yet")
+  end
+  execute("flywheel.rate", { { suggestionId = sid, rating = rating } })
+end
+
+--- Stop the server and start it again for the open buffers.
+function M.restart()
+  for _, c in ipairs(vim.lsp.get_clients({ name = "flywheel" })) do
+    c:stop(true)
+  end
+  vim.lsp.enable("flywheel", false)
+  vim.defer_fn(function()
+    M.state.status = { state = "loading", modelVersion = "" }
+    vim.lsp.enable("flywheel")
+  end, 200)
 end
 
 -- Setup ---------------------------------------------------------------------------------------
@@ -340,6 +400,23 @@ local function commands()
   cmd("FlywheelCancel", M.cancel, {})
   cmd("FlywheelSteps", function() vim.cmd("botright split | buffer " .. steps_buffer()) end, {})
   cmd("FlywheelStatus", function() notify(M.statusline()) end, {})
+  cmd("FlywheelRateSuggestion", function(o)
+    local rating = tonumber(o.args)
+    if rating ~= 1 and rating ~= 0 and rating ~= -1 then
+      return notify("usage: :FlywheelRateSuggestion 1|0|-1", vim.log.levels.ERROR)
+    end
+    M.rate_suggestion(rating)
+  end, { nargs = 1 })
+  cmd("FlywheelNextEdit", function() suggestions.request(0, M.next_edit_keys) end, {})
+  cmd("FlywheelNextEditAccept", function() suggestions.tab() end, {})
+  cmd("FlywheelNextEditDismiss", function() suggestions.dismiss() end, {})
+  cmd("FlywheelToggleCompletion", function()
+    local on = not vim.lsp.inline_completion.is_enabled()
+    vim.lsp.inline_completion.enable(on)
+    notify("inline completion " .. (on and "on" or "off"))
+  end, {})
+  cmd("FlywheelConsent", function(o) M.consent(o.args) end, { nargs = "?", complete = function() return { "off", "metrics", "code" } end })
+  cmd("FlywheelRestart", M.restart, {})
 end
 
 local function keymaps(k)
@@ -361,19 +438,25 @@ local function keymaps(k)
   map("n", k.prev_hunk, function() M.jump(-1) end, "previous hunk")
   map("n", k.rate_up, function() M.rate(1) end, "rate the last task up")
   map("n", k.rate_down, function() M.rate(-1) end, "rate the last task down")
+  local function expr(mode, lhs, fn, desc, leave)
+    if not lhs then return end
+    vim.keymap.set(mode, lhs, function()
+      local handled = fn()
+      if handled and not leave then return "" end
+      return vim.api.nvim_replace_termcodes(lhs, true, false, true)
+    end, { expr = true, desc = "Flywheel: " .. desc })
+  end
+  expr("i", k.accept_word, function() return suggestions.accept_part("word") end, "accept the next word of the ghost text")
+  expr("i", k.accept_line, function() return suggestions.accept_part("line") end, "accept the ghost text's line")
+  expr({ "n", "i" }, k.next_edit_accept, suggestions.tab, "jump to the next edit, then apply it")
+  expr("n", k.next_edit_dismiss, suggestions.dismiss, "dismiss the next edit")
+  expr("i", k.next_edit_dismiss, suggestions.dismiss, "dismiss the next edit", true) -- and leave insert mode
 end
 
-function M.setup(opts)
-  M.options = vim.tbl_deep_extend("force", M.defaults, opts or {})
-  if opts and opts.keymaps == false then
-    M.options.keymaps = false
-  end
-  if not (vim.lsp.config and vim.lsp.enable) then
-    return notify("needs Neovim 0.11 or newer (vim.lsp.config)", vim.log.levels.ERROR)
-  end
-  local o = M.options
+--- The client's configuration for vim.lsp.config (lsp/flywheel.lua returns it with defaults).
+function M.client_config(o)
   local settings = vim.tbl_isempty(o.settings) and vim.empty_dict() or o.settings
-  vim.lsp.config("flywheel", {
+  return {
     cmd = o.cmd,
     filetypes = o.filetypes,
     root_markers = o.root_dir == nil and o.root_markers or nil,
@@ -385,16 +468,46 @@ function M.setup(opts)
       ["flywheel/proposal"] = on_proposal,
       ["flywheel/status"] = function(_, params) M.state.status = params end,
     },
-  })
-  vim.lsp.enable("flywheel")
+    on_exit = function(code, signal)
+      if code ~= 0 or signal ~= 0 then -- shown once per exit, in the statusline until a restart
+        M.state.status = { state = "stopped", modelVersion = M.state.status.modelVersion or "",
+          message = ("the server exited (code %d, signal %d); :FlywheelRestart"):format(code, signal) }
+        vim.schedule(function() notify(M.state.status.message, vim.log.levels.ERROR) end)
+      else
+        M.state.status = { state = "stopped", modelVersion = "" }
+      end
+    end,
+  }
+end
+
+--- Options, commands, keymaps and autocommands; what `setup` does besides starting the server.
+--- lsp/flywheel.lua calls it with no options (the defaults) unless `setup` ran first.
+function M.init(opts)
+  if M.options and opts == nil then
+    return
+  end
+  M.options = vim.tbl_deep_extend("force", M.defaults, opts or {})
+  if opts and opts.keymaps == false then
+    M.options.keymaps = false
+  end
+  local o = M.options
+  suggestions.options = vim.tbl_extend("force", suggestions.options, o.next_edit or {})
+  M.next_edit_keys = {
+    accept = o.keymaps and o.keymaps.next_edit_accept or nil,
+    dismiss = o.keymaps and o.keymaps.next_edit_dismiss or nil,
+  }
   local group = vim.api.nvim_create_augroup("flywheel", { clear = true })
   vim.api.nvim_create_autocmd("LspAttach", {
     group = group,
     callback = function(args)
       local c = vim.lsp.get_client_by_id(args.data.client_id)
-      if c and c.name == "flywheel" and o.inline_completion and vim.lsp.inline_completion then
+      if not (c and c.name == "flywheel") then
+        return
+      end
+      if o.inline_completion and vim.lsp.inline_completion then
         vim.lsp.inline_completion.enable(true, { bufnr = args.buf })
       end
+      suggestions.attach(c, args.buf, M.next_edit_keys)
     end,
   })
   vim.api.nvim_create_autocmd("BufEnter", { group = group, callback = function() M.render() end })
@@ -403,6 +516,17 @@ function M.setup(opts)
   if o.inline_completion and not vim.lsp.inline_completion then
     notify("this Neovim has no native inline completion (0.12+); ghost text is off", vim.log.levels.WARN)
   end
+end
+
+--- Everything: options (defaults above), the client's configuration, and the server started.
+--- Without it, the three lines `flywheel lsp --setup` prints do the same with the defaults.
+function M.setup(opts)
+  if not (vim.lsp.config and vim.lsp.enable) then
+    return notify("needs Neovim 0.11 or newer (vim.lsp.config)", vim.log.levels.ERROR)
+  end
+  M.init(opts or {})
+  vim.lsp.config("flywheel", M.client_config(M.options))
+  vim.lsp.enable("flywheel")
 end
 
 return M
