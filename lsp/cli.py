@@ -85,7 +85,7 @@ def setup_lines() -> str:
             "VS Code (builds the extension once, then installs it):",
             f"  bash {clients / 'vscode' / 'build.sh'}",
             f"  code --install-extension {vsix}",
-            f'  and in settings.json: "flywheel.server.command": [{json.dumps(program)}, "lsp"]',
+            f'and in settings.json: "flywheel.server.command": [{json.dumps(program)}, "lsp"]',
         ]
     )
 

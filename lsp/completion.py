@@ -7,7 +7,10 @@ Vocabulary:
                 cancelled (its engine request stops within one decoding step) and recorded
                 `cancelled`; an unanswered earlier suggestion is recorded `superseded`
   typed-through the user typed the first characters of the current suggestion: the rest is
-                offered again at once, without calling the model
+                offered at once under the same id, without calling the model
+  repeat        a request for the same document version and cursor while the last suggestion
+                there is still open (editors ask twice: on the change and on the cursor move)
+                gets that same suggestion, so one ghost text has one id
 
 The prompt is the text before the cursor (at most `max_prefix_chars`, preceded by up to
 `max_neighbour_chars` of other open documents of the same language, each introduced by a comment
@@ -32,7 +35,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.chat_format import END, EOS, SPECIAL_TOKENS, render_fim
@@ -56,6 +59,7 @@ class Suggestion:
     text: str
     created_at: float
     resolved: bool = False  # accepted, rejected or superseded: no more lifecycle events
+    typed: int = 0  # characters of it the user typed through; `text` is the rest
 
 
 @dataclass
@@ -206,10 +210,17 @@ class CompletionService:
         """One suggestion at `offset` of `text`, or None (superseded, empty, or engine error)."""
         if self.cache is None or self.cache.size != settings.cache_size:
             self.cache = Cache(settings.cache_size, settings.cache_ttl_s, self.clock)
+        last = self.suggestions.get(self._last.get(uri, ""))
+        if (
+            last is not None
+            and not last.resolved
+            and (last.version, last.offset) == (version, offset)
+        ):
+            return last  # the editor asked again for the same place: still the one ghost text
         with self._claim(uri) as me:
             prefix, suffix = text[:offset], text[offset:]
-            self._supersede_last(uri, prefix)
-            # Typed-through: the user typed the start of the last suggestion.
+            # Typed-through: the user typed the start of the last suggestion. An open one goes
+            # on under its id (one ghost text, kept in part); a closed one is offered anew.
             last = self.suggestions.get(self._last.get(uri, ""))
             if (
                 last is not None
@@ -218,9 +229,12 @@ class CompletionService:
             ):
                 typed = prefix[len(last.prefix) :]
                 if last.text.startswith(typed) and len(typed) < len(last.text):
+                    if not last.resolved:
+                        return self._continue(last, version, offset, prefix, typed)
                     return self._remember(
                         uri, version, offset, prefix, last.text[len(typed) :], None
                     )
+            self._supersede_last(uri, prefix)
             key = Cache.key(
                 uri, prefix[-settings.max_prefix_chars :], suffix[: settings.max_suffix_chars]
             )
@@ -337,6 +351,21 @@ class CompletionService:
             self.suggestions.popitem(last=False)
         return s
 
+    def _continue(
+        self, last: Suggestion, version: int, offset: int, prefix: str, typed: str
+    ) -> Suggestion:
+        """The rest of the open suggestion `last`, after the user typed `typed` of it."""
+        s = replace(
+            last,
+            version=version,
+            offset=offset,
+            prefix=prefix,
+            text=last.text[len(typed) :],
+            typed=last.typed + len(typed),
+        )
+        self.suggestions[s.id] = s
+        return s
+
     def offer(self, suggestion: Suggestion) -> None:
         """Register a suggestion made elsewhere (next edit) for the client's lifecycle events."""
         self.suggestions[suggestion.id] = suggestion
@@ -393,10 +422,11 @@ class CompletionService:
                 return s
             s.resolved = True
         fields: dict[str, Any] = {}
+        whole = s.typed + len(s.text)  # the suggestion as first shown
         if event == "accepted":
-            fields["accepted_chars"] = len(s.text)
+            fields["accepted_chars"] = whole
         elif accepted_chars is not None:
-            fields["accepted_chars"] = max(0, min(int(accepted_chars), len(s.text)))
+            fields["accepted_chars"] = max(0, min(int(accepted_chars), whole))
         self.record("suggestion_event", suggestion_id=sid, event=event, **fields)
         return s
 

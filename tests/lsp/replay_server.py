@@ -17,8 +17,10 @@ loads the turns the model will emit next:
 
 Launcher flags for clients that cannot send that request (the editor tiers):
     --turns FILE        a JSON list of TURNs to load at start
-    --completion TEXT   answer every inline-completion prompt with TEXT, so the editor's own
-                        completion requests do not use up the agent's turns
+    --completion TEXT   answer inline-completion prompts that end with a block opener (a line
+                        ending in ':', where the scripted sessions ask) with TEXT and others with
+                        nothing, so that ghost text shows only where a test expects it and the
+                        editor's own completion requests do not use up the agent's turns
     --next-edit OLD=>NEW
                         answer every next-edit prompt with its region, OLD replaced by NEW (the
                         first occurrence): the edit a model would predict next
@@ -116,7 +118,9 @@ class _PromptsAnswered:
                 return None
             region = prompt.rsplit(REGION_OPEN + "\n", 2)[-2].split(REGION_CLOSE)[0]
             return region.replace(*self.rewrite, 1) + REGION_CLOSE
-        return self.completion
+        if self.completion is None:
+            return None
+        return self.completion if prompt.rstrip().endswith(":") else ""
 
     def generate(self, request: Request) -> Result:
         text = self._answer(request.prompt) if isinstance(request.prompt, str) else None

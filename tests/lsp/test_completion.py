@@ -110,6 +110,12 @@ async def test_completion_fallback_and_cache(editor, doc_uri):
     first = await ed.client.text_document_completion_async(params)
     item = first.items[0]
     assert item.text_edit.new_text and item.command.command == "flywheel.acceptCompletion"
+    # Asked again for the same place while it is open: the same suggestion (one ghost text).
+    repeat = await ed.client.text_document_completion_async(params)
+    sid = item.command.arguments[0]
+    assert list(repeat.items[0].command.arguments) == [sid]
+    # Once it is rejected, the same place is answered from the cache: a new offer.
+    ed.client.protocol.notify("flywheel/completionRejected", {"suggestionId": sid})
     again = await ed.client.text_document_completion_async(params)
     assert again.items[0].text_edit.new_text == item.text_edit.new_text
     rows = {r["id"]: r for r in await ed.rows("suggestions")}

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import editor_sessions as sessions
 from tests.harness.replay import call
 from tests.lsp.conftest import replay_command, server_command
 
@@ -170,39 +171,13 @@ def test_agent_task_hunks_accepted_and_rejected_in_neovim(tmp_path):
     assert fb["rating"] == 1 and fb["comment"] == "good fix"
 
 
-NEXT_BASE = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    "
-GHOST = "return a * b"
-
-
-CLIENT_EVENTS = ("shown", "accepted", "partially_accepted", "rejected")
-
-
-def suggestion_event_sequence(db: Path) -> list[tuple[str, list[str]]]:
-    """Each suggestion the user was shown, in order: its kind and the events the editor reported
-    (not the server's own: superseded, ignored, cancelled)."""
-    shown = rows(
-        db,
-        "SELECT s.id, s.kind FROM suggestions s WHERE s.id IN (SELECT suggestion_id FROM "
-        "suggestion_events WHERE event = 'shown') ORDER BY s.rowid",
-    )
-    out = []
-    for s in shown:
-        events = rows(
-            db,
-            "SELECT event FROM suggestion_events WHERE suggestion_id = ? ORDER BY rowid",
-            s["id"],
-        )
-        out.append((s["kind"], [e["event"] for e in events if e["event"] in CLIENT_EVENTS]))
-    return out
-
-
 def test_next_edit_and_suggestion_feedback_in_neovim(tmp_path):
-    """Ghost text accepted brings a next edit: drawn as a diff away from the cursor, Tab jumps to
-    it and Tab applies it; a ghost text partly accepted (a word) and one dismissed with Esc. The
-    buffer and every suggestion event in telemetry are checked."""
-    root = workspace(tmp_path, "calc.py", NEXT_BASE)
+    """The session of tests/editor_sessions.py: ghost text accepted brings a next edit, drawn as a
+    diff away from the cursor, Tab jumps to it and Tab applies it; a ghost text partly accepted (a
+    word) and one dismissed with Esc. The buffer and every suggestion event are checked."""
+    root = workspace(tmp_path, "calc.py", sessions.BASE)
     db = tmp_path / "telemetry.db"
-    flags = ["--completion", "\n    " + GHOST, "--next-edit", "a - b=>a + b"]
+    flags = ["--completion", sessions.MODEL_TEXT, "--next-edit", sessions.NEXT_EDIT_RULE]
     cmd = replay_command("--model", "replay", "--db", str(db), *flags)
     results = run_nvim(
         tmp_path,
@@ -214,7 +189,7 @@ def test_next_edit_and_suggestion_feedback_in_neovim(tmp_path):
             "settings": {"completion": {"debounceMs": 0}},
         },
     )
-    assert results["after_ghost"][-1] == "    " + GHOST
+    assert results["after_ghost"][-1] == "    " + sessions.GHOST
     edit = results["next_edit"]
     assert edit["range"]["start"]["line"] == 1 and edit["newText"] == "    return a + b\n"
     assert results["next_edit_marks"] >= 2  # the old text struck through, the new lines below
@@ -224,23 +199,9 @@ def test_next_edit_and_suggestion_feedback_in_neovim(tmp_path):
     assert results["marks_after"] == 0
     assert results["after_word"][-1] == "    return"
     assert results["final"][-1] == "    "  # the dismissed ghost text left nothing
-    sequence = suggestion_event_sequence(db)
-    assert sequence == [
-        ("inline", ["shown", "accepted"]),
-        ("next_edit", ["shown", "accepted"]),
-        ("inline", ["shown", "partially_accepted"]),
-        ("inline", ["shown", "rejected"]),
-    ], sequence
+    assert sessions.suggestion_event_sequence(db) == sessions.SESSION  # as in VS Code
     (partial,) = rows(db, "SELECT * FROM suggestion_events WHERE event = 'partially_accepted'")
     assert partial["accepted_chars"] == len("return")
-
-
-def readme_neovim_lines() -> str:
-    """The README's Neovim set-up lines (the lua block of `flywheel lsp`), with this checkout."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### flywheel lsp") :]
-    block = section[section.index("```lua\n") + len("```lua\n") :]
-    return block[: block.index("```")].replace("<checkout>", str(ROOT))
 
 
 def test_the_readme_set_up_lines_start_flywheel_in_a_clean_neovim(tmp_path, tiny_checkpoint):
@@ -248,15 +209,15 @@ def test_the_readme_set_up_lines_start_flywheel_in_a_clean_neovim(tmp_path, tiny
     server attaches, and the plugin's commands and keymaps are there without setup()."""
     from lsp.cli import setup_lines
 
-    lines = readme_neovim_lines()
-    for line in lines.strip().splitlines():  # the README shows what `flywheel lsp --setup` prints
+    lines = sessions.readme_setup("lua")
+    for line in lines:  # the README shows what `flywheel lsp --setup` prints
         assert f"  {line}\n" in setup_lines() + "\n", line
     root = workspace(tmp_path, "main.py", "x = 1\n")
     config = tmp_path / "xdg" / "xdg_config_home" / "nvim"
     config.mkdir(parents=True)
     model = {"init_options": {"model": {"name": str(tiny_checkpoint)}}}
     test_only = f"vim.lsp.config('flywheel', vim.json.decode([[{json.dumps(model)}]]))\n"
-    (config / "init.lua").write_text(lines + test_only)
+    (config / "init.lua").write_text("\n".join(lines) + "\n" + test_only)
     script = tmp_path / "attach.lua"
     script.write_text(
         "vim.cmd.edit(os.getenv('FILE'))\n"

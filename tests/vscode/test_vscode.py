@@ -1,7 +1,15 @@
-"""Flywheel in a real VS Code (issue 6 acceptance): code-server in headless Chromium, driven by
-Playwright (tests/vscode/drive.cjs), with the built extension (lsp/clients/vscode/flywheel.vsix)
-installed. The model is the replay engine (tests/lsp/replay_server.py): deterministic ghost text
-and agent turns; the server, harness, telemetry, extension and editor are real.
+"""Flywheel in a real VS Code (issues 6 and 18): code-server in headless Chromium, driven by
+Playwright (tests/vscode/drive*.cjs, shared steps in workbench.cjs), with the built extension
+(lsp/clients/vscode/flywheel.vsix) installed. The model is the replay engine
+(tests/lsp/replay_server.py): deterministic ghost text, next edits and agent turns; the server,
+harness, telemetry, extension and editor are real.
+
+Two sessions. One: ghost text accepted and an agent proposal accepted (issue 6). Two (issue
+18): the session of tests/editor_sessions.py, which Neovim plays too (ghost text accepted, the
+next edit drawn, jumped to and applied with Tab, ghost text kept in part, ghost text dismissed),
+checked against the same expected suggestion events; then the server is stopped, the status bar
+says so, and a click restarts it. It writes `vscode-suggestion-sequence.json` and keeps its
+"next-edit" screenshot with the others, copied to $FLYWHEEL_ARTIFACTS when that is set.
 
 Set up with `make test-vscode` (tests/vscode/install.sh, then lsp/clients/vscode/build.sh), or by
 hand:  bash tests/vscode/install.sh && bash lsp/clients/vscode/build.sh &&
@@ -26,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import editor_sessions as sessions
 from tests.harness.replay import call
 
 pytestmark = pytest.mark.vscode
@@ -37,12 +46,9 @@ CODE_SERVER = CACHE / "code-server/node_modules/.bin/code-server"
 PLAYWRIGHT = CACHE / "playwright/node_modules/playwright-core"
 VSIX = REPO / "lsp/clients/vscode/flywheel.vsix"
 
-BASE = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    "
-GHOST = "return a * b"
-# What the model writes: the prompt is token-healed (lsp/completion.py `heal`), so it ends before
-# the cursor's line break and the model's text starts with that line break and indentation.
-MODEL_TEXT = "\n    " + GHOST
+BASE, GHOST, MODEL_TEXT = sessions.BASE, sessions.GHOST, sessions.MODEL_TEXT
 FIX = {"search": "    return a - b", "replace": "    return a + b"}
+NO_NEXT_EDIT = "return=>return"  # a rewrite that changes nothing: no next edit
 
 
 def _missing() -> str | None:
@@ -72,9 +78,33 @@ def _rows(db: Path, sql: str) -> list[dict]:
         conn.close()
 
 
+def _client_outcomes(db_path: Path) -> dict[str, list[str]]:
+    """Per suggestion: the outcomes a client reported (accepted, partially_accepted, rejected)."""
+    out: dict[str, list[str]] = {}
+    for r in _rows(db_path, "SELECT suggestion_id, event FROM suggestion_events ORDER BY at"):
+        out.setdefault(r["suggestion_id"], [])
+        if r["event"] in sessions.CLIENT_EVENTS[1:]:
+            out[r["suggestion_id"]].append(r["event"])
+    return out
+
+
+def _keep_artifact(path: Path) -> Path:
+    """Copy a test artifact to $FLYWHEEL_ARTIFACTS when that is set; print where it is."""
+    print(f"artifact: {path}")
+    target = os.environ.get("FLYWHEEL_ARTIFACTS")
+    if target:
+        Path(target).mkdir(parents=True, exist_ok=True)
+        copied = Path(shutil.copy(path, target))
+        print(f"artifact: {copied}")
+        return copied
+    return path
+
+
 @pytest.fixture
-def code_server(tmp_path):
-    """One code-server per test, in its own process group (its extension hosts outlive pages)."""
+def code_server(tmp_path, request):
+    """One code-server per test, in its own process group (its extension hosts outlive pages).
+    Indirect parameter: {"next_edit": "OLD=>NEW"}, the replay model's next-edit rule."""
+    rule = getattr(request, "param", {}).get("next_edit", NO_NEXT_EDIT)
     reason = _missing()
     if reason:
         pytest.skip(reason)
@@ -96,8 +126,16 @@ def code_server(tmp_path):
         "--extensions-dir",
         str(home / "extensions"),
     ]
+    # The README's install line, verbatim but for `code` (code-server is the same CLI here) and
+    # the clean profile's folders; the README's build line ran in `make test-vscode`.
+    from lsp.cli import setup_lines
+
+    build, install = sessions.readme_setup("sh")
+    assert f"  {build}\n  {install}\n" in setup_lines(), "the README shows what --setup prints"
+    assert build == f"bash {REPO}/lsp/clients/vscode/build.sh"
+    assert install.startswith("code --install-extension ") and install.endswith(str(VSIX))
     subprocess.run(
-        [*base, "--install-extension", str(VSIX)],
+        [*base, *shlex.split(install)[1:]],
         env=env,
         check=True,
         capture_output=True,
@@ -113,7 +151,8 @@ def code_server(tmp_path):
     pidfile = tmp_path / "lsp.pid"
     wrapper.write_text(
         f"#!/bin/sh\necho $$ > {pidfile}\ncd {REPO} && exec {sys.executable} -m tests.lsp.replay_server "
-        f'--model replay --db {db} --turns {turns} --completion {shlex.quote(MODEL_TEXT)} "$@"\n'
+        f"--model replay --db {db} --turns {turns} --completion {shlex.quote(MODEL_TEXT)} "
+        f'--next-edit {shlex.quote(rule)} "$@"\n'
     )
     wrapper.chmod(0o755)
     settings = {
@@ -178,20 +217,15 @@ def _stop_language_server(pid: int) -> None:
         os.close(fd)
 
 
-def test_ghost_text_and_agent_proposal_in_code_server(code_server, tmp_path):
+def _drive(script: str, code_server: dict, tmp_path: Path, **opts) -> dict:
+    """Run a driver (tests/vscode/*.cjs) against the code-server; its JSON summary, checked ok."""
     artifacts = tmp_path / "screenshots"
-    artifacts.mkdir()
+    artifacts.mkdir(exist_ok=True)
     print(f"\nscreenshots: {artifacts}")
-    opts = {
-        "url": code_server["url"],
-        "file": "calc.py",
-        "question": "fix add",
-        "expect": "a + b",
-        "artifacts": str(artifacts),
-    }
+    opts = {"url": code_server["url"], "file": "calc.py", "artifacts": str(artifacts), **opts}
     node = shutil.which("node", path=str(NODE_BIN)) or "node"
     run = subprocess.run(
-        [node, str(Path(__file__).with_name("drive.cjs")), json.dumps(opts)],
+        [node, str(Path(__file__).with_name(script)), json.dumps(opts)],
         env={**code_server["env"], "PLAYWRIGHT_CORE": str(PLAYWRIGHT)},
         capture_output=True,
         text=True,
@@ -201,22 +235,71 @@ def test_ghost_text_and_agent_proposal_in_code_server(code_server, tmp_path):
     assert lines, run.stderr
     summary = json.loads(lines[-1])
     assert summary.get("ok"), summary.get("error") or run.stderr
+    return summary
+
+
+def test_ghost_text_and_agent_proposal_in_code_server(code_server, tmp_path):
+    summary = _drive("drive.cjs", code_server, tmp_path, question="fix add", expect="a + b")
     assert summary["ghost"].strip() == GHOST
 
-    text = (code_server["ws"] / "calc.py").read_text()
-    assert text == BASE.replace("a - b", "a + b") + GHOST, "both edits are in the saved file"
     assert summary["afterTask"].splitlines()[1].strip() == "return a + b"
 
     _stop_language_server(int(code_server["lsp_pid"].read_text()))
     db = code_server["db"]
+    text = (code_server["ws"] / "calc.py").read_text()
+    assert text == BASE.replace("a - b", "a + b") + GHOST, "both edits are in the saved file"
     events = _rows(
         db,
         "SELECT e.event FROM suggestion_events e JOIN suggestions s "
         "ON s.id = e.suggestion_id WHERE s.kind = 'inline'",
     )
     assert "accepted" in [e["event"] for e in events]
+    for sid, outcomes in _client_outcomes(db).items():
+        assert len(outcomes) <= 1, f"suggestion {sid} got {outcomes}"
     (task,) = _rows(db, "SELECT * FROM tasks")
     assert task["status"] == "done" and task["instruction"] == "fix add"
     assert [h["outcome"] for h in _rows(db, "SELECT outcome FROM hunks")] == ["accepted"]
     (session,) = _rows(db, "SELECT * FROM sessions")
     assert session["editor"].startswith("Visual Studio Code") or session["editor"]
+
+
+@pytest.mark.parametrize("code_server", [{"next_edit": sessions.NEXT_EDIT_RULE}], indirect=True)
+def test_next_edit_and_feedback_in_code_server(code_server, tmp_path):
+    """The session of tests/editor_sessions.py (Neovim plays it too), then a stopped server."""
+    summary = _drive(
+        "drive_next_edit.cjs",
+        code_server,
+        tmp_path,
+        expect="a + b",
+        editLine=2,
+        lspPidFile=str(code_server["lsp_pid"]),
+    )
+    assert summary["ghost"].strip() == GHOST
+    drawn = summary["nextEdit"]
+    assert any("return a + b" in c for c in drawn["injected"]), drawn
+    assert any("Tab to jump/accept" in c for c in drawn["injected"]), drawn
+    assert "return a - b" in "".join(drawn["struck"]), drawn
+    assert any("a + b" in c for c in summary["afterJump"]["injected"]), "a jump keeps it drawn"
+    shot = _keep_artifact(Path(summary["nextEditShot"]))
+    assert shot.stat().st_size > 0
+
+    text = (code_server["ws"] / "calc.py").read_text()
+    fixed = BASE.replace("a - b", "a + b") + GHOST
+    assert text.startswith(fixed + "\n\ndef sub(a, b):\n    return"), text
+    assert text.endswith("\n\ndef div(a, b):\n    "), "the dismissed ghost text left nothing"
+    assert summary["stoppedMessages"] == 1, "one error message when the server stopped"
+    assert summary["restartedPid"] != summary["firstPid"], "the status bar click restarted it"
+
+    _stop_language_server(int(code_server["lsp_pid"].read_text()))
+    db = code_server["db"]
+    sequence = sessions.suggestion_event_sequence(db)
+    out = tmp_path / "vscode-suggestion-sequence.json"
+    out.write_text(json.dumps(sequence, indent=1))
+    _keep_artifact(out)
+    assert sequence == sessions.SESSION  # as in Neovim
+    (kept,) = _rows(db, "SELECT * FROM suggestion_events WHERE event = 'partially_accepted'")
+    assert kept["accepted_chars"] >= len("return"), kept
+    (edit,) = _rows(db, "SELECT * FROM suggestions WHERE kind = 'next_edit' AND output != ''")
+    assert edit["output"] == "    return a + b\n"
+    for sid, outcomes in _client_outcomes(db).items():
+        assert len(outcomes) <= 1, f"suggestion {sid} got {outcomes}"

@@ -2,162 +2,190 @@
 //
 // What it does: starts the server over stdio with vscode-languageclient 11, which forwards LSP
 // 3.18 inline completions (ghost text; accepting runs the item's flywheel.acceptCompletion
-// command) and $/progress; shows the model version and state from flywheel/status in the status
-// bar; streams flywheel/taskStep into the "Flywheel Agent" output; and turns each
-// flywheel/proposal into a review: a diff editor (current text vs. proposed), code lenses to
-// accept or reject each hunk, and accept-all / reject-all. Every decision goes back to the server
-// as a workspace/executeCommand, which applies the edit with a versioned workspace/applyEdit (a
-// stale proposal is refused there, never guessed here).
+// command) and $/progress; reports what became of each ghost text (feedback.ts); asks for and
+// shows next edits (nextEdit.ts); shows the model version and state in the status bar, and a
+// restart when the server stopped (status.ts); streams flywheel/taskStep into the "Flywheel
+// Agent" output; and turns each flywheel/proposal into a review (proposals.ts): a diff editor,
+// code lenses to accept or reject each hunk, and accept-all / reject-all. Every decision goes
+// back to the server as a workspace/executeCommand, which applies the edit with a versioned
+// workspace/applyEdit (a stale proposal is refused there, never guessed here).
 //
-// What it does not do: build prompts, keep telemetry or change text itself.
+// Settings the server reads arrive through workspace/configuration (and initializationOptions);
+// the client's own (`server.*`, `inlineCompletion.*`, `nextEdit.debounceMs`, empty values that
+// mean "the server's default") are taken out first. A change of the others is announced with
+// workspace/didChangeConfiguration, after which the server pulls them again.
+//
+// What it does not do: build prompts or keep telemetry; the only text it changes itself is an
+// accepted next edit.
 //
 // Build: lsp/clients/vscode/build.sh (npm ci, tsc, vsce package -> flywheel.vsix).
 
 import * as vscode from "vscode";
 import {
+  CloseAction,
+  DidChangeConfigurationNotification,
+  ErrorAction,
   ExecuteCommandRequest,
   LanguageClient,
   LanguageClientOptions,
   ServerOptions,
+  State,
 } from "vscode-languageclient/node";
+import { InlineFeedback } from "./feedback";
+import { NextEdits } from "./nextEdit";
+import { latestProposal, pickHunk, Proposal, ProposalLenses, proposals, PROPOSAL_SCHEME, proposedText } from "./proposals";
+import { rateLast, setConsent, StatusItem, toggleInlineCompletion } from "./status";
+import { ACCEPT_COMPLETION, Wire } from "./wire";
 
-interface Hunk {
-  index: number;
-  range: { start: { line: number; character: number }; end: { line: number; character: number } };
-  original: string;
-  newText: string;
-  state: string;
-}
-
-interface Proposal {
-  proposalId: string;
-  taskId: string | null;
-  uri: string;
-  version: number | null;
-  hunks: Hunk[];
-}
-
-const PROPOSAL_SCHEME = "flywheel-proposal";
 let client: LanguageClient | undefined;
-const proposals = new Map<string, Proposal>(); // proposal id -> proposal
-let lastTaskId: string | undefined;
+let stopping = false; // this extension is stopping the client: not a failure
+const lastTask: { taskId?: string; at: number } = { at: 0 };
+
+function current(): LanguageClient | undefined {
+  return client;
+}
 
 function command(name: string, ...args: unknown[]): Thenable<any> {
-  if (!client) {
+  if (!client?.isRunning()) {
     return Promise.reject(new Error("Flywheel is not running"));
   }
   return client.sendRequest(ExecuteCommandRequest.type, { command: name, arguments: args });
 }
 
-function proposedText(p: Proposal, base: string): string {
-  // The base document with every pending or accepted hunk applied (line offsets from the end).
-  const lines = base.split("\n");
-  const hunks = [...p.hunks].filter((h) => h.state !== "rejected").reverse();
-  for (const h of hunks) {
-    const newLines = h.newText === "" ? [] : h.newText.replace(/\n$/, "").split("\n");
-    lines.splice(h.range.start.line, h.range.end.line - h.range.start.line, ...newLines);
-  }
-  return lines.join("\n");
-}
-
-class ProposalLenses implements vscode.CodeLensProvider {
-  readonly changed = new vscode.EventEmitter<void>();
-  readonly onDidChangeCodeLenses = this.changed.event;
-
-  provideCodeLenses(doc: vscode.TextDocument): vscode.CodeLens[] {
-    const lenses: vscode.CodeLens[] = [];
-    for (const p of proposals.values()) {
-      if (p.uri !== doc.uri.toString()) continue;
-      for (const h of p.hunks) {
-        if (h.state !== "pending") continue;
-        const at = new vscode.Range(h.range.start.line, 0, h.range.start.line, 0);
-        lenses.push(
-          new vscode.CodeLens(at, {
-            title: `Flywheel: accept hunk ${h.index + 1}`,
-            command: "flywheel.client.acceptHunk",
-            arguments: [p.proposalId, h.index],
-          }),
-          new vscode.CodeLens(at, {
-            title: "reject",
-            command: "flywheel.client.rejectHunk",
-            arguments: [p.proposalId, h.index],
-          }),
-        );
-      }
-    }
-    return lenses;
-  }
-}
-
-function latestProposal(): Proposal | undefined {
-  const open = [...proposals.values()].filter((p) => p.hunks.some((h) => h.state === "pending"));
-  return open[open.length - 1];
-}
-
-async function pickHunk(): Promise<[string, number] | undefined> {
-  const p = latestProposal();
-  if (!p) {
-    vscode.window.showInformationMessage("Flywheel: no proposal is waiting for review");
-    return undefined;
-  }
-  const pending = p.hunks.filter((h) => h.state === "pending");
-  if (pending.length === 1) return [p.proposalId, pending[0].index];
-  const item = await vscode.window.showQuickPick(
-    pending.map((h) => ({ label: `hunk ${h.index + 1}: line ${h.range.start.line + 1}`, h })),
-  );
-  return item ? [p.proposalId, item.h.index] : undefined;
-}
-
-// The server reads only its own settings: `server.*` is this client's, and an empty model name
-// means "what the server was started with".
+// Settings that only this client reads; the server would warn about them as unknown.
 function withoutClientSettings(settings: any): any {
   if (!settings || typeof settings !== "object") return settings;
-  const { server: _client, ...rest } = settings;
+  const { server: _server, inlineCompletion: _inline, ...rest } = settings;
   if (rest.model && typeof rest.model === "object" && !rest.model.name) {
     const { name: _empty, ...model } = rest.model;
     rest.model = model;
   }
+  if (rest.telemetry && typeof rest.telemetry === "object" && !rest.telemetry.consent) {
+    const { consent: _empty, ...telemetry } = rest.telemetry;
+    rest.telemetry = telemetry;
+  }
+  if (rest.nextEdit && typeof rest.nextEdit === "object") {
+    const { debounceMs: _debounce, ...nextEdit } = rest.nextEdit;
+    rest.nextEdit = nextEdit;
+  }
   return rest;
 }
 
-export async function activate(context: vscode.ExtensionContext): Promise<void> {
+function serverSettings(): any {
   const config = vscode.workspace.getConfiguration("flywheel");
-  const [program, ...args] = config.get<string[]>("server.command") ?? ["flywheel", "lsp"];
-  const serverOptions: ServerOptions = { command: program, args };
+  return withoutClientSettings({
+    model: { name: config.get<string>("model.name") },
+    telemetry: { consent: config.get<string>("telemetry.consent") },
+  });
+}
+
+export async function activate(context: vscode.ExtensionContext): Promise<void> {
   const output = vscode.window.createOutputChannel("Flywheel Agent");
-  const status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
-  status.name = "Flywheel";
-  status.text = "$(sync~spin) Flywheel";
-  status.command = "flywheel.client.ask";
-  status.show();
+  const status = new StatusItem();
   const lenses = new ProposalLenses();
   const bases = new Map<string, string>(); // proposal id -> document text when it arrived
+  const wire: Wire = {
+    notify: (method, params) => {
+      if (client?.isRunning()) client.sendNotification(method, params).catch(() => undefined);
+    },
+    request: (method, params, token) =>
+      client?.isRunning()
+        ? client.sendRequest(method, params, token)
+        : Promise.reject(new Error("Flywheel is not running")),
+    command,
+    log: (line) => output.appendLine(line),
+  };
+  const inlineEnabled = () =>
+    vscode.workspace.getConfiguration("flywheel").get<boolean>("inlineCompletion.enabled", true);
+  const nextEdits: NextEdits = new NextEdits(wire, (doc) => feedback.showing(doc));
+  const feedback: InlineFeedback = new InlineFeedback(wire, inlineEnabled, (doc) => nextEdits.busy(doc));
 
-  const clientOptions: LanguageClientOptions = {
-    documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
-    initializationOptions: withoutClientSettings({ model: { name: config.get<string>("model.name") } }),
-    middleware: {
-      workspace: {
-        // The server reads only its own settings; `server.*` is for this client.
-        configuration: async (params: any, token: any, next: any) => {
-          const result = await next(params, token);
-          return Array.isArray(result) ? result.map(withoutClientSettings) : result;
+  const makeClient = (): LanguageClient => {
+    const [program, ...args] = vscode.workspace.getConfiguration("flywheel").get<string[]>("server.command") ?? [
+      "flywheel",
+      "lsp",
+    ];
+    const serverOptions: ServerOptions = { command: program, args };
+    const clientOptions: LanguageClientOptions = {
+      documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
+      initializationOptions: serverSettings(),
+      // One message per failure (the state change below), and no automatic restart loop.
+      errorHandler: {
+        error: (_error, _message, count) => ({
+          action: count && count <= 3 ? ErrorAction.Continue : ErrorAction.Shutdown,
+          handled: true,
+        }),
+        closed: () => ({ action: CloseAction.DoNotRestart, handled: true }),
+      },
+      middleware: {
+        provideInlineCompletionItems: feedback.middleware,
+        executeCommand: (name: string, args: any[], next: any) => {
+          const result = next(name, args); // sent first: the server records the acceptance first
+          if (name === ACCEPT_COMPLETION && typeof args?.[0] === "string") {
+            feedback.accepted(args[0]);
+            nextEdits.accepted();
+          }
+          return result;
+        },
+        workspace: {
+          // The server reads only its own settings.
+          configuration: async (params: any, token: any, next: any) => {
+            const result = await next(params, token);
+            return Array.isArray(result) ? result.map(withoutClientSettings) : result;
+          },
         },
       },
-    },
+    };
+    const c = new LanguageClient("flywheel", "Flywheel", serverOptions, clientOptions);
+    c.onNotification("flywheel/status", (s: { state: string; modelVersion: string; message: string }) =>
+      status.update(s),
+    );
+    c.onNotification("flywheel/taskStep", (step: { taskId: string; index: number; role: string; text: string }) => {
+      lastTask.taskId = step.taskId;
+      lastTask.at = Date.now();
+      output.appendLine(`[${step.taskId.slice(0, 8)} #${step.index} ${step.role}] ${step.text}`);
+    });
+    c.onNotification("flywheel/proposal", onProposal);
+    c.onDidChangeState((e) => {
+      if (e.newState !== State.Stopped) return;
+      nextEdits.reset();
+      status.stopped();
+      if (!stopping && e.oldState === State.Running) {
+        void vscode.window
+          .showErrorMessage("Flywheel stopped: the server exited (its log is in the Flywheel output).", "Restart")
+          .then((choice) => choice && vscode.commands.executeCommand("flywheel.client.restart"));
+      }
+    });
+    return c;
   };
-  client = new LanguageClient("flywheel", "Flywheel", serverOptions, clientOptions);
 
-  client.onNotification("flywheel/status", (s: { state: string; modelVersion: string; message: string }) => {
-    const icon = { idle: "$(check)", busy: "$(sync~spin)", loading: "$(sync~spin)", error: "$(error)" }[s.state] ?? "$(circle-slash)";
-    status.text = `${icon} Flywheel ${s.modelVersion || ""}`.trim();
-    status.tooltip = s.message || `Flywheel: ${s.state}`;
-  });
-  client.onNotification("flywheel/taskStep", (step: { taskId: string; index: number; role: string; text: string }) => {
-    lastTaskId = step.taskId;
-    output.appendLine(`[${step.taskId.slice(0, 8)} #${step.index} ${step.role}] ${step.text}`);
-  });
-  client.onNotification("flywheel/proposal", async (p: Proposal) => {
+  const start = async () => {
+    client = makeClient();
+    try {
+      await client.start();
+    } catch (err) {
+      // vscode-languageclient has shown the error once; the status bar offers the restart.
+      status.stopped((err as Error)?.message ?? String(err));
+    }
+  };
+
+  const restart = async () => {
+    const old = client;
+    client = undefined;
+    stopping = true;
+    try {
+      await old?.dispose(5000);
+    } catch {
+      // it was not running
+    } finally {
+      stopping = false;
+    }
+    nextEdits.reset();
+    status.update({ state: "loading" });
+    await start();
+  };
+
+  async function onProposal(p: Proposal) {
     proposals.set(p.proposalId, p);
     const uri = vscode.Uri.parse(p.uri);
     try {
@@ -176,7 +204,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     if (choice === "Review") await vscode.commands.executeCommand("flywheel.client.review", p.proposalId);
     if (choice === "Accept All") await vscode.commands.executeCommand("flywheel.client.acceptAll", p.proposalId);
     if (choice === "Reject All") await vscode.commands.executeCommand("flywheel.client.rejectAll", p.proposalId);
-  });
+  }
 
   const settle = (id: string, index: number | null, state: string) => {
     const p = proposals.get(id);
@@ -189,6 +217,18 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   context.subscriptions.push(
     output,
     status,
+    feedback,
+    nextEdits,
+    vscode.workspace.onDidChangeConfiguration((e) => {
+      if (!e.affectsConfiguration("flywheel")) return;
+      status.render();
+      const clientOnly = ["flywheel.server", "flywheel.inlineCompletion", "flywheel.nextEdit.debounceMs"];
+      const forServer = ["flywheel.model", "flywheel.telemetry", "flywheel.nextEdit.enabled"];
+      const affects = (sections: string[]) => sections.some((s) => e.affectsConfiguration(s));
+      if (affects(clientOnly) && !affects(forServer)) return;
+      // The server pulls the section again (workspace/configuration, filtered above).
+      wire.notify(DidChangeConfigurationNotification.method, { settings: null });
+    }),
     vscode.languages.registerCodeLensProvider({ scheme: "file" }, lenses),
     vscode.workspace.registerTextDocumentContentProvider(PROPOSAL_SCHEME, {
       provideTextDocumentContent(uri: vscode.Uri): string {
@@ -196,6 +236,15 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
         return p ? proposedText(p, bases.get(p.proposalId) ?? "") : "";
       },
     }),
+    vscode.commands.registerCommand("flywheel.client.restart", restart),
+    vscode.commands.registerCommand("flywheel.client.toggleInlineCompletion", toggleInlineCompletion),
+    vscode.commands.registerCommand("flywheel.client.setConsent", setConsent),
+    vscode.commands.registerCommand("flywheel.client.rateSuggestion", () =>
+      rateLast(command, lastTask).then(undefined, report),
+    ),
+    vscode.commands.registerCommand("flywheel.client.nextEditTab", () => nextEdits.tab()),
+    vscode.commands.registerCommand("flywheel.client.nextEditDismiss", () => nextEdits.dismiss()),
+    vscode.commands.registerCommand("flywheel.client.inlineDismiss", () => feedback.dismiss()),
     vscode.commands.registerCommand("flywheel.client.ask", async () => {
       const editor = vscode.window.activeTextEditor;
       const question = await vscode.window.showInputBox({ prompt: "Ask Flywheel", ignoreFocusOut: true });
@@ -203,7 +252,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       const arg: Record<string, unknown> = { question };
       if (editor) {
         arg.uri = editor.document.uri.toString();
-        if (!editor.selection.isEmpty) arg.range = client!.code2ProtocolConverter.asRange(editor.selection);
+        if (!editor.selection.isEmpty) arg.range = current()!.code2ProtocolConverter.asRange(editor.selection);
       }
       try {
         const result = await command("flywheel.ask", arg);
@@ -245,20 +294,24 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       await command("flywheel.rejectAll", p.proposalId).then(() => settle(p.proposalId, null, "rejected"), report);
     }),
     vscode.commands.registerCommand("flywheel.client.cancelTask", async () => {
-      if (lastTaskId) await command("flywheel.cancelTask", lastTaskId).then(undefined, report);
+      if (lastTask.taskId) await command("flywheel.cancelTask", lastTask.taskId).then(undefined, report);
     }),
     vscode.commands.registerCommand("flywheel.client.rate", async () => {
-      if (!lastTaskId) return;
+      if (!lastTask.taskId) return;
       const pick = await vscode.window.showQuickPick(["👍 good (1)", "😐 neutral (0)", "👎 bad (-1)"]);
       if (!pick) return;
       const rating = pick.includes("(1)") ? 1 : pick.includes("(0)") ? 0 : -1;
       const comment = await vscode.window.showInputBox({ prompt: "A comment (optional)" });
-      await command("flywheel.rate", { taskId: lastTaskId, rating, comment: comment || undefined }).then(undefined, report);
+      await command("flywheel.rate", { taskId: lastTask.taskId, rating, comment: comment || undefined }).then(
+        undefined,
+        report,
+      );
     }),
   );
-  await client.start();
+  await start();
 }
 
 export async function deactivate(): Promise<void> {
+  stopping = true;
   await client?.stop();
 }

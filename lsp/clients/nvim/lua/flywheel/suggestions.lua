@@ -14,7 +14,9 @@
 --- virtual lines) and reported shown; Tab jumps to it, Tab again applies it (only at the
 --- document version it was made for) and runs its command, Esc dismisses it (rejected). An edit
 --- that moves the document on discards it (rejected: typed over). An answer for a version that
---- has moved on is never drawn.
+--- has moved on is never drawn. While a next edit is drawn, or asked for after an accept, ghost
+--- text is held back, so that Tab has one meaning; an edit pause with ghost text on screen does
+--- not ask.
 ---
 --- The VS Code client (lsp/clients/vscode/src) follows the same contract.
 
@@ -172,8 +174,9 @@ local function draw(e, keys)
   vim.api.nvim_buf_set_extmark(e.bufnr, S.ns, anchor, 0, { virt_lines = virt, priority = 210 })
 end
 
---- Ask the server for the next edit in `bufnr` (the previous request still in flight is cancelled).
-function S.request(bufnr, keys)
+--- Ask the server for the next edit in `bufnr` (the previous request still in flight is
+--- cancelled). `after_accept`: asked right after an accepted suggestion; ghost text waits for it.
+function S.request(bufnr, keys, after_accept)
   bufnr = bufnr or vim.api.nvim_get_current_buf()
   local c = vim.lsp.get_clients({ bufnr = bufnr, name = "flywheel" })[1]
   if not (c and S.options.enabled) or S.state.next_edit then
@@ -205,8 +208,15 @@ function S.request(bufnr, keys)
     notify_server(c, "flywheel/completionShown", { suggestionId = e.suggestionId })
   end, bufnr)
   if ok then
-    S.state.pending[bufnr] = { client = c, id = id }
+    S.state.pending[bufnr] = { client = c, id = id, after_accept = after_accept }
   end
+end
+
+--- A next edit is drawn in `bufnr`, or asked for after an accept: ghost text is held back.
+function S.holding(bufnr)
+  local e = S.state.next_edit
+  local p = S.state.pending[bufnr]
+  return (e ~= nil and e.bufnr == bufnr) or (p ~= nil and p.after_accept == true)
 end
 
 --- Tab: jump to the next edit, or apply it when the cursor is on it. False: there is none here.
@@ -264,8 +274,9 @@ local function on_text_changed(args, keys)
   if S.options.enabled then
     timer = vim.defer_fn(function()
       timer = nil
-      if vim.api.nvim_buf_is_valid(args.buf) and args.buf == vim.api.nvim_get_current_buf() then
-        S.request(args.buf, keys)
+      local ghost = S.state.inline ~= nil and S.state.inline.bufnr == args.buf
+      if vim.api.nvim_buf_is_valid(args.buf) and args.buf == vim.api.nvim_get_current_buf() and not ghost then
+        S.request(args.buf, keys) -- an edit pause; not while ghost text is on screen
       end
     end, S.options.debounce_ms)
   end
@@ -280,6 +291,9 @@ function S.attach(c, bufnr, keys)
       if method == "textDocument/inlineCompletion" and handler then
         local inner = handler
         handler = function(err, result, ctx, ...)
+          if ctx and S.holding(ctx.bufnr) then
+            result = { items = {} } -- a next edit came first: Tab has one meaning
+          end
           inner(err, result, ctx, ...)
           if not err and ctx and vim.api.nvim_buf_is_valid(ctx.bufnr or 0) then
             after_inline_answer(self, ctx.bufnr, params, result)
@@ -298,7 +312,7 @@ function S.attach(c, bufnr, keys)
       local result = exec_cmd(self, command, context, handler)
       local b = context and context.bufnr or vim.api.nvim_get_current_buf()
       if accepted and (not S.state.next_edit or S.state.next_edit.suggestionId ~= sid) then
-        vim.schedule(function() S.request(b, keys) end) -- right after an accepted completion
+        vim.schedule(function() S.request(b, keys, true) end) -- right after an accepted completion
       end
       return result
     end
