@@ -263,3 +263,23 @@ def test_a_dead_server_shows_in_the_status_once_and_restarts(tmp_path, tiny_chec
     assert "signal 9" in results["statusline"] and ":FlywheelRestart" in results["statusline"]
     assert len(results["errors"]) == 1, results["errors"]
     assert "state" in results["answer"]
+
+
+def test_a_next_edit_for_text_that_moved_on_is_discarded_in_neovim(tmp_path):
+    root = workspace(tmp_path, "calc.py", sessions.BASE)
+    db = tmp_path / "telemetry.db"
+    flags = ["--completion", sessions.MODEL_TEXT, "--next-edit", sessions.NEXT_EDIT_RULE]
+    results = run_nvim(
+        tmp_path,
+        "next_edit_stale.lua",
+        {
+            "root": str(root),
+            "file": str(root / "calc.py"),
+            "cmd": replay_command("--model", "replay", "--db", str(db), *flags),
+            "settings": {},
+        },
+    )
+    assert results["marks"] >= 2 and results["marks_after"] == 0
+    assert results["tab_handled"] is False
+    assert results["lines"][2] == "    return a - b", "the stale edit was never applied"
+    assert sessions.suggestion_event_sequence(db) == [("next_edit", ["shown", "rejected"])]

@@ -34,6 +34,7 @@ S.state = {
 }
 
 local timer = nil
+local attached = {} -- bufnr -> true once nvim_buf_attach watches it
 
 local function notify_server(c, method, params)
   if c and not c:is_stopped() then
@@ -177,7 +178,7 @@ end
 --- Ask the server for the next edit in `bufnr` (the previous request still in flight is
 --- cancelled). `after_accept`: asked right after an accepted suggestion; ghost text waits for it.
 function S.request(bufnr, keys, after_accept)
-  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
   local c = vim.lsp.get_clients({ bufnr = bufnr, name = "flywheel" })[1]
   if not (c and S.options.enabled) or S.state.next_edit then
     return
@@ -264,10 +265,6 @@ local function on_text_changed(args, keys)
   if inline and inline.bufnr == args.buf then
     inline.typed = kept(inline)
   end
-  local e = S.state.next_edit
-  if e and e.bufnr == args.buf and version_of(args.buf) ~= e.version then
-    S.discard("rejected") -- typed over
-  end
   if timer then
     timer:stop()
   end
@@ -316,6 +313,22 @@ function S.attach(c, bufnr, keys)
       end
       return result
     end
+  end
+  if not attached[bufnr] then
+    attached[bufnr] = true
+    vim.api.nvim_buf_attach(bufnr, false, {
+      on_lines = function() -- any change: a drawn next edit is for text that is gone (typed over)
+        local e = S.state.next_edit
+        if e and e.bufnr == bufnr then
+          vim.schedule(function() -- (no extmark changes inside on_lines)
+            if S.state.next_edit == e then
+              S.discard("rejected")
+            end
+          end)
+        end
+      end,
+      on_detach = function() attached[bufnr] = nil end,
+    })
   end
   local group = vim.api.nvim_create_augroup("flywheel.suggestions." .. bufnr, { clear = true })
   vim.api.nvim_create_autocmd({ "TextChanged", "TextChangedI" }, {
