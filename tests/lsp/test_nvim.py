@@ -200,6 +200,11 @@ def test_next_edit_and_suggestion_feedback_in_neovim(tmp_path):
     assert results["after_word"][-1] == "    return"
     assert results["final"][-1] == "    "  # the dismissed ghost text left nothing
     assert sessions.suggestion_event_sequence(db) == sessions.SESSION  # as in VS Code
+    last_shown = rows(db, "SELECT suggestion_id FROM suggestion_events WHERE event = 'shown'")[-1]
+    (rating,) = rows(db, "SELECT * FROM feedback")
+    assert (rating["suggestion_id"], rating["rating"]) == (last_shown["suggestion_id"], -1)
+    assert (results["inline_after_toggle"], results["inline_after_second_toggle"]) == (False, True)
+    assert [s["consent"] for s in rows(db, "SELECT consent FROM sessions")][-1] == "metrics"
     (partial,) = rows(db, "SELECT * FROM suggestion_events WHERE event = 'partially_accepted'")
     assert partial["accepted_chars"] == len("return")
 

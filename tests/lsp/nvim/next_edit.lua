@@ -87,5 +87,13 @@ T.run(function()
   keys("<Esc>")
   T.wait("normal mode", 10000, function() return vim.api.nvim_get_mode().mode == "n" end)
   T.results.final = lines()
+
+  -- 5. control: rate the last suggestion, toggle ghost text, change the consent
+  vim.cmd("FlywheelRateSuggestion -1")
+  vim.cmd("FlywheelToggleCompletion")
+  T.results.inline_after_toggle = vim.lsp.inline_completion.is_enabled({ bufnr = 0 })
+  vim.cmd("FlywheelToggleCompletion")
+  T.results.inline_after_second_toggle = vim.lsp.inline_completion.is_enabled({ bufnr = 0 })
+  vim.cmd("FlywheelConsent metrics")
   T.request("workspace/executeCommand", { command = "flywheel.status", arguments = {} })
 end)

@@ -410,9 +410,14 @@ local function commands()
   cmd("FlywheelNextEdit", function() suggestions.request(0, M.next_edit_keys) end, {})
   cmd("FlywheelNextEditAccept", function() suggestions.tab() end, {})
   cmd("FlywheelNextEditDismiss", function() suggestions.dismiss() end, {})
-  cmd("FlywheelToggleCompletion", function()
-    local on = not vim.lsp.inline_completion.is_enabled()
-    vim.lsp.inline_completion.enable(on)
+  cmd("FlywheelToggleCompletion", function() -- in every buffer Flywheel serves, and new ones
+    local on = not vim.lsp.inline_completion.is_enabled({ bufnr = 0 })
+    M.options.inline_completion = on
+    for _, c in ipairs(vim.lsp.get_clients({ name = "flywheel" })) do
+      for b in pairs(c.attached_buffers) do
+        vim.lsp.inline_completion.enable(on, { bufnr = b })
+      end
+    end
     notify("inline completion " .. (on and "on" or "off"))
   end, {})
   cmd("FlywheelConsent", function(o) M.consent(o.args) end, { nargs = "?", complete = function() return { "off", "metrics", "code" } end })
