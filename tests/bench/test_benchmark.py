@@ -258,3 +258,17 @@ def test_a_killed_run_resumes_from_its_journal_and_a_different_setting_is_refuse
     (tmp_path / "junk.txt").write_text("hello\n")
     with pytest.raises(BenchmarkError, match="neither a benchmark result"):
         read_previous(tmp_path / "junk.txt")
+
+
+def test_a_server_model_needs_no_speculative_flag(tmp_path, capsys):
+    """`--model URL` runs without `--speculative none` (the server decides); a server that is not
+    there is one clear line naming what to check."""
+    (tmp_path / "benchmark.jsonl").write_text(
+        json.dumps({"id": "s1", "instruction": "Fix add.", "verify": "true", "workspace": {}})
+        + "\n"
+    )
+    argv = ["--model", "http://127.0.0.1:9", "--sessions", str(tmp_path), "--quiet"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "cannot reach the OpenAI-compatible server at http://127.0.0.1:9" in err
+    assert "speculative" not in err and len(err.strip().splitlines()) == 1

@@ -39,9 +39,10 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--api-key-env", default="", help="environment variable holding the API key")
     m.add_argument(
         "--speculative",
-        default="ngram",
+        default=None,
         choices=["none", "ngram", "mtp"],
-        help="local engine drafts (outputs are distributed as without)",
+        help="local engine drafts (outputs are distributed as without); default ngram, and none "
+        "for a server (it decides)",
     )
     m.add_argument("--device", default="cpu", help="torch device of the local engine")
     t = p.add_argument_group("tasks")
@@ -95,6 +96,11 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _default_speculative(model: str) -> str:
+    """Prompt lookup for a local engine; nothing for a server, which decides that itself."""
+    return "none" if model.startswith(("http://", "https://")) else "ngram"
+
+
 def main(argv: list[str]) -> int:
     import os
 
@@ -126,7 +132,7 @@ def main(argv: list[str]) -> int:
         engine = EngineConfig(
             model=args.model,
             device=args.device,
-            speculative=SpeculativeConfig(args.speculative),
+            speculative=SpeculativeConfig(args.speculative or _default_speculative(args.model)),
             api_key=api_key,
             served_model_name=args.served_model_name,
         )
