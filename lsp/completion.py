@@ -7,10 +7,11 @@ Vocabulary:
                 cancelled (its engine request stops within one decoding step) and recorded
                 `cancelled`; an unanswered earlier suggestion is recorded `superseded`
   typed-through the user typed the first characters of the current suggestion: the rest is
-                offered at once under the same id, without calling the model
+                offered at once, without calling the model (under the same id while it is open
+                and its model still serves)
   repeat        a request for the same document version and cursor while the last suggestion
-                there is still open (editors ask twice: on the change and on the cursor move)
-                gets that same suggestion, so one ghost text has one id
+                there is still open and its model still serves (editors ask twice: on the
+                change and on the cursor move) gets that same suggestion: one ghost text, one id
 
 The prompt is the text before the cursor (at most `max_prefix_chars`, preceded by up to
 `max_neighbour_chars` of other open documents of the same language, each introduced by a comment
@@ -60,6 +61,7 @@ class Suggestion:
     created_at: float
     resolved: bool = False  # accepted, rejected or superseded: no more lifecycle events
     typed: int = 0  # characters of it the user typed through; `text` is the rest
+    model_version: str = ""  # the model that made it (a repeat or a continuation needs the same)
 
 
 @dataclass
@@ -211,11 +213,8 @@ class CompletionService:
         if self.cache is None or self.cache.size != settings.cache_size:
             self.cache = Cache(settings.cache_size, settings.cache_ttl_s, self.clock)
         last = self.suggestions.get(self._last.get(uri, ""))
-        if (
-            last is not None
-            and not last.resolved
-            and (last.version, last.offset) == (version, offset)
-        ):
+        same = last is not None and not last.resolved and last.model_version == self.host.version
+        if same and (last.version, last.offset) == (version, offset):
             return last  # the editor asked again for the same place: still the one ghost text
         with self._claim(uri) as me:
             prefix, suffix = text[:offset], text[offset:]
@@ -229,7 +228,7 @@ class CompletionService:
             ):
                 typed = prefix[len(last.prefix) :]
                 if last.text.startswith(typed) and len(typed) < len(last.text):
-                    if not last.resolved:
+                    if same:
                         return self._continue(last, version, offset, prefix, typed)
                     return self._remember(
                         uri, version, offset, prefix, last.text[len(typed) :], None
@@ -345,6 +344,7 @@ class CompletionService:
                 latency_ms=0.0,
             )
         s = Suggestion(sid, uri, version, offset, prefix, text, self.clock())
+        s.model_version = self.host.version
         self.suggestions[sid] = s
         self._last[uri] = sid
         while len(self.suggestions) > 256:
