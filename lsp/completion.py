@@ -343,8 +343,9 @@ class CompletionService:
                 output=text,
                 latency_ms=0.0,
             )
-        s = Suggestion(sid, uri, version, offset, prefix, text, self.clock())
-        s.model_version = self.host.version
+        s = Suggestion(
+            sid, uri, version, offset, prefix, text, self.clock(), model_version=self.host.version
+        )
         self.suggestions[sid] = s
         self._last[uri] = sid
         while len(self.suggestions) > 256:

@@ -50,16 +50,19 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def run_nvim(tmp_path: Path, script: str, config: dict) -> dict:
+def run_nvim(tmp_path: Path, script: str, root: Path, name: str, cmd: list[str], **extra) -> dict:
+    """Run `script` on `root/name` with the server `cmd` starts; `extra` joins the script's
+    config (settings, turns, ...). The results it wrote, checked ok."""
     out = tmp_path / "results.json"
     cfg = tmp_path / "config.json"
+    config = {"root": str(root), "file": str(root / name), "cmd": cmd, "settings": {}, **extra}
     cfg.write_text(json.dumps({**config, "plugin": str(PLUGIN), "out": str(out)}))
     env = {**os.environ, "FLYWHEEL_TEST_CONFIG": str(cfg), "PYTHONPATH": str(ROOT)}
     for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
         env[name] = str(tmp_path / "xdg" / name.lower())
     proc = subprocess.run(
         [NVIM, "--headless", "--clean", "-S", str(SCRIPTS / script)],
-        cwd=config["root"],
+        cwd=root,
         env=env,
         capture_output=True,
         text=True,
@@ -90,18 +93,9 @@ def workspace(tmp_path: Path, name: str, text: str) -> Path:
 def test_ghost_text_accepted_in_neovim(tmp_path, tiny_checkpoint):
     root = workspace(tmp_path, "main.py", "import os\nx = \n")
     db = tmp_path / "telemetry.db"
-    results = run_nvim(
-        tmp_path,
-        "ghost_text.lua",
-        {
-            "root": str(root),
-            "file": str(root / "main.py"),
-            "cmd": server_command("--model", str(tiny_checkpoint), "--db", str(db)),
-            "settings": {
-                "completion": {"debounceMs": 0, "maxTokens": 8, "temperature": 1.0, "seed": 0}
-            },
-        },
-    )
+    cmd = server_command("--model", str(tiny_checkpoint), "--db", str(db))
+    settings = {"completion": {"debounceMs": 0, "maxTokens": 8, "temperature": 1.0, "seed": 0}}
+    results = run_nvim(tmp_path, "ghost_text.lua", root, "main.py", cmd, settings=settings)
     assert results["ghost_row"] == 1
     before, after = results["before"], results["after"]
     assert after[0] == before[0] and after[1].startswith("x = ") and after != before
@@ -140,17 +134,8 @@ def test_agent_task_hunks_accepted_and_rejected_in_neovim(tmp_path):
         ),
         "Fixed add and mul.",
     ]
-    results = run_nvim(
-        tmp_path,
-        "agent_task.lua",
-        {
-            "root": str(root),
-            "file": str(root / "calc.py"),
-            "cmd": replay_command("--model", "replay", "--db", str(db)),
-            "settings": {},
-            "turns": turns,
-        },
-    )
+    cmd = replay_command("--model", "replay", "--db", str(db))
+    results = run_nvim(tmp_path, "agent_task.lua", root, "calc.py", cmd, turns=turns)
     task = results["task"]
     assert task["status"] == "done" and len(task["proposals"]) == 1
     roles = [s["role"] for s in results["steps"] if s["taskId"] == task["taskId"]]
@@ -179,16 +164,8 @@ def test_next_edit_and_suggestion_feedback_in_neovim(tmp_path):
     db = tmp_path / "telemetry.db"
     flags = ["--completion", sessions.MODEL_TEXT, "--next-edit", sessions.NEXT_EDIT_RULE]
     cmd = replay_command("--model", "replay", "--db", str(db), *flags)
-    results = run_nvim(
-        tmp_path,
-        "next_edit.lua",
-        {
-            "root": str(root),
-            "file": str(root / "calc.py"),
-            "cmd": cmd,
-            "settings": {"completion": {"debounceMs": 0}},
-        },
-    )
+    settings = {"completion": {"debounceMs": 0}}
+    results = run_nvim(tmp_path, "next_edit.lua", root, "calc.py", cmd, settings=settings)
     assert results["after_ghost"][-1] == "    " + sessions.GHOST
     edit = results["next_edit"]
     assert edit["range"]["start"]["line"] == 1 and edit["newText"] == "    return a + b\n"
@@ -253,17 +230,8 @@ def test_the_readme_set_up_lines_start_flywheel_in_a_clean_neovim(tmp_path, tiny
 def test_a_dead_server_shows_in_the_status_once_and_restarts(tmp_path, tiny_checkpoint):
     root = workspace(tmp_path, "main.py", "x = 1\n")
     db = tmp_path / "death.db"
-    results = run_nvim(
-        tmp_path,
-        "server_death.lua",
-        {
-            "root": str(root),
-            "file": str(root / "main.py"),
-            "cmd": server_command("--model", str(tiny_checkpoint), "--db", str(db)),
-            "settings": {},
-            "marker": str(db),
-        },
-    )
+    cmd = server_command("--model", str(tiny_checkpoint), "--db", str(db))
+    results = run_nvim(tmp_path, "server_death.lua", root, "main.py", cmd, marker=str(db))
     assert results["statusline"].startswith("Flywheel stopped")
     assert "signal 9" in results["statusline"] and ":FlywheelRestart" in results["statusline"]
     assert len(results["errors"]) == 1, results["errors"]
@@ -274,16 +242,8 @@ def test_a_next_edit_for_text_that_moved_on_is_discarded_in_neovim(tmp_path):
     root = workspace(tmp_path, "calc.py", sessions.BASE)
     db = tmp_path / "telemetry.db"
     flags = ["--completion", sessions.MODEL_TEXT, "--next-edit", sessions.NEXT_EDIT_RULE]
-    results = run_nvim(
-        tmp_path,
-        "next_edit_stale.lua",
-        {
-            "root": str(root),
-            "file": str(root / "calc.py"),
-            "cmd": replay_command("--model", "replay", "--db", str(db), *flags),
-            "settings": {},
-        },
-    )
+    cmd = replay_command("--model", "replay", "--db", str(db), *flags)
+    results = run_nvim(tmp_path, "next_edit_stale.lua", root, "calc.py", cmd)
     assert results["marks"] >= 2 and results["marks_after"] == 0
     assert results["tab_handled"] is False
     assert results["lines"][2] == "    return a - b", "the stale edit was never applied"

@@ -342,7 +342,6 @@ function M.consent(level)
     return notify("the server is not running", vim.log.levels.ERROR)
   end
   local settings = vim.deepcopy((c.settings or {}).flywheel or {})
-  settings = vim.tbl_isempty(settings) and {} or settings
   local now = (settings.telemetry or {}).consent or "code (the default)"
   if not level or level == "" then
     return notify("telemetry consent: " .. now .. " (:FlywheelConsent off|metrics|code)")

@@ -46,6 +46,12 @@ local function version_of(bufnr)
   return vim.lsp.util.buf_versions[bufnr]
 end
 
+--- The byte column of an LSP position (UTF-16 character) in `bufnr`.
+local function byte_col(bufnr, pos)
+  local line = vim.api.nvim_buf_get_lines(bufnr, pos.line, pos.line + 1, false)[1] or ""
+  return vim.str_byteindex(line, "utf-16", math.min(pos.character, vim.str_utfindex(line, "utf-16")), false)
+end
+
 -- Inline completion feedback -------------------------------------------------------------------
 
 local function sid_of(item)
@@ -103,9 +109,7 @@ local function after_inline_answer(c, bufnr, params, result)
   if sid and on_screen and not S.state.inline then
     local text = type(item.insertText) == "string" and item.insertText or (item.insertText or {}).value or ""
     local pos = (item.range and item.range.start) or params.position
-    local line = vim.api.nvim_buf_get_lines(bufnr, pos.line, pos.line + 1, false)[1] or ""
-    local col = vim.str_byteindex(line, "utf-16", math.min(pos.character, vim.str_utfindex(line, "utf-16")), false)
-    S.state.inline = { sid = sid, bufnr = bufnr, row = pos.line, col = col, text = text }
+    S.state.inline = { sid = sid, bufnr = bufnr, row = pos.line, col = byte_col(bufnr, pos), text = text }
     S.state.last_sid = sid
     notify_server(c, "flywheel/completionShown", { suggestionId = sid })
   end
@@ -129,11 +133,6 @@ function S.accept_part(unit)
 end
 
 -- Next edit ------------------------------------------------------------------------------------
-
-local function byte_col(bufnr, pos)
-  local line = vim.api.nvim_buf_get_lines(bufnr, pos.line, pos.line + 1, false)[1] or ""
-  return vim.str_byteindex(line, "utf-16", math.min(pos.character, vim.str_utfindex(line, "utf-16")), false)
-end
 
 local function clear_drawing(bufnr)
   if vim.api.nvim_buf_is_valid(bufnr) then
@@ -220,10 +219,16 @@ function S.holding(bufnr)
   return (e ~= nil and e.bufnr == bufnr) or (p ~= nil and p.after_accept == true)
 end
 
+--- The next edit drawn in the current buffer, if any.
+local function here()
+  local e = S.state.next_edit
+  return e and e.bufnr == vim.api.nvim_get_current_buf() and e or nil
+end
+
 --- Tab: jump to the next edit, or apply it when the cursor is on it. False: there is none here.
 function S.tab()
-  local e = S.state.next_edit
-  if not e or e.bufnr ~= vim.api.nvim_get_current_buf() then
+  local e = here()
+  if not e then
     return false
   end
   vim.schedule(function()
@@ -250,8 +255,7 @@ end
 
 --- Esc: dismiss the next edit (rejected). False: there is none here.
 function S.dismiss()
-  local e = S.state.next_edit
-  if not e or e.bufnr ~= vim.api.nvim_get_current_buf() then
+  if not here() then
     return false
   end
   S.discard("rejected")
