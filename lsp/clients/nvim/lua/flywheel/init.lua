@@ -470,7 +470,12 @@ function M.client_config(o)
     handlers = {
       ["flywheel/taskStep"] = on_step,
       ["flywheel/proposal"] = on_proposal,
-      ["flywheel/status"] = function(_, params) M.state.status = params end,
+      ["flywheel/status"] = function(_, params, ctx)
+        local c = vim.lsp.get_client_by_id(ctx.client_id)
+        if c and not c:is_stopped() then -- a message read before the exit must not undo "stopped"
+          M.state.status = params
+        end
+      end,
     },
     on_exit = function(code, signal)
       if code ~= 0 or signal ~= 0 then -- shown once per exit, in the statusline until a restart
