@@ -95,6 +95,12 @@ def main(argv: list[str]) -> int:
     ev.add_argument(
         "--turn-max-tokens", type=int, default=2048, help="output tokens per model turn"
     )
+    ev.add_argument(
+        "--transcripts",
+        default="",
+        help="folder: write each task's turns, tool calls and results there "
+        "(one JSONL per task; with several models, one subfolder each)",
+    )
 
     rl = sub.add_parser(
         "rl", help="asynchronous RL (Dr. GRPO) in the agent's harness, from an RL recipe"
@@ -220,7 +226,10 @@ def _eval(args: argparse.Namespace) -> int:
         turn_max_tokens=args.turn_max_tokens,
     )
     reports = []
-    for model in args.model:
+    for i, model in enumerate(args.model):
+        if args.transcripts:
+            sub = f"{i + 1}-{Path(model).name}" if len(args.model) > 1 else ""
+            config.transcripts = str(Path(args.transcripts, sub))
         report = evaluate_agent(
             model, args.tasks, config, log=lambda line: print(line, file=sys.stderr, flush=True)
         )

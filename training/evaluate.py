@@ -15,6 +15,9 @@ Vocabulary:
     valid         a parsed call to a known tool whose arguments fit its schema
     pass@1        share of tasks whose verifying command passes after one greedy attempt
 
+With `transcripts`, each task's conversation as the harness saw it (every turn, tool call, tool
+result and the stop) is written as JSONL, to read why a task failed.
+
 What it does not do: sampling several attempts (pass@k), or score code quality; `flywheel bench
 agent` (training/benchmark) does, and the promotion gate reads its results.
 
@@ -45,6 +48,7 @@ class EvalConfig:
     turn_max_tokens: int = 2048  # output tokens per model turn (the harness's default)
     device: str = "cpu"
     speculative: str = "ngram"  # engine drafts (greedy: the output is the same as without)
+    transcripts: str = ""  # folder: each task's harness events as <task id>.jsonl ("" = none)
 
     def __post_init__(self) -> None:
         if self.split not in ("heldout", "train", "all"):
@@ -98,7 +102,19 @@ def run_task(engine, task: Task, config: EvalConfig) -> TaskResult:
         temperature=0.0,
         lint=False,
     )
-    s = run_sample(engine, from_synthetic(task), bench, 0)
+    if not config.transcripts:
+        s = run_sample(engine, from_synthetic(task), bench, 0)
+    else:
+        folder = Path(config.transcripts)
+        folder.mkdir(parents=True, exist_ok=True)
+        with (folder / f"{task.id.replace('/', '_')}.jsonl").open("w", encoding="utf-8") as out:
+
+            def write(event: dict) -> None:
+                out.write(json.dumps(event, default=str, ensure_ascii=False) + "\n")
+
+            write({"kind": "task", "id": task.id, "family": task.family, "task": task.instruction})
+            s = run_sample(engine, from_synthetic(task), bench, 0, on_event=write)
+            write({"kind": "verdict", "passed": s.passed, "verdict": s.verdict})
     return TaskResult(
         task_id=task.id,
         family=task.family,

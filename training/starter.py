@@ -5,8 +5,9 @@
     sft    a LoRA adapter (plus the special tokens' rows) on the base, trained on the
            trajectories (training/recipes/sft.toml), then a short continuation in which the
            new tokens' rows learn fast (sft_tokens.toml), then more SFT in a new order with
-           both learning (sft_more.toml)
-    eval   held-out tasks through the real harness (training/evaluate.py) -> model/
+           both learning (sft_more.toml), then a second pass over the data (sft_epoch2.toml)
+    eval   held-out tasks through the real harness (training/evaluate.py; each task's
+           conversation in eval-transcripts/) -> model/
 
 Every stage reads its recipe from training/recipes/; this module only points their paths into the
 run folder. Each step is skipped when its output already exists and training resumes from its
@@ -39,7 +40,7 @@ from pathlib import Path
 from agent.registry import file_sha256
 
 RECIPES = Path(__file__).resolve().parent / "recipes"
-STAGE_ORDER = ("sft", "sft_tokens", "sft_more")
+STAGE_ORDER = ("sft", "sft_tokens", "sft_more", "sft_epoch2")
 MAX_SHIPPED_MB = 25.0  # the package's budget for the starter's folder
 
 
@@ -84,6 +85,11 @@ def stage_overrides(config: StarterConfig, stage: str) -> dict:
             "init": str(out / "sft_tokens" / "model"),
             "sft_data": trajectories,
             "seed": config.seed + 2,
+        },
+        "sft_epoch2": {
+            "init": str(out / "sft_more" / "model"),
+            "sft_data": trajectories,
+            "seed": config.seed + 3,
         },
     }[stage]
     extra = {"out": str(out / stage)}
@@ -146,9 +152,11 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
         report = evaluate_agent(
             str(out / STAGE_ORDER[-1] / "model"),
             tasks_dir,
-            EvalConfig(limit=config.eval_tasks, **QUICK_EVAL)
-            if config.quick
-            else EvalConfig(limit=config.eval_tasks),
+            EvalConfig(
+                limit=config.eval_tasks,
+                transcripts=str(out / "eval-transcripts"),
+                **(QUICK_EVAL if config.quick else {}),
+            ),
             log=lambda line: log(f"[starter] {line}"),
         )
         write_report(report, out / "eval.json")

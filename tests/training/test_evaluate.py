@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -25,15 +26,22 @@ def test_pick_tasks_spreads_over_families(task):
     assert pick_tasks(tasks, 0) == tasks
 
 
-def test_an_untrained_model_fails_the_task_and_the_report_says_why(tiny_checkpoint, task):
-    report = evaluate_agent(
-        str(tiny_checkpoint), [task], EvalConfig(max_steps=1, max_wall_s=5, speculative="none")
+def test_an_untrained_model_fails_the_task_and_the_report_says_why(tiny_checkpoint, task, tmp_path):
+    config = EvalConfig(
+        max_steps=1, max_wall_s=5, speculative="none", transcripts=str(tmp_path / "t")
     )
+    report = evaluate_agent(str(tiny_checkpoint), [task], config)
     assert report.tasks == 1 and report.pass_at_1 == 0.0
     (result,) = report.results
     assert isinstance(result, TaskResult) and not result.passed
     assert result.stop_reason != "waiting" and result.seconds < 60
     assert 0.0 <= report.parse_rate <= 1.0 and report.valid_rate <= report.parse_rate
+    # The transcript tells why: the task, the model's turn, the stop, the verdict.
+    events = [json.loads(line) for line in (tmp_path / "t" / f"{task.id}.jsonl").open()]
+    kinds = [e["kind"] for e in events]
+    assert kinds[0] == "task" and events[0]["task"] == task.instruction
+    assert "stop" in kinds
+    assert events[-1] == {"kind": "verdict", "passed": False, "verdict": events[-1]["verdict"]}
 
 
 def test_bad_config_is_refused():

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -166,8 +167,15 @@ def run_verifier(root: Path, task: BenchTask, timeout_s: float) -> tuple[bool, s
     return False, f"failed: exit code {result.exit_code}: {tail[0][:200]}"
 
 
-def run_sample(engine, task: BenchTask, config: BenchConfig, sample: int) -> SampleResult:
-    """One harness run on a scratch copy of the task's workspace, then the verifier."""
+def run_sample(
+    engine,
+    task: BenchTask,
+    config: BenchConfig,
+    sample: int,
+    on_event: Callable[[dict], None] | None = None,
+) -> SampleResult:
+    """One harness run on a scratch copy of the task's workspace, then the verifier.
+    `on_event` sees every harness event (turns, tool results, the stop) as it happens."""
     from agent.harness import HarnessConfig, ToolsConfig
     from agent.harness.scratch import read_files, run_unattended, scratch_copy
     from agent.harness.tools import TOOLS, check_arguments
@@ -175,7 +183,9 @@ def run_sample(engine, task: BenchTask, config: BenchConfig, sample: int) -> Sam
     seed = sample_seed(config.seed, task.id, sample)
     counts = {"calls": 0, "parsed": 0, "valid": 0}
 
-    def on_event(event: dict) -> None:
+    def count(event: dict) -> None:
+        if on_event is not None:
+            on_event(event)
         if event.get("kind") == "assistant":
             calls, errors = event.get("calls") or [], event.get("errors") or []
             counts["calls"] += len(calls) + len(errors)
@@ -197,9 +207,7 @@ def run_sample(engine, task: BenchTask, config: BenchConfig, sample: int) -> Sam
             editor="rollout",
             tools=tools,
         )
-        outcome = run_unattended(
-            engine, root, task.instruction, harness_config, task.verify, on_event
-        )
+        outcome = run_unattended(engine, root, task.instruction, harness_config, task.verify, count)
         after = read_files(root)
         changed = {p for p in set(after) | set(task.files) if after.get(p) != task.files.get(p)}
         lint_before = lint_after = None
