@@ -60,6 +60,9 @@ class Suggestion:
     text: str
     created_at: float
     resolved: bool = False  # accepted, rejected or superseded: no more lifecycle events
+    superseded: bool = (
+        False  # resolved by a newer request: the client's own "rejected" still counts
+    )
     typed: int = 0  # characters of it the user typed through; `text` is the rest
     model_version: str = ""  # the model that made it (a repeat or a continuation needs the same)
 
@@ -384,7 +387,7 @@ class CompletionService:
     def _supersede_last(self, uri: str, prefix: str) -> None:
         last = self.suggestions.get(self._last.get(uri, ""))
         if last is not None and not last.resolved:
-            last.resolved = True
+            last.resolved = last.superseded = True
             self.record("suggestion_event", suggestion_id=last.id, event="superseded")
 
     @staticmethod
@@ -419,9 +422,11 @@ class CompletionService:
         if s is None:
             return None
         if event in ("accepted", "rejected"):
-            if s.resolved and event == "rejected":
+            # A rejection the client sends after the server superseded the suggestion (the
+            # next request overtook it) is the user's explicit "no": recorded, once.
+            if s.resolved and event == "rejected" and not s.superseded:
                 return s
-            s.resolved = True
+            s.resolved, s.superseded = True, False
         fields: dict[str, Any] = {}
         whole = s.typed + len(s.text)  # the suggestion as first shown
         if event == "accepted":

@@ -71,6 +71,22 @@ async def test_partial_acceptance_and_rejection_are_recorded(editor, doc_uri):
     ]
 
 
+async def test_a_rejection_that_arrives_after_the_next_request_is_still_recorded(editor, doc_uri):
+    ed = editor
+    ed.open(doc_uri, "x = 1\ny = ")
+    first = await ed.client.text_document_inline_completion_async(inline_params(doc_uri, 1, 4))
+    sid = first.items[0].command.arguments[0]
+    # The user moves on and types elsewhere: the next request supersedes the suggestion before
+    # the client's own "rejected" for it arrives.
+    ed.change(doc_uri, types.Range(start=types.Position(0, 5), end=types.Position(0, 5)), "2")
+    second = await ed.client.text_document_inline_completion_async(inline_params(doc_uri, 0, 6))
+    assert second is not None and second.items[0].command.arguments[0] != sid
+    for _ in range(2):  # a repeated rejection is recorded once
+        ed.client.protocol.notify("flywheel/completionRejected", {"suggestionId": sid})
+    rows = await ed.rows("suggestion_events", suggestion_id=sid)
+    assert [r["event"] for r in rows] == ["superseded", "rejected"]
+
+
 async def test_new_keystrokes_cancel_or_supersede_earlier_requests(editor, doc_uri):
     ed = editor
     ed.open(doc_uri, "def f():\n    ")
