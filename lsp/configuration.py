@@ -57,9 +57,10 @@ async def pull_configuration(ls: FlywheelServer) -> None:
 
 
 def apply_settings(ls: FlywheelServer, data: Any) -> None:
-    """Overlay the client's "flywheel" section on the current settings; warn about bad values."""
+    """Overlay the client's "flywheel" section on the current settings; warn about bad values.
+    A setting the client sends as `null` goes back to the server's own (flags, file)."""
     old = ls.settings
-    ls.settings, warnings = parse_settings(data, old)
+    ls.settings, warnings = parse_settings(data, old, ls.defaults)
     for w in warnings:
         ls.say_once(w)
     if ls.settings.telemetry != old.telemetry:

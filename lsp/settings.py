@@ -149,7 +149,9 @@ def _coerce(value: Any, hint: Any) -> Any:
     return value
 
 
-def _merge(obj: Any, data: Any, prefix: str, warnings: list[str]) -> Any:
+def _merge(obj: Any, data: Any, prefix: str, warnings: list[str], defaults: Any = None) -> Any:
+    """`data` over `obj`; a `null` value puts that setting back to its value in `defaults` (the
+    server's own settings: flags, file), the way a client says "unset"."""
     if not isinstance(data, dict):
         warnings.append(f"setting {prefix or 'flywheel'} must be an object; ignored")
         return obj
@@ -162,8 +164,12 @@ def _merge(obj: Any, data: Any, prefix: str, warnings: list[str]) -> Any:
             warnings.append(f"unknown setting {path!r}; ignored")
             continue
         current = getattr(obj, name)
+        default = getattr(defaults, name) if defaults is not None else current
+        if value is None:
+            changes[name] = default
+            continue
         if dataclasses.is_dataclass(current):
-            changes[name] = _merge(current, value, path + ".", warnings)
+            changes[name] = _merge(current, value, path + ".", warnings, default)
             continue
         try:
             changes[name] = _coerce(value, hints[name])
@@ -176,9 +182,12 @@ def _merge(obj: Any, data: Any, prefix: str, warnings: list[str]) -> Any:
         return obj
 
 
-def parse_settings(data: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
-    """Overlay a client's settings object on `base`; return the result and what was ignored."""
+def parse_settings(
+    data: Any, base: Settings | None = None, defaults: Settings | None = None
+) -> tuple[Settings, list[str]]:
+    """Overlay a client's settings object on `base`; return the result and what was ignored.
+    A `null` setting takes its value from `defaults` (default: `base`)."""
     warnings: list[str] = []
     if data is None:
         return base or Settings(), warnings
-    return _merge(base or Settings(), data, "", warnings), warnings
+    return _merge(base or Settings(), data, "", warnings, defaults), warnings

@@ -35,6 +35,17 @@ def test_settings_overlay_camel_case_and_reject_bad_values():
     assert len(warnings) == 3 and any("colour" in w for w in warnings)
 
 
+def test_a_null_setting_goes_back_to_the_servers_own():
+    server, _ = parse_settings({"telemetry": {"consent": "metrics"}, "model": {"name": "/srv"}})
+    chosen, _ = parse_settings({"telemetry": {"consent": "off"}}, server)
+    assert chosen.telemetry.consent == "off"
+    # The client clears the setting: its `null` means the server's value, not the last one sent.
+    cleared, warnings = parse_settings({"telemetry": {"consent": None}}, chosen, server)
+    assert cleared.telemetry.consent == "metrics" and cleared.model.name == "/srv"
+    assert warnings == []
+    assert parse_settings({"model": None}, chosen, server)[0].model == server.model
+
+
 def test_survival_follows_edits_with_an_injected_clock():
     now = [0.0]
     tracker = SurvivalTracker(clock=lambda: now[0])

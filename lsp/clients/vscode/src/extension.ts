@@ -56,13 +56,13 @@ function command(name: string, ...args: unknown[]): Thenable<any> {
 function withoutClientSettings(settings: any): any {
   if (!settings || typeof settings !== "object") return settings;
   const { server: _server, inlineCompletion: _inline, ...rest } = settings;
+  // An empty model or consent is "unset": null tells the server to go back to its own value
+  // (its flags and file), not to keep the last one this editor sent.
   if (rest.model && typeof rest.model === "object" && !rest.model.name) {
-    const { name: _empty, ...model } = rest.model;
-    rest.model = model;
+    rest.model = { ...rest.model, name: null };
   }
   if (rest.telemetry && typeof rest.telemetry === "object" && !rest.telemetry.consent) {
-    const { consent: _empty, ...telemetry } = rest.telemetry;
-    rest.telemetry = telemetry;
+    rest.telemetry = { ...rest.telemetry, consent: null };
   }
   if (rest.nextEdit && typeof rest.nextEdit === "object") {
     const { debounceMs: _debounce, ...nextEdit } = rest.nextEdit;
