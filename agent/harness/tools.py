@@ -233,7 +233,9 @@ def edit_text(text: str, hunks: list[dict[str, str]]) -> tuple[str, list[HunkRes
        replaced by R; when indentation differed, R is re-indented by the same difference (the
        indent of S's first non-blank line is swapped for the file's). Several -> ambiguous.
     6. Still nothing -> refused as *no match*, showing the closest window of the file (by
-       difflib similarity) with its line numbers, so the next call can copy the real text.
+       difflib similarity) with its line numbers, so the next call can copy the real text. When
+       R itself occurs once in the file, the refusal says so instead: the edit was already
+       applied, or S and R are swapped (a repeated or reversed call).
     Non-ASCII text matches as itself; bytes that are not UTF-8 (surrogate escapes) are kept.
     """
     crlf = text.count("\r\n") > text.count("\n") - text.count("\r\n")
@@ -283,8 +285,14 @@ def edit_text(text: str, hunks: list[dict[str, str]]) -> tuple[str, list[HunkRes
         if new is not None:
             work = new
             results.append(HunkResult(i, True, message))
-        else:
-            results.append(HunkResult(i, False, message))
+            continue
+        if len(r.strip()) >= 3 and work.count(r) == 1:  # the usual cause, named
+            line = work.count("\n", 0, work.index(r)) + 1
+            message = (
+                f"no match, but the replace text is already in the file at line {line}: the "
+                "edit is already applied, or search and replace are swapped"
+            )
+        results.append(HunkResult(i, False, message))
     if crlf:
         work = work.replace("\n", "\r\n")
     return work, results

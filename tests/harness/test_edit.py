@@ -32,6 +32,13 @@ def test_no_match_shows_closest_text():
     )
 
 
+def test_no_match_names_an_edit_already_applied_or_reversed():
+    text = "SEP = '~'\nLIMIT = 3\n"
+    new, [res] = edit(text, ("SEP = '-'\n", "SEP = '~'\n"))  # swapped, or applied before
+    assert new == text and not res.applied
+    assert res.message.startswith("no match") and "already in the file at line 1" in res.message
+
+
 def test_no_match_nothing_similar():
     new, [res] = edit("alpha\n", ("zzzzzzzz qqqq", "x"))
     assert not res.applied and "nothing in the file resembles" in res.message
