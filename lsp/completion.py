@@ -59,12 +59,13 @@ class Suggestion:
     prefix: str  # text before the cursor when it was made (for typed-through)
     text: str
     created_at: float
-    resolved: bool = False  # accepted, rejected or superseded: no more lifecycle events
-    superseded: bool = (
-        False  # resolved by a newer request: the client's own "rejected" still counts
-    )
+    resolution: str = ""  # accepted | rejected | superseded: the lifecycle has ended
     typed: int = 0  # characters of it the user typed through; `text` is the rest
     model_version: str = ""  # the model that made it (a repeat or a continuation needs the same)
+
+    @property
+    def resolved(self) -> bool:
+        return bool(self.resolution)
 
 
 @dataclass
@@ -387,7 +388,7 @@ class CompletionService:
     def _supersede_last(self, uri: str, prefix: str) -> None:
         last = self.suggestions.get(self._last.get(uri, ""))
         if last is not None and not last.resolved:
-            last.resolved = last.superseded = True
+            last.resolution = "superseded"
             self.record("suggestion_event", suggestion_id=last.id, event="superseded")
 
     @staticmethod
@@ -424,9 +425,9 @@ class CompletionService:
         if event in ("accepted", "rejected"):
             # A rejection the client sends after the server superseded the suggestion (the
             # next request overtook it) is the user's explicit "no": recorded, once.
-            if s.resolved and event == "rejected" and not s.superseded:
+            if event == "rejected" and s.resolution not in ("", "superseded"):
                 return s
-            s.resolved, s.superseded = True, False
+            s.resolution = event
         fields: dict[str, Any] = {}
         whole = s.typed + len(s.text)  # the suggestion as first shown
         if event == "accepted":

@@ -74,24 +74,12 @@ def stage_overrides(config: StarterConfig, stage: str) -> dict:
     """Paths of `stage` inside the run folder (plus the quick sizes in quick mode)."""
     out = Path(config.out)
     trajectories = [str(out / "tasks" / "trajectories.jsonl")]
+    index = STAGE_ORDER.index(stage)  # each stage continues the one before, in a new order
     paths = {
-        "sft": {"init": "base", "sft_data": trajectories, "seed": config.seed},
-        "sft_tokens": {
-            "init": str(out / "sft" / "model"),
-            "sft_data": trajectories,
-            "seed": config.seed + 1,
-        },
-        "sft_more": {
-            "init": str(out / "sft_tokens" / "model"),
-            "sft_data": trajectories,
-            "seed": config.seed + 2,
-        },
-        "sft_epoch2": {
-            "init": str(out / "sft_more" / "model"),
-            "sft_data": trajectories,
-            "seed": config.seed + 3,
-        },
-    }[stage]
+        "init": "base" if index == 0 else str(out / STAGE_ORDER[index - 1] / "model"),
+        "sft_data": trajectories,
+        "seed": config.seed + index,
+    }
     extra = {"out": str(out / stage)}
     if config.quick:
         extra.update(QUICK[stage], log_every=1, eval_every=1000, save_every=1000)
