@@ -303,10 +303,22 @@ def _long_context(recipe: Recipe, device: torch.device, rank: int) -> Job:
 
 def encode_conversation(tokenizer, row: dict, max_len: int) -> tuple[list[int], list[int]]:
     """Token ids of a conversation, and 1 for each token the model must learn to write (what
-    `chat_format.assistant_spans` marks: assistant turns and their closing `<|im_end|>`)."""
+    `chat_format.assistant_spans` marks: assistant turns and their closing `<|im_end|>`).
+
+    An assistant message with `"weight": 0` (OpenAI's fine-tuning convention) is context only:
+    a recovery trajectory's deliberate mistake is shown, never learned.
+    """
     text = render_chat(tokenizer, row["messages"], row.get("tools"))
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    weights = [m.get("weight", 1) for m in row["messages"] if m.get("role") == "assistant"]
     spans = assistant_spans(text)
+    if not all(weights):
+        if len(weights) != len(spans):
+            raise StageError(
+                f"conversation {row.get('task_id', '?')} weights its assistant turns, but the "
+                "chat template does not render each as its own turn"
+            )
+        spans = [span for span, weight in zip(spans, weights, strict=True) if weight]
     mask, at = [], 0
     for start, end in enc["offset_mapping"]:
         while at < len(spans) and spans[at][1] <= start:

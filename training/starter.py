@@ -1,11 +1,13 @@
 """`flywheel train starter`: the built-in default model, from offline sources, in one command.
 
     base   SmolLM2-135M-Instruct from its wheel, converted once (agent/base.py)
-    tasks  synthetic tasks + oracle trajectories in the harness's own format (training/tasks/)
+    tasks  synthetic tasks + oracle trajectories in the harness's own format (training/tasks/),
+           and recovery trajectories (tasks/recovery.jsonl)
     sft    a LoRA adapter (plus the special tokens' rows) on the base, trained on the
            trajectories (training/recipes/sft.toml), then a short continuation in which the
            new tokens' rows learn fast (sft_tokens.toml), then more SFT in a new order with
-           both learning (sft_more.toml), then a second pass over the data (sft_epoch2.toml)
+           both learning (sft_more.toml), then a second pass over the data (sft_epoch2.toml),
+           then recovery: trajectories whose first edit fails, then the fix (sft_recover.toml)
     eval   held-out tasks through the real harness (training/evaluate.py; each task's
            conversation in eval-transcripts/) -> model/
 
@@ -33,6 +35,7 @@ import datetime
 import json
 import shutil
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,7 +43,7 @@ from pathlib import Path
 from agent.registry import file_sha256
 
 RECIPES = Path(__file__).resolve().parent / "recipes"
-STAGE_ORDER = ("sft", "sft_tokens", "sft_more", "sft_epoch2")
+STAGE_ORDER = ("sft", "sft_tokens", "sft_more", "sft_epoch2", "sft_recover")
 MAX_SHIPPED_MB = 25.0  # the package's budget for the starter's folder
 
 
@@ -73,11 +76,12 @@ QUICK_EVAL = {"split": "all", "max_steps": 1, "max_wall_s": 30.0}
 def stage_overrides(config: StarterConfig, stage: str) -> dict:
     """Paths of `stage` inside the run folder (plus the quick sizes in quick mode)."""
     out = Path(config.out)
-    trajectories = [str(out / "tasks" / "trajectories.jsonl")]
+    recipe = tomllib.loads((RECIPES / f"{stage}.toml").read_text())
+    data = [str(out / "tasks" / Path(path).name) for path in recipe["sft_data"]]
     index = STAGE_ORDER.index(stage)  # each stage continues the one before, in a new order
     paths = {
         "init": "base" if index == 0 else str(out / STAGE_ORDER[index - 1] / "model"),
-        "sft_data": trajectories,
+        "sft_data": data,
         "seed": config.seed + index,
     }
     extra = {"out": str(out / stage)}
@@ -91,7 +95,7 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
     from agent.base import ensure_base
     from training.loop import train
     from training.recipe import load_recipe
-    from training.tasks.dataset import export
+    from training.tasks.dataset import export, load_tasks, write_recovery
     from training.tasks.generation import default_workers, generate_tasks
 
     out = Path(config.out)
@@ -119,6 +123,9 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
         workers = default_workers()
         tasks = generate_tasks(config.projects, seed=config.seed, workers=workers)
         export(tasks, tasks_dir, config.seed, samples_per_task=config.samples, workers=workers)
+    elif not (tasks_dir / "recovery.jsonl").exists():  # a run from before recovery existed
+        log(f"[starter] tasks: recovery trajectories -> {tasks_dir / 'recovery.jsonl'}")
+        write_recovery(load_tasks(tasks_dir), tasks_dir, config.seed, default_workers())
     mark("tasks", start)
 
     for stage in STAGE_ORDER:
@@ -130,15 +137,17 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
         mark(stage, start)
 
     evaluation = None
-    if config.eval_tasks and (out / "eval.json").exists():  # a rerun (e.g. to --ship) keeps it
-        evaluation = json.loads((out / "eval.json").read_text())
+    final_stage = str(out / STAGE_ORDER[-1] / "model")
+    kept = json.loads((out / "eval.json").read_text()) if (out / "eval.json").exists() else None
+    if config.eval_tasks and kept and kept.get("model") == final_stage:
+        evaluation = kept  # a rerun (e.g. to --ship) keeps the evaluation of the same model
         evaluation.pop("results", None)
     elif config.eval_tasks:
         from training.evaluate import EvalConfig, evaluate_agent, write_report
 
         start = time.monotonic()
         report = evaluate_agent(
-            str(out / STAGE_ORDER[-1] / "model"),
+            final_stage,
             tasks_dir,
             EvalConfig(
                 limit=config.eval_tasks,
@@ -190,6 +199,7 @@ def finish(config: StarterConfig, evaluation: dict | None, timings: dict, second
     data = {
         "tasks_manifest_sha256": file_sha256(out / "tasks" / "manifest.json"),
         "trajectories_sha256": file_sha256(out / "tasks" / "trajectories.jsonl"),
+        "recovery_sha256": file_sha256(out / "tasks" / "recovery.jsonl"),
         "tasks": json.loads((out / "tasks" / "manifest.json").read_text())["counts"],
     }
     meta = {

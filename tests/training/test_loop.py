@@ -116,6 +116,21 @@ def test_sft_mask_covers_assistant_tokens_only(tokenizer):
     )
 
 
+def test_an_assistant_turn_of_weight_zero_is_context_not_learned(tokenizer):
+    from training.stages import encode_conversation
+
+    messages = [
+        {"role": "user", "content": "fix it"},
+        {"role": "assistant", "content": "wrong edit", "weight": 0},
+        {"role": "tool", "content": "no match"},
+        {"role": "assistant", "content": "right edit"},
+    ]
+    ids, mask = encode_conversation(tokenizer, {"messages": messages}, 10_000)
+    learned = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
+    assert learned == "right edit<|im_end|>"
+    assert "wrong edit" in tokenizer.decode(ids)
+
+
 def test_sft_stage_trains_on_trajectories(tmp_path, tiny_checkpoint):
     rows = [
         {

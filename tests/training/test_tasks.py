@@ -13,6 +13,7 @@ from agent.chat_format import APPLY_SYSTEM, assistant_spans, parse_assistant, re
 from agent.harness import Sandbox, ToolContext, Workspace, run_tool
 from agent.harness.prompts import SYSTEM_PROMPT, tool_schemas
 from training.tasks import (
+    MISTAKES,
     TEMPLATES,
     Task,
     TaskRejected,
@@ -118,6 +119,41 @@ def test_oracle_trajectories_are_correct_and_varied(tasks, tokenizer):
         parsed = [c.name for t in turns for c in parse_assistant(t, row["tools"])[1]]
         assert parsed == calls and not any(parse_assistant(t)[2] for t in turns)
     assert len(shapes) >= 3
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_a_recovery_trajectory_shows_the_mistake_then_learns_only_the_fix(tasks, mistake):
+    made = 0
+    for i, task in enumerate(tasks):
+        try:
+            row = oracle_trajectory(task, random.Random(i), mistake=mistake)
+        except TaskRejected:
+            continue
+        made += 1
+        messages = row["messages"]
+        wrong = [i for i, m in enumerate(messages) if m.get("weight") == 0]
+        assert len(wrong) == 1  # exactly the mistake's turn is not learned
+        call = messages[wrong[0]]["tool_calls"][0]["function"]
+        assert call["name"] == "edit_file"
+        reply = messages[wrong[0] + 1]["content"]
+        if mistake == "wrong_site":  # it applies, and the tests that follow still fail
+            assert "hunks applied" in reply and "0 of" not in reply
+            assert messages[wrong[0] + 3]["content"].startswith("tests FAILED")
+        else:  # the harness refuses it and says why
+            assert reply.split("\n")[0].endswith("(file unchanged)")
+            if mistake == "swapped":
+                assert "search and replace are swapped" in reply
+        assert "tests passed" in messages[-2]["content"]  # then the fix, and it passes
+        assert messages[-1]["role"] == "assistant"
+    assert made >= len(tasks) // 3
+
+
+def test_export_writes_one_recovery_trajectory_per_task_that_allows_one(tasks, tmp_path):
+    export(tasks, tmp_path)
+    rows = [json.loads(x) for x in (tmp_path / "recovery.jsonl").read_text().splitlines()]
+    assert rows and len(rows) <= len(tasks)
+    assert all(sum(m.get("weight") == 0 for m in r["messages"]) == 1 for r in rows)
+    assert not (tmp_path / "recovery.jsonl.part").exists()
 
 
 def test_oracle_tool_results_are_the_harness_own(tasks, tmp_path):

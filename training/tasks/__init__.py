@@ -6,7 +6,7 @@
     edit.py        edit families (instruction-explicit changes)
     bugfix.py      bug-fix families (one-token mutations the tests catch)
     generation.py  projects -> verified tasks, in worker processes
-    oracle.py      correct trajectories in the harness's chat format
+    oracle.py      correct trajectories in the harness's chat format, and recovery ones
     fast_apply.py  original file + edit sketch -> updated file examples
     dataset.py     export to and load from tasks.jsonl and its companions
 
@@ -40,6 +40,7 @@ from training.tasks.edit import edit_tasks
 from training.tasks.fast_apply import edit_sketch, fast_apply_example
 from training.tasks.generation import default_workers, generate_tasks, in_order
 from training.tasks.oracle import (
+    MISTAKES,
     HarnessScratch,
     apply_hunks,
     hunks_for,
@@ -51,6 +52,7 @@ from training.tasks.task import TEST_COMMAND, TEST_TIMEOUT_S, Task, TaskRejected
 from training.tasks.templates import TEMPLATES
 
 __all__ = [
+    "MISTAKES",
     "TEMPLATES",
     "TEST_COMMAND",
     "TEST_TIMEOUT_S",

@@ -1,4 +1,5 @@
-"""The task dataset on disk: tasks.jsonl, trajectories.jsonl, apply.jsonl and manifest.json."""
+"""The task dataset on disk: tasks.jsonl, trajectories.jsonl, recovery.jsonl, apply.jsonl and
+manifest.json."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from training.tasks.fast_apply import fast_apply_example
 from training.tasks.generation import in_order
-from training.tasks.oracle import oracle_trajectory
+from training.tasks.oracle import MISTAKES, oracle_trajectory
 from training.tasks.task import TEST_COMMAND, Task, TaskRejected
 
 
@@ -54,7 +55,37 @@ def export(
         "seed": seed,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    write_recovery(tasks, out, seed, workers)
     return manifest
+
+
+def write_recovery(tasks: list[Task], out: str | Path, seed: int = 0, workers: int = 1) -> int:
+    """Write recovery.jsonl: for each task, one trajectory whose first edit is a mistake the
+    harness reports, then the fix (`oracle_trajectory(..., mistake=)`); returns the row count.
+    Written to a temporary name first, so a killed run never leaves a partial file."""
+    out = Path(out)
+    part = out / "recovery.jsonl.part"
+    count = 0
+    with part.open("w") as f:
+        for row in in_order(_recovery_row, [(task, seed) for task in tasks], workers):
+            if row is not None:
+                f.write(json.dumps(row) + "\n")
+                count += 1
+    part.replace(out / "recovery.jsonl")
+    return count
+
+
+def _recovery_row(job: tuple[Task, int]) -> dict | None:
+    """One task's recovery trajectory: the mistakes in a random order, the first that the task
+    allows (None when it allows none)."""
+    task, seed = job
+    rng = random.Random(f"recovery:{seed}:{task.id}")
+    for mistake in rng.sample(MISTAKES, len(MISTAKES)):
+        try:
+            return oracle_trajectory(task, rng, mistake=mistake)
+        except TaskRejected:
+            continue
+    return None
 
 
 def _task_rows(job: tuple[Task, int, int]) -> tuple[list[dict], int, dict]:

@@ -123,13 +123,41 @@ _ANSWERS = {
 }
 
 
-def oracle_trajectory(task: Task, rng: random.Random) -> dict:
+# Mistakes a recovery trajectory starts its edit with (see `oracle_trajectory`).
+MISTAKES = ("swapped", "misquoted", "wrong_site")
+_RECOVERY_INTROS = {
+    "swapped": [
+        "",
+        "Search and replace were the wrong way round.",
+        "I swapped them; the search text is what the file has now.",
+    ],
+    "misquoted": [
+        "",
+        "The search text must match the file exactly.",
+        "Copying the search text exactly from the file.",
+    ],
+    "wrong_site": [
+        "",
+        "That was the wrong place. Let me look again.",
+        "The tests still fail, so my edit was wrong.",
+    ],
+}
+
+
+def oracle_trajectory(task: Task, rng: random.Random, mistake: str | None = None) -> dict:
     """A correct, varied trajectory for `task`: {"messages", "tools", "task_id", "family"}.
 
     The conversation is what the harness builds at run time: its system prompt, the task with
     its repository map (agent.harness.prompts / context), its tool schemas, and tool results from
     the harness's own tools run on a scratch copy of the workspace. The final `run_tests` result
     shows the tests passing; a trajectory that would not get there raises `TaskRejected`.
+
+    With `mistake` (one of MISTAKES) it is a recovery trajectory: the first edit is wrong, as a
+    small model's often is (search and replace swapped; a search text that misquotes the file;
+    a plausible edit in the wrong place, which applies and leaves the tests failing), the
+    harness's real reply follows, and then the correct edit from the file as it now is. The
+    wrong turn carries `"weight": 0` (OpenAI's fine-tuning convention): SFT does not learn to
+    make the mistake, only to recover from it.
     """
     from agent.harness import HarnessConfig
     from agent.harness.context import render_context
@@ -188,9 +216,36 @@ def oracle_trajectory(task: Task, rng: random.Random) -> dict:
         if rng.random() < 0.25:
             test_file = next(p for p in task.files if p.startswith("test_"))
             step(rng.choice(["", "And the tests."]), ("read_file", {"path": test_file}))
+        current = dict(task.files)
+        if mistake:
+            path = changed[0]
+            wrong = _wrong_edit(mistake, current.get(path, ""), task.solution[path], rng)
+            if wrong is None:
+                raise TaskRejected(f"no {mistake} mistake for task {task.id}")
+            hunks, applies = wrong
+            results = step(
+                rng.choice(_EDIT_INTROS).format(f=path),
+                ("edit_file", {"path": path, "hunks": hunks}),
+            )
+            messages[-2]["weight"] = 0
+            if results[0][1] == applies:
+                raise TaskRejected(f"{mistake} mistake for task {task.id}: {results[0][0][:200]}")
+            recovery = rng.choice(_RECOVERY_INTROS[mistake])  # said once, on the next turn
+            if applies:
+                current[path] = apply_hunks(current[path], hunks)
+                step(rng.choice(_TEST_INTROS), ("run_tests", {}))
+                if messages[-1]["content"].startswith("tests passed"):
+                    raise TaskRejected(f"wrong-site edit for task {task.id} passes the tests")
+                step(recovery, ("read_file", {"path": path}))
+                recovery = ""
+            elif rng.random() < 0.3:
+                step(recovery, ("read_file", {"path": path}))
+                recovery = ""
         for path in changed:
-            old, new = task.files.get(path, ""), task.solution[path]
+            old, new = current.get(path, ""), task.solution[path]
             intro = rng.choice(_EDIT_INTROS).format(f=path)
+            if mistake and path == changed[0]:
+                intro = recovery
             if not old or (rng.random() < 0.12 and len(new) < 3000):
                 results = step(intro, ("write_file", {"path": path, "content": new}))
             else:
@@ -210,6 +265,60 @@ def oracle_trajectory(task: Task, rng: random.Random) -> dict:
         "tools": tool_schemas(),
         "messages": messages,
     }
+
+
+def _wrong_edit(
+    kind: str, old: str, new: str, rng: random.Random
+) -> tuple[list[dict[str, str]], bool] | None:
+    """A wrong edit_file `hunks` for turning `old` into `new`, and whether the harness applies it
+    (None when `kind` has no instance here)."""
+    from training.tasks.bugfix import mutations
+
+    if not old:
+        return None
+    right = hunks_for(old, new)
+    first = right[0]
+    if kind == "swapped":
+        if first["replace"].strip() and first["replace"] not in old:
+            return [{"search": first["replace"], "replace": first["search"]}], False
+        return None
+    if kind == "misquoted":
+        lines = first["search"].splitlines(keepends=True)
+        at = rng.randrange(len(lines))
+        line = lines[at]
+        indent = len(line) - len(line.lstrip(" "))
+        if indent >= 4 and rng.random() < 0.5:
+            lines[at] = line[4:] if rng.random() < 0.5 else "    " + line
+        else:
+            words = re.findall(r"[A-Za-z_]\w*", line)
+            if not words:
+                return None
+            word = rng.choice(words)
+            lines[at] = line.replace(word, word[:-1] if word.endswith("s") else word + "s", 1)
+        search = "".join(lines)
+        if search in old:
+            return None
+        return [{"search": search, "replace": first["replace"]}], False
+    if kind == "wrong_site":
+        try:
+            found = mutations(old)
+        except SyntaxError:
+            return None
+        matcher = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines(), autojunk=False)
+        changed = {  # 0-based lines the right edit touches, and the line after each change
+            i
+            for tag, i1, i2, _, _ in matcher.get_opcodes()
+            if tag != "equal"
+            for i in range(i1, max(i2, i1 + 1) + 1)
+        }
+        candidates = [m for m in found if not ({m.line - 2, m.line - 1} & changed)]
+        if not candidates:
+            return None
+        m = rng.choice(candidates)
+        lines = old.splitlines(keepends=True)
+        lines[m.line - 1] = m.after + "\n"
+        return hunks_for(old, "".join(lines)), True
+    raise ValueError(f"unknown mistake {kind!r}; expected one of {', '.join(MISTAKES)}")
 
 
 def _answer(task: Task, rng: random.Random) -> str:
