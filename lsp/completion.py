@@ -279,6 +279,7 @@ class CompletionService:
                 ),
                 cancel=me.cancel,
                 request_id=sid,
+                priority="interactive",  # ahead of a running agent turn's next step
             )
             started = time.perf_counter()
             try:

@@ -243,6 +243,7 @@ class NextEditService:
             ),
             cancel=cancel,
             request_id=sid,
+            priority="interactive",
         )
         row = {
             "id": sid,

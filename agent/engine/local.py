@@ -24,7 +24,9 @@ How a request runs:
    max tokens; streaming yields its deltas.
 
 Concurrency: requests may run from several threads; one lock serialises model forward calls (a
-CPU has no spare capacity for parallel forwards anyway) and is never held across a `yield`. A
+CPU has no spare capacity for parallel forwards anyway) and is never held across a `yield`. It
+is a priority lock (priority.py): between two steps of an agent turn, a waiting editor
+completion (`Request.priority="interactive"`) goes first. A
 request holds a reference to the weights it started on, so `swap` never disturbs it.
 Cancellation (`Request.cancel`) is checked before every forward pass: the request ends within one
 decode or verify step with finish reason "cancelled" (no exception).
@@ -47,6 +49,7 @@ from agent.engine import Stream
 from agent.engine.config import EngineConfig
 from agent.engine.model_runner import LoadedModel
 from agent.engine.prefix_cache import PrefixCache, restore
+from agent.engine.priority import PriorityLock
 from agent.engine.prompt import prepare_prompt
 from agent.engine.proposers import (
     MTP_WINDOW,
@@ -87,7 +90,7 @@ class LocalEngine:
         """Load `config.model` (and the draft model), or use models already in memory."""
         self.config = config
         self.spec = config.speculative
-        self._lock = threading.Lock()  # around every model forward call
+        self._lock = PriorityLock()  # around every model forward call, most urgent lane first
         self._swap_lock = threading.Lock()  # one swap at a time
         self._draft: LoadedModel | None = None
         if model is None:
@@ -221,7 +224,7 @@ class LocalEngine:
         # hidden states of their attention window.
         limit = len(ids) - 1 - (MTP_WINDOW if self.spec.method == "mtp" else 0)
         prefixes = model.prefix_cache if self.config.prefix_cache_mb else None
-        with self._lock, torch.inference_mode():
+        with self._lock.hold(job.request.priority), torch.inference_mode():
             cache = model.new_cache()
             start, entry = 0, None
             if prefixes is not None:
@@ -261,7 +264,7 @@ class LocalEngine:
             yield from _deltas(outputs[s] for s in rows)
             if not keep:
                 return
-            with self._lock, torch.inference_mode():
+            with self._lock.hold(job.request.priority), torch.inference_mode():
                 if len(keep) < len(rows):
                     index = torch.tensor(keep, device=model.device)
                     cache.batch_select_indices(index)
@@ -319,7 +322,7 @@ class SpeculativeSequence:
 
     def step(self) -> bool:
         """Propose drafts, verify them, append what survives; True when the sample stopped."""
-        with self.engine._lock, torch.inference_mode():
+        with self.engine._lock.hold(self.job.request.priority), torch.inference_mode():
             draft = self.propose()
             emitted, logprobs, accepted, hidden = self.verify(draft)
             self.append(draft, accepted, hidden)

@@ -20,6 +20,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agent.engine.priority import LANES
+
 
 class EngineError(Exception):
     """An error inside the engine or its backend (model failed to load, server unreachable)."""
@@ -81,8 +83,15 @@ class Request:
     speculation: str | None = None  # text the output is expected to resemble (apply/rewrite)
     cancel: threading.Event | None = None  # set it from any thread to stop within one step
     request_id: str | None = None
+    # Lane for the model's forward passes (agent/engine/priority.py): "interactive" (an editor
+    # waiting), "normal" (an agent turn), "background" (RL rollouts, benchmarks).
+    priority: str = "normal"
 
     def __post_init__(self) -> None:
+        if self.priority not in LANES:
+            raise BadRequest(
+                f"unknown priority {self.priority!r}; expected one of {', '.join(LANES)}"
+            )
         if (self.prompt is None) == (self.messages is None):
             raise BadRequest("a request needs exactly one of `prompt` or `messages`")
         if self.messages is not None and not self.messages:

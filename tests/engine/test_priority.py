@@ -1,0 +1,114 @@
+"""Priority lanes: the model goes to the most urgent waiter, FIFO within a lane."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+
+import pytest
+
+from agent.engine import BadRequest, Request
+from agent.engine.priority import PriorityLock
+
+
+def _wait_until(predicate) -> None:
+    """Block until `predicate()` holds, by polling state (no timing assumption)."""
+    event = threading.Event()
+    while not predicate():
+        event.wait(0.001)
+
+
+def test_waiters_acquire_in_lane_order_then_arrival_order():
+    lock = PriorityLock()
+    order: list[str] = []
+    release = threading.Event()
+
+    def holder():
+        with lock.hold("background"):
+            release.wait()
+
+    first = threading.Thread(target=holder)
+    first.start()
+    _wait_until(lambda: lock._held)
+    threads = []
+    for name, lane in [
+        ("rollout", "background"),
+        ("turn-1", "normal"),
+        ("turn-2", "normal"),
+        ("completion", "interactive"),
+    ]:
+
+        def waiter(name=name, lane=lane):
+            with lock.hold(lane):
+                order.append(name)
+
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        threads.append(thread)
+        _wait_until(lambda n=len(threads): lock.waiting() == n)  # queued in this order
+    release.set()
+    for thread in [first, *threads]:
+        thread.join()
+    assert order == ["completion", "turn-1", "turn-2", "rollout"]
+    assert lock.waiting() == 0 and not lock._held
+
+
+def test_the_lock_is_released_when_the_block_raises():
+    lock = PriorityLock()
+    with pytest.raises(RuntimeError), lock.hold():
+        raise RuntimeError("forward failed")
+    with lock.hold("interactive"):  # free again: no deadlock
+        pass
+
+
+def test_an_unknown_priority_is_refused_with_the_lanes():
+    with pytest.raises(BadRequest, match="interactive, normal, background"):
+        Request(prompt="x", priority="urgent")
+
+
+def test_the_local_engine_serves_a_waiting_completion_before_a_waiting_agent_turn(
+    tiny_checkpoint,
+):
+    """Both requests wait while the model is busy; the interactive one prefills first."""
+    from agent.engine import EngineConfig, SamplingParams, open_engine
+
+    engine = open_engine(EngineConfig(model=str(tiny_checkpoint), backend="local"))
+    lanes: list[str] = []
+
+    class RecordingLock(PriorityLock):
+        @contextmanager
+        def hold(self, lane="normal"):
+            with super().hold(lane):
+                lanes.append(lane)
+                yield
+
+    engine._lock = RecordingLock()
+    busy, release = threading.Event(), threading.Event()
+
+    def model_busy():
+        with engine._lock.hold("background"):
+            busy.set()
+            release.wait()
+
+    def ask(priority):
+        engine.generate(
+            Request(
+                prompt="def f",
+                params=SamplingParams(max_tokens=3, temperature=0),
+                priority=priority,
+            )
+        )
+
+    threads = [threading.Thread(target=model_busy)]
+    threads[0].start()
+    busy.wait()
+    for priority in ("normal", "interactive"):
+        threads.append(threading.Thread(target=ask, args=(priority,)))
+        threads[-1].start()
+        _wait_until(lambda n=len(threads) - 1: engine._lock.waiting() == n)
+    release.set()
+    for thread in threads:
+        thread.join()
+    engine.close()
+    assert lanes[:2] == ["background", "interactive"]
+    assert lanes.count("interactive") >= 3 and lanes.count("normal") >= 3  # prefill + decodes
