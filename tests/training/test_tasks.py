@@ -125,6 +125,8 @@ def test_oracle_trajectories_are_correct_and_varied(tasks, tokenizer):
 def test_a_recovery_trajectory_shows_the_mistake_then_learns_only_the_fix(tasks, mistake):
     made = 0
     for i, task in enumerate(tasks):
+        if made == 4:
+            break
         try:
             row = oracle_trajectory(task, random.Random(i), mistake=mistake)
         except TaskRejected:
@@ -145,15 +147,7 @@ def test_a_recovery_trajectory_shows_the_mistake_then_learns_only_the_fix(tasks,
                 assert "search and replace are swapped" in reply
         assert "tests passed" in messages[-2]["content"]  # then the fix, and it passes
         assert messages[-1]["role"] == "assistant"
-    assert made >= len(tasks) // 3
-
-
-def test_export_writes_one_recovery_trajectory_per_task_that_allows_one(tasks, tmp_path):
-    export(tasks, tmp_path)
-    rows = [json.loads(x) for x in (tmp_path / "recovery.jsonl").read_text().splitlines()]
-    assert rows and len(rows) <= len(tasks)
-    assert all(sum(m.get("weight") == 0 for m in r["messages"]) == 1 for r in rows)
-    assert not (tmp_path / "recovery.jsonl.part").exists()
+    assert made == 4
 
 
 def test_oracle_tool_results_are_the_harness_own(tasks, tmp_path):
@@ -192,6 +186,11 @@ def test_export_and_load(tasks, tmp_path):
     assert [t.id for t in loaded] == [t.id for t in tasks]
     rows = [json.loads(x) for x in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
     assert {r["task_id"] for r in rows} == {t.id for t in tasks}
+    # one recovery trajectory per task that allows a mistake, its mistake weighted 0
+    rows = [json.loads(x) for x in (tmp_path / "recovery.jsonl").read_text().splitlines()]
+    assert rows and {r["task_id"] for r in rows} <= {t.id for t in tasks}
+    assert all(sum(m.get("weight") == 0 for m in r["messages"]) == 1 for r in rows)
+    assert not (tmp_path / "recovery.jsonl.part").exists()
 
 
 def _stable(text: str) -> str:
