@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agent.engine.priority import LANES
 from agent.harness.sandbox import SandboxConfig
 from agent.harness.tools import ToolsConfig
 
@@ -59,6 +60,7 @@ class HarnessConfig:
     summary_max_tokens: int = 512  # output tokens of the self-summary turn
     map_tokens: int = 1024  # repository map added to the task (0: none)
     editor: str = "headless"  # telemetry: "headless", "vscode", "nvim", "rollout"
+    priority: str = "normal"  # the engine's lane for every turn (agent/engine/priority.py)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
@@ -68,6 +70,8 @@ class HarnessConfig:
             raise ValueError("max_steps, max_tokens and turn_max_tokens must be >= 1")
         if not self.max_wall_s > 0:
             raise ValueError("max_wall_s must be > 0")
+        if self.priority not in LANES:
+            raise ValueError(f"priority must be one of {', '.join(LANES)}")
         if self.repeat_limit < 1:
             raise ValueError("repeat_limit must be >= 1")
         if not 0 < self.compact_at <= 1:

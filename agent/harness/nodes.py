@@ -129,6 +129,7 @@ def _call_engine(
             ),
             cancel=cancel,
             request_id=uuid.uuid4().hex,
+            priority=deps.config.priority,
         )
         return deps.engine.generate(req), cancel.is_set()
     finally:

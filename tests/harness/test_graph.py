@@ -64,6 +64,15 @@ def test_runs_without_a_recorder(workspace):
     assert out.ok and out.final == "done"
 
 
+def test_every_turn_asks_the_engine_in_the_configured_lane(workspace):
+    h, engine = harness(workspace, [call("list_files"), "done"], priority="background")
+    assert h.start("look around").ok
+    assert [r.priority for r in engine.requests] == ["background", "background"]
+    h, engine = harness(workspace, ["done"])
+    h.start("look around")
+    assert engine.requests[0].priority == "normal"  # an agent turn by default
+
+
 def test_malformed_call_becomes_an_error_for_the_model(workspace, recorder):
     h, engine = harness(
         workspace,

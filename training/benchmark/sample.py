@@ -205,6 +205,7 @@ def run_sample(
             temperature=float(config.temperature or 0.0),
             seed=seed,
             editor="rollout",
+            priority="background",  # an editor sharing the engine goes first
             tools=tools,
         )
         outcome = run_unattended(engine, root, task.instruction, harness_config, task.verify, count)

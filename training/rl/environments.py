@@ -291,6 +291,7 @@ class HarnessEnv:
             temperature=self.temperature,
             seed=seed,
             editor="rollout",
+            priority="background",  # an editor sharing the engine goes first
             tools=task_tools_config(task),
         )
         try:
