@@ -20,6 +20,8 @@ How a request runs:
      append (crop the rejected positions from the cache, record the emitted tokens) -> stop.
      The draft length adapts: +2 after a step that accepted every draft, -1 otherwise, within
      [1, max_draft_tokens] (and the head depth for mtp).
+   A chat request with tools decodes under the tool-call grammar (tool_grammar.py): at each
+   position, plain or verified, the tokens that would break a call are masked first.
 4. Each sample's `SampleOutput` turns tokens into text and applies stop tokens, stop strings and
    max tokens; streaming yields its deltas.
 
@@ -37,6 +39,7 @@ Not here: paged attention, continuous batching across requests, CUDA graphs.
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import time
 from collections.abc import Generator
@@ -63,6 +66,7 @@ from agent.engine.rejection_sampler import verify_greedy, verify_sampled
 from agent.engine.request import Delta, EngineError, Request, RequestMetrics, Result, SamplingParams
 from agent.engine.sample_output import SampleOutput
 from agent.engine.sampling import make_generator, next_tokens, target_probs, token_logprobs
+from agent.engine.tool_grammar import ToolGrammar
 
 
 @dataclass
@@ -76,6 +80,7 @@ class Job:
     model: LoadedModel
     generator: torch.Generator
     chat: bool
+    grammar: ToolGrammar | None = None  # tool calls that always parse (chat with tools)
 
 
 class LocalEngine:
@@ -170,6 +175,7 @@ class LocalEngine:
             model=model,
             generator=make_generator(prompt.params.seed, model.device),
             chat=prompt.chat,
+            grammar=_grammar(request, model) if prompt.chat else None,
         )
 
     def _proposer(self, job: Job) -> Proposer:
@@ -247,13 +253,20 @@ class LocalEngine:
                 cache.batch_repeat_interleave(n)
                 logits = logits.expand(n, -1)
         rows = list(range(n))  # sample index of each batch row
+        states = [job.grammar.start() for _ in range(n)] if job.grammar else None
         while True:
             if job.request.cancelled:
                 yield from _finish(outputs, "cancelled")
                 return
             with torch.inference_mode():
+                if states:
+                    logits = torch.stack(
+                        [states[s].constrain(logits[r]) for r, s in enumerate(rows)]
+                    )
                 tokens, logprobs = next_tokens(logits, params, job.generator)  # [rows]
             token_list = tokens.tolist()
+            for row, sample in enumerate(rows if states else ()):
+                states[sample].advance(token_list[row])
             logprob_list = logprobs.tolist() if logprobs is not None else [None] * len(rows)
             if not metrics.ttft_s:
                 metrics.ttft_s = time.perf_counter() - started
@@ -309,11 +322,14 @@ class SpeculativeSequence:
         self.max_k = min(spec.max_draft_tokens, self.proposer.max_depth)
         self.k = min(spec.num_draft_tokens, self.max_k)
         self.adaptive = spec.adaptive
+        self.grammar = job.grammar.start() if job.grammar else None
 
     def start(self, logits: torch.Tensor, hidden: torch.Tensor, cached: int = 0) -> None:
         """The first token, from the prefill's logits [1, vocab]; hidden: [prompt - cached,
         hidden], the positions after the `cached` ones read from the prefix cache."""
         with torch.inference_mode():
+            if self.grammar:
+                logits = self.grammar.constrain(logits)
             token, logprob = next_tokens(logits, self.job.params, self.job.generator)
         if cached:
             self.proposer.skip(cached)
@@ -340,6 +356,13 @@ class SpeculativeSequence:
         logits, hidden = model.forward(ids, self.cache)
         logits = logits[0]  # [k + 1, vocab]
         draft_ids = ids[0, 1:]  # [k]
+        if self.grammar:  # position j's constraint: the state after the first j drafts
+            state, rows = self.grammar.copy(), []
+            for j in range(len(logits)):
+                rows.append(state.constrain(logits[j]))
+                if j < len(draft.token_ids):
+                    state.advance(draft.token_ids[j])
+            logits = torch.stack(rows)
         if params.greedy:
             emitted, accepted = verify_greedy(draft_ids, logits.argmax(-1))
             probs = None
@@ -373,9 +396,21 @@ class SpeculativeSequence:
         """Record emitted tokens until a stop condition; the rest of the step is discarded."""
         for j, token in enumerate(emitted):
             self.tokens.append(token)
+            if self.grammar:
+                self.grammar.advance(token)
             if self.output.add(token, None if logprobs is None else logprobs[j]):
                 return True
         return False
+
+
+def _grammar(request: Request, model: LoadedModel) -> ToolGrammar | None:
+    """The tool-call grammar of a chat request's tools, built once per tool set and weights."""
+    if not request.tools or not request.constrain_tool_calls:
+        return None
+    key = json.dumps(request.tools, sort_keys=True)
+    if key not in model.grammars:
+        model.grammars[key] = ToolGrammar.build(model.tokenizer, model.token_bytes, request.tools)
+    return model.grammars[key]
 
 
 def _deltas(outputs) -> Generator[Delta, None, None]:

@@ -15,7 +15,8 @@ Not thread-safe by itself: the engine holds its lock around every call.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -31,6 +32,7 @@ class LoadedModel:
     token_bytes: list[bytes]  # [vocab] the exact bytes each token id stands for
     cache_kw: str  # the trunk's name for the cache argument ("cache" or "past_key_values")
     prefix_cache: PrefixCache | None = None  # prompt prefixes computed on these weights
+    grammars: dict[str, Any] = field(default_factory=dict)  # tool set -> ToolGrammar (or None)
 
     @property
     def trunk(self):

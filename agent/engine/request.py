@@ -86,6 +86,9 @@ class Request:
     # Lane for the model's forward passes (agent/engine/priority.py): "interactive" (an editor
     # waiting), "normal" (an agent turn), "background" (RL rollouts, benchmarks).
     priority: str = "normal"
+    # Chat with tools: mask tokens that would break a tool call's grammar, so every call parses
+    # (agent/engine/tool_grammar.py; local backend).
+    constrain_tool_calls: bool = True
 
     def __post_init__(self) -> None:
         if self.priority not in LANES:
