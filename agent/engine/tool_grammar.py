@@ -63,8 +63,10 @@ class ToolGrammar:
         (a checkpoint in another chat format) or there are no tools."""
         special = {m: tokenizer.convert_tokens_to_ids(m) for m in (TOOL_CALL, TOOL_CALL_END, ARG)}
         special.update({m: tokenizer.convert_tokens_to_ids(m) for m in (END, EOS, START)})
-        unknown = getattr(tokenizer, "unk_token_id", None)
-        if not tools or any(i is None or i == unknown for i in special.values()):
+        known = all(  # an unknown marker maps to the unknown token, which is another string
+            i is not None and tokenizer.convert_ids_to_tokens(i) == m for m, i in special.items()
+        )
+        if not tools or not known:
             return None
         specs = {}
         for tool in tools:
