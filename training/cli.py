@@ -102,6 +102,13 @@ def main(argv: list[str]) -> int:
         "(one JSONL per task; with several models, one subfolder each)",
     )
 
+    ev.add_argument(
+        "--free-tool-calls",
+        action="store_true",
+        help="decode tool calls without their grammar (measures how often the model alone "
+        "writes calls that parse)",
+    )
+
     rl = sub.add_parser(
         "rl", help="asynchronous RL (Dr. GRPO) in the agent's harness, from an RL recipe"
     )
@@ -224,6 +231,7 @@ def _eval(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
         max_wall_s=args.max_wall_s,
         turn_max_tokens=args.turn_max_tokens,
+        constrain_tool_calls=not args.free_tool_calls,
     )
     reports = []
     for i, model in enumerate(args.model):

@@ -49,6 +49,7 @@ class EvalConfig:
     device: str = "cpu"
     speculative: str = "ngram"  # engine drafts (greedy: the output is the same as without)
     transcripts: str = ""  # folder: each task's harness events as <task id>.jsonl ("" = none)
+    constrain_tool_calls: bool = True  # tool calls decoded under their grammar, as in the harness
 
     def __post_init__(self) -> None:
         if self.split not in ("heldout", "train", "all"):
@@ -101,6 +102,7 @@ def run_task(engine, task: Task, config: EvalConfig) -> TaskResult:
         verify_timeout_s=TEST_TIMEOUT_S,
         temperature=0.0,
         lint=False,
+        constrain_tool_calls=config.constrain_tool_calls,
     )
     if not config.transcripts:
         s = run_sample(engine, from_synthetic(task), bench, 0)

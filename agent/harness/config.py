@@ -61,6 +61,7 @@ class HarnessConfig:
     map_tokens: int = 1024  # repository map added to the task (0: none)
     editor: str = "headless"  # telemetry: "headless", "vscode", "nvim", "rollout"
     priority: str = "normal"  # the engine's lane for every turn (agent/engine/priority.py)
+    constrain_tool_calls: bool = True  # decode calls under their grammar (engine/tool_grammar.py)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)

@@ -130,6 +130,7 @@ def _call_engine(
             cancel=cancel,
             request_id=uuid.uuid4().hex,
             priority=deps.config.priority,
+            constrain_tool_calls=deps.config.constrain_tool_calls,
         )
         return deps.engine.generate(req), cancel.is_set()
     finally:

@@ -64,13 +64,20 @@ def test_runs_without_a_recorder(workspace):
     assert out.ok and out.final == "done"
 
 
-def test_every_turn_asks_the_engine_in_the_configured_lane(workspace):
-    h, engine = harness(workspace, [call("list_files"), "done"], priority="background")
+def test_every_turn_asks_the_engine_in_the_configured_lane_and_grammar(workspace):
+    h, engine = harness(
+        workspace,
+        [call("list_files"), "done"],
+        priority="background",
+        constrain_tool_calls=False,
+    )
     assert h.start("look around").ok
     assert [r.priority for r in engine.requests] == ["background", "background"]
+    assert not any(r.constrain_tool_calls for r in engine.requests)
     h, engine = harness(workspace, ["done"])
     h.start("look around")
     assert engine.requests[0].priority == "normal"  # an agent turn by default
+    assert engine.requests[0].constrain_tool_calls  # calls decoded under their grammar
 
 
 def test_malformed_call_becomes_an_error_for_the_model(workspace, recorder):

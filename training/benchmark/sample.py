@@ -50,6 +50,7 @@ class BenchConfig:
     oracle_logprob: bool = False  # also score tasks that carry an oracle trajectory by its
     # mean log-probability per assistant token (local checkpoints only; see `oracle_logprob`)
     oracle_max_seq: int = 2048  # tokens of the oracle scored: its end (at most the context)
+    constrain_tool_calls: bool = True  # the harness's default; False measures the model alone
 
     def __post_init__(self) -> None:
         if self.samples < 1:
@@ -206,6 +207,7 @@ def run_sample(
             seed=seed,
             editor="rollout",
             priority="background",  # an editor sharing the engine goes first
+            constrain_tool_calls=config.constrain_tool_calls,
             tools=tools,
         )
         outcome = run_unattended(engine, root, task.instruction, harness_config, task.verify, count)
