@@ -84,6 +84,7 @@ class EvalReport:
     by_family: dict[str, float] = field(default_factory=dict)  # family -> pass@1
     stop_reasons: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    constrain_tool_calls: bool = True  # tool calls decoded under their grammar (the harness's)
     results: list[TaskResult] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -185,6 +186,7 @@ def evaluate_agent(
         by_family={f: round(sum(v) / len(v), 3) for f, v in sorted(families.items())},
         stop_reasons=reasons,
         seconds=round(time.monotonic() - t0, 1),
+        constrain_tool_calls=config.constrain_tool_calls,
         results=results,
     )
 

@@ -276,8 +276,7 @@ def _wrong_edit(
 
     if not old:
         return None
-    right = hunks_for(old, new)
-    first = right[0]
+    first = hunks_for(old, new)[0]
     if kind == "swapped":
         if first["replace"].strip() and first["replace"] not in old:
             return [{"search": first["replace"], "replace": first["search"]}], False
