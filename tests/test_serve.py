@@ -232,6 +232,7 @@ BAD_REQUESTS = [
     ("/v1/chat/completions", '{"messages": []}', 400, "non-empty list"),
     ("/v1/chat/completions", '{"messages": [{"role": "robot"}]}', 400, "role must be"),
     ("/v1/chat/completions", "[1, 2]", 400, "must be a JSON object"),
+    ("/v1/completions", '{"prompt": "x", "priority": "urgent"}', 400, "`priority` must be"),
 ]
 
 

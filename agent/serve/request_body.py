@@ -4,7 +4,8 @@ checked field by field.
 Every problem is a `BadRequest` whose message names the field and what is wrong with it (the app
 turns it into a 400). Fields OpenAI defines but the engine cannot honour (penalties, `logit_bias`,
 `echo`, `best_of`) are refused rather than ignored. Beyond OpenAI's fields: `speculation`,
-`top_k`, `stop_token_ids`.
+`top_k`, `stop_token_ids`, and `priority` (vLLM's: an integer, lower runs first; or one of the
+engine's lanes by name).
 """
 
 import json
@@ -13,6 +14,7 @@ import uuid
 from typing import Any
 
 from agent.engine import BadRequest, Request, SamplingParams
+from agent.engine.priority import LANES
 
 ROLES = {"system", "user", "assistant", "tool"}
 # OpenAI fields we cannot honour; a request that sets them to a non-default value gets a 400
@@ -119,6 +121,17 @@ def _speculation(body: dict) -> str | None:
     return None if value is None else _text(value, "speculation")
 
 
+def _priority(body: dict) -> str:
+    """The engine lane of `priority`: a lane's name, or vLLM's integer (< 0 interactive, 0
+    normal, > 0 background)."""
+    value = body.get("priority", "normal")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return "interactive" if value < 0 else "normal" if value == 0 else "background"
+    if value not in LANES:
+        raise BadRequest(f"`priority` must be an integer or one of {', '.join(LANES)}")
+    return value
+
+
 def completion_request(body: dict, cancel: threading.Event) -> Request:
     """A /v1/completions body as an engine Request."""
     prompt = body.get("prompt")
@@ -148,6 +161,7 @@ def completion_request(body: dict, cancel: threading.Event) -> Request:
         speculation=_speculation(body),
         cancel=cancel,
         request_id=f"cmpl-{uuid.uuid4().hex[:24]}",
+        priority=_priority(body),
     )
 
 
@@ -203,4 +217,5 @@ def chat_request(body: dict, cancel: threading.Event) -> Request:
         speculation=_speculation(body),
         cancel=cancel,
         request_id=f"chatcmpl-{uuid.uuid4().hex[:24]}",
+        priority=_priority(body),
     )

@@ -112,3 +112,22 @@ def test_the_local_engine_serves_a_waiting_completion_before_a_waiting_agent_tur
     engine.close()
     assert lanes[:2] == ["background", "interactive"]
     assert lanes.count("interactive") >= 3 and lanes.count("normal") >= 3  # prefill + decodes
+
+
+@pytest.mark.parametrize(
+    "value, lane",
+    [
+        (None, "normal"),
+        (-5, "interactive"),
+        (0, "normal"),
+        (3, "background"),
+        ("interactive", "interactive"),
+    ],
+)
+def test_the_served_api_reads_vllms_integer_priority_or_a_lane(value, lane):
+    from agent.serve.request_body import chat_request, completion_request
+
+    body = {"prompt": "x"} if value is None else {"prompt": "x", "priority": value}
+    assert completion_request(body, threading.Event()).priority == lane
+    body["messages"] = [{"role": "user", "content": "hi"}]
+    assert chat_request(body, threading.Event()).priority == lane
