@@ -260,9 +260,9 @@ class LocalEngine:
                 return
             with torch.inference_mode():
                 if states:
-                    logits = torch.stack(
-                        [states[s].constrain(logits[r]) for r, s in enumerate(rows)]
-                    )
+                    logits = logits.clone()  # [rows, vocab], each row under its own state
+                    for r, sample in enumerate(rows):
+                        states[sample].mask_(logits[r])
                 tokens, logprobs = next_tokens(logits, params, job.generator)  # [rows]
             token_list = tokens.tolist()
             for row, sample in enumerate(rows if states else ()):
@@ -357,12 +357,11 @@ class SpeculativeSequence:
         logits = logits[0]  # [k + 1, vocab]
         draft_ids = ids[0, 1:]  # [k]
         if self.grammar:  # position j's constraint: the state after the first j drafts
-            state, rows = self.grammar.copy(), []
+            logits, state = logits.clone(), self.grammar.copy()
             for j in range(len(logits)):
-                rows.append(state.constrain(logits[j]))
+                state.mask_(logits[j])
                 if j < len(draft.token_ids):
                     state.advance(draft.token_ids[j])
-            logits = torch.stack(rows)
         if params.greedy:
             emitted, accepted = verify_greedy(draft_ids, logits.argmax(-1))
             probs = None

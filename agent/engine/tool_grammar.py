@@ -20,7 +20,7 @@ backend.
 
     grammar = ToolGrammar.build(tokenizer, tools)   # once per tokenizer and tool set
     state = grammar.start()
-    logits = state.constrain(logits)                # [vocab] or [rows, vocab], before sampling
+    logits = state.constrain(logits)                # [..., vocab], before sampling
     state.advance(token_id)
 """
 
@@ -162,19 +162,21 @@ class GrammarState:
         return None, banned
 
     def constrain(self, logits: torch.Tensor) -> torch.Tensor:
-        """`logits` ([vocab] or [1, vocab]) with the tokens the grammar forbids at -inf."""
+        """A copy of `logits` ([..., vocab]) with the tokens the grammar forbids at -inf."""
+        logits = logits.clone()
+        self.mask_(logits)
+        return logits
+
+    def mask_(self, logits: torch.Tensor) -> None:
+        """Set the tokens the grammar forbids to -inf in `logits` ([..., vocab]), in place."""
         mask, banned = self.allowed()
-        if mask is not None:
-            if not mask.any():  # no way on (a tool set the model cannot write): leave it free
-                return logits
+        if mask is not None and mask.any():  # none allowed (an unwritable tool set): leave free
             extra = logits.shape[-1] - mask.shape[0]  # the model's padded vocabulary rows
             if extra > 0:
                 mask = torch.cat([mask, torch.zeros(extra, dtype=torch.bool)])
-            logits = logits.masked_fill(~mask[: logits.shape[-1]].to(logits.device), float("-inf"))
+            logits.masked_fill_(~mask[: logits.shape[-1]].to(logits.device), float("-inf"))
         if banned:
-            logits = logits.clone()
             logits[..., banned] = float("-inf")
-        return logits
 
     # -- moving on -----------------------------------------------------------------------
 
