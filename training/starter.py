@@ -378,7 +378,12 @@ def model_card(model: Path) -> str:
             f"On {ev.get('tasks')} held-out synthetic tasks run through the real harness (greedy,",
             "`flywheel train eval`): "
             f"pass@1 {ev.get('pass_at_1', 0):.0%}, tool calls that parse "
-            f"{ev.get('parse_rate', 0):.0%}, valid tool calls {ev.get('valid_rate', 0):.0%}.",
+            f"{ev.get('parse_rate', 0):.0%}, valid tool calls {ev.get('valid_rate', 0):.0%}"
+            + (
+                " (calls decoded under their grammar, as the harness does)."
+                if ev.get("constrain_tool_calls")
+                else " (calls decoded without their grammar)."
+            ),
             f"Per family: {', '.join(f'{k} {v:.0%}' for k, v in ev.get('by_family', {}).items())}.",
         ]
     else:
