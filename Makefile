@@ -39,7 +39,7 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/flywheel demo
 
-## Train the built-in starter model from offline sources and ship it to agent/starter/ (about three
+## Train the built-in starter model from offline sources and ship it to agent/starter/ (about 4.5
 ## hours on 2 CPU cores; resumes when killed).
 starter: $(STAMP)
 	nice -n 5 $(BIN)/flywheel train starter --out runs/starter --ship
