@@ -68,6 +68,8 @@ from agent.engine.sample_output import SampleOutput
 from agent.engine.sampling import make_generator, next_tokens, target_probs, token_logprobs
 from agent.engine.tool_grammar import ToolGrammar
 
+MAX_GRAMMARS = 32  # tool sets whose grammar stays built, per loaded model
+
 
 @dataclass
 class Job:
@@ -408,6 +410,8 @@ def _grammar(request: Request, model: LoadedModel) -> ToolGrammar | None:
         return None
     key = json.dumps(request.tools, sort_keys=True)
     if key not in model.grammars:
+        if len(model.grammars) >= MAX_GRAMMARS:  # clients may send many tool sets: oldest out
+            model.grammars.pop(next(iter(model.grammars)))
         model.grammars[key] = ToolGrammar.build(model.tokenizer, model.token_bytes, request.tools)
     return model.grammars[key]
 
