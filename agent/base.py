@@ -22,6 +22,7 @@ a damaged folder is rebuilt from the wheel. The GGUF itself is checked against i
 from __future__ import annotations
 
 import errno
+import fcntl
 import importlib.util
 import json
 import os
@@ -87,8 +88,21 @@ def check_folder(folder: Path) -> str | None:
 
 
 def ensure_base(log=print) -> Path:
-    """The converted base folder, converting (or rebuilding) it first when needed."""
+    """The converted base folder, converting (or rebuilding) it first when needed.
+
+    Processes that need it at the same time (test workers, a server and a training run) convert
+    it once: the conversion holds a lock file beside the folder, and a process that waited for
+    it finds the folder complete."""
     folder = base_folder()
+    if folder.is_dir() and check_folder(folder) is None:
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure_locked(folder, log)
+
+
+def _ensure_locked(folder: Path, log) -> Path:
     if folder.is_dir():
         problem = check_folder(folder)
         if problem is None:

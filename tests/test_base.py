@@ -9,6 +9,7 @@ import copy
 import errno
 import json
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,28 @@ def test_a_damaged_conversion_is_rebuilt(fake_wheel):
     assert "does not match its recorded hash" in said[0] and base.check_folder(folder) is None
 
 
+def test_processes_that_need_the_base_at_once_convert_it_once(fake_wheel, monkeypatch):
+    """Two callers at the same time (as two test workers on a fresh machine): one converts, the
+    other waits on the lock and then finds the folder complete."""
+    calls, started = [], threading.Event()
+    convert = base.convert
+
+    def slow_convert(source, folder, log=print):
+        calls.append(folder)
+        started.set()
+        convert(source, folder, log)
+
+    monkeypatch.setattr(base, "convert", slow_convert)
+    results = []
+    first = threading.Thread(target=lambda: results.append(base.ensure_base(log=lambda s: None)))
+    first.start()
+    assert started.wait(60)  # the first caller holds the lock, converting
+    results.append(base.ensure_base(log=lambda s: None))
+    first.join()
+    assert len(calls) == 1 and results[0] == results[1] == base.base_folder()
+    assert base.check_folder(results[0]) is None
+
+
 def test_missing_wheel_names_the_install_command(monkeypatch, tmp_path):
     monkeypatch.setenv("FLYWHEEL_CACHE", str(tmp_path))
     monkeypatch.setattr(base.importlib.util, "find_spec", lambda name: None)
@@ -79,7 +102,8 @@ def test_full_disk_leaves_nothing_half_written(fake_wheel, monkeypatch):
     with pytest.raises(EngineError, match="disk filled.*FLYWHEEL_CACHE"):
         base.ensure_base(log=lambda line: None)
     parent = base.base_folder().parent
-    assert not base.base_folder().exists() and not list(parent.glob(".*"))
+    left = [p.name for p in parent.glob(".*") if p.suffix != ".lock"]  # the lock file stays
+    assert not base.base_folder().exists() and not left
     low = shutil.disk_usage(parent)._replace(free=1 << 20)
     monkeypatch.setattr(base.shutil, "disk_usage", lambda path: low)
     with pytest.raises(EngineError, match="needs 700 MB free"):
