@@ -132,6 +132,7 @@ def test_harness_rollout_records_the_engines_turns(long_checkpoint, tokenizer):
         assert tokenizer.decode(turn.prompt_ids).endswith("<|im_start|>assistant\n")
     assert not traj.passed  # a random model does not fix the bug
     assert traj.signals["tests_after_passed"] == 1 and traj.signals["tests_after_failed"] == 1
+    assert len(traj.signals["final_diff"]) == 12  # a fingerprint of its change to the workspace
     assert traj.stop_reason in ("answered", "max_steps", "repeated_failure")
     assert traj.truncated == (
         traj.stop_reason == "max_steps" or traj.turns[-1].finish_reason == "length"

@@ -7,11 +7,12 @@ Files, one role each (read them in this order):
 - `environments.py`  where rollouts happen: HarnessEnv (the real harness on task workspaces,
                      RecordingEngine keeps the exact sampled token ids) and MagicTokenEnv (the toy)
 - `reward.py`        RewardSpec: weighted telemetry reward functions (+ effort penalty)
+- `curriculum.py`    which task each job samples: tasks always or never solved are skipped
 - `grpo.py`          advantages, token masks, truncated importance weights, the loss (pure)
 - `trainer.py`       Policy: forward over prompt + output, the update step, weight export
 - `runtimes.py`      rollout workers as threads (one in-process engine), processes, or Ray actors
 - `async_loop.py`    the run: admission with the staleness bound, updates, weight pushes,
-                     evaluation, checkpoints, metrics, curves
+                     evaluation, checkpoints, metrics, curves (rewards, lengths and diversity)
 
     flywheel train rl --recipe training/recipes/rl.toml [--set steps=10] [--no-resume]
 

@@ -2,14 +2,16 @@
 
     set up    recipe -> environment, reward spec, policy (resumed from the newest complete
               checkpoint of this run folder if there is one), usable tasks (a task whose
-              verifier cannot run is dropped with a log line), the weights snapshot of the
-              current version, and the runtime with its rollout workers
-    run       keep `in_flight` jobs (async) or exactly one batch of jobs (sync) at the workers;
-              admit each returned group (below); when `tasks_per_step` groups are admitted,
-              one update (trainer.py), version + 1; every `push_every` updates new weights go to
-              the workers; metrics each update, held-out pass@1 / pass@k at the start, every
+              verifier cannot run is dropped with a log line), the curriculum's counts (from the
+              checkpoint, else from `curriculum_seed`), the weights snapshot of the current
+              version, and the runtime with its rollout workers
+    run       keep `in_flight` jobs (async) or exactly one batch of jobs (sync) at the workers,
+              each job's task picked by the curriculum (curriculum.py); admit each returned
+              group (below); when `tasks_per_step` groups are admitted, one update
+              (trainer.py), version + 1; every `push_every` updates new weights go to the
+              workers; metrics each update, held-out pass@1 / pass@k at the start, every
               `eval_every` updates and at the end, a checkpoint every `save_every`
-    clean up  the final model folder, reward and pass@k curves (rewards.png), the run record
+    clean up  the final model folder, the curves (rewards.png, lengths.png), the run record
 
 Admission, for each returned group: a crashed rollout is counted and logged; each trajectory is
 scored (reward.py), and one that cannot be trained on (error, bad logprobs, reward raised) is
@@ -18,7 +20,13 @@ oldest policy version among its tokens) exceeds `max_staleness` — counted in `
 checked again when the batch is assembled, and counted a third time in the trained batch
 (`admitted_over_bound`, which must stay 0); a group with equal rewards, or whose trajectories
 were all truncated, is skipped (no signal); `max_idle_groups` such groups in a row end the run.
-Every group that came back counts towards the rollout metrics (reward, pass@1, pass@G).
+Every group that came back counts towards the rollout metrics (reward, pass@1, pass@G, lengths,
+diversity) and the curriculum's counts; the run also ends when the curriculum has no open task.
+
+Two ways RL goes wrong show in each update's metrics: length growth (`turns_mean`,
+`output_tokens_mean` per trajectory) and diversity collapse (`distinct_diff_fraction`: distinct
+final workspace changes per group over the group's size; `rollout_entropy`: -mean log-prob of
+the sampled tokens).
 
 Synchronous mode (`mode = "sync"`) is the same loop with max_staleness 0 and push_every 1: the
 next batch of jobs is submitted only after the previous update's weights reached the workers.
@@ -30,6 +38,8 @@ Run folder (`recipe.out`):
     weights/v000010/            the snapshot pushed to the rollout engines (recent ones kept)
     metrics.jsonl               {"step", "kind": "train" | "eval", ...} one object per line
     rewards.png                 reward mean +- spread, pass@1, pass@G per update; held-out points
+    lengths.png                 turns and output tokens per trajectory; distinct final diffs per
+                                group and sampled-token entropy, per update
     model/                      the final checkpoint; flywheel.json names version, parent,
                                 reward version and the held-out pass@1 / pass@k before and after
 
@@ -45,7 +55,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import shutil
 import time
 from collections.abc import Callable
@@ -55,6 +64,7 @@ from pathlib import Path
 import torch
 
 from training.loop import MetricsLog, TelemetryRun, TrainingError, _atomic_write, latest_checkpoint
+from training.rl.curriculum import Curriculum
 from training.rl.environments import make_env, version_name
 from training.rl.grpo import group_rows, pass_at_k, zero_variance
 from training.rl.recipe import RLRecipe
@@ -82,6 +92,7 @@ class RunState:
     jobs: int = 0  # jobs submitted (seeds and task order follow it)
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     evals: list[dict] = field(default_factory=list)
+    curriculum: dict = field(default_factory=dict)  # the curriculum's counts (curriculum.py)
 
 
 # --- checkpoints --------------------------------------------------------------------------------
@@ -133,7 +144,14 @@ def load_state(checkpoint: Path, recipe: RLRecipe, policy: Policy) -> RunState:
     saved = torch.load(checkpoint / "trainer.pt", map_location="cpu", weights_only=False)
     policy.load_state_dict(saved)
     counters = {**dict.fromkeys(COUNTERS, 0), **meta["counters"]}
-    return RunState(meta["step"], meta["version"], meta["jobs"], counters, meta["evals"])
+    return RunState(
+        meta["step"],
+        meta["version"],
+        meta["jobs"],
+        counters,
+        meta["evals"],
+        meta.get("curriculum", {}),
+    )
 
 
 def model_meta(recipe: RLRecipe, state: RunState) -> dict:
@@ -157,16 +175,30 @@ def model_meta(recipe: RLRecipe, state: RunState) -> dict:
 
 @dataclass
 class Window:
-    """Rollout results since the last update (what the reward and pass@k metrics describe)."""
+    """Rollout results since the last update (what the rollout metrics describe)."""
 
     rewards: list[float] = field(default_factory=list)
     groups: list[list[bool]] = field(default_factory=list)  # passed flags per group
+    turns: list[int] = field(default_factory=list)  # model turns per trajectory
+    tokens: list[int] = field(default_factory=list)  # output tokens per trajectory
+    distinct: list[float] = field(default_factory=list)  # distinct final diffs / size, per group
+    logprob_sum: float = 0.0  # over every sampled token
+    sampled: int = 0  # sampled tokens
 
     def add(self, trajectories: list[Trajectory]) -> None:
         scored = [t for t in trajectories if t.reward is not None]
         self.rewards += [float(t.reward) for t in scored]
         if trajectories:
             self.groups.append([t.passed for t in trajectories])
+        for traj in trajectories:
+            self.turns.append(len(traj.turns))
+            self.tokens.append(traj.output_tokens)
+            finite = [x for turn in traj.turns for x in turn.logprobs if math.isfinite(x)]
+            self.logprob_sum += sum(finite)
+            self.sampled += len(finite)
+        diffs = [t.signals["final_diff"] for t in trajectories if "final_diff" in t.signals]
+        if diffs:
+            self.distinct.append(len(set(diffs)) / len(diffs))
 
     def metrics(self, group_size: int) -> dict[str, float]:
         if not self.groups:
@@ -174,13 +206,22 @@ class Window:
         n = len(self.rewards)
         mean = sum(self.rewards) / n if n else 0.0
         std = math.sqrt(sum((r - mean) ** 2 for r in self.rewards) / n) if n else 0.0
-        return {
+        record = {
             "reward_mean": mean,
             "reward_std": std,
             "pass@1": sum(sum(g) / len(g) for g in self.groups) / len(self.groups),
             f"pass@{group_size}": sum(any(g) for g in self.groups) / len(self.groups),
             "groups": len(self.groups),
+            "turns_mean": sum(self.turns) / len(self.turns),
+            "output_tokens_mean": sum(self.tokens) / len(self.tokens),
         }
+        if self.distinct:
+            record["distinct_diff_fraction"] = sum(self.distinct) / len(self.distinct)
+        if self.sampled:
+            # -mean log p(sampled token) is a Monte Carlo estimate of the sampling policy's
+            # per-token entropy (its expectation over the sampled tokens is that entropy)
+            record["rollout_entropy"] = -self.logprob_sum / self.sampled
+        return record
 
 
 class RLRun:
@@ -214,6 +255,22 @@ class RLRun:
         if not self.train_tasks:
             raise TrainingError("no usable training tasks (see the lines above): check `tasks`")
         self.eval_tasks = self._usable(self.env.tasks("heldout"), "held-out")[: recipe.eval_tasks]
+        self.curriculum = Curriculum(
+            self.train_tasks,
+            recipe.curriculum_min_samples,
+            recipe.curriculum_explore,
+            recipe.seed,
+            self.state.curriculum,
+        )
+        if checkpoint is None and recipe.curriculum_seed:
+            try:
+                used = self.curriculum.seed_from_eval(recipe.curriculum_seed)
+            except (OSError, ValueError) as exc:
+                raise TrainingError(
+                    f"curriculum_seed {recipe.curriculum_seed!r} cannot be used ({exc}): write "
+                    'it with `flywheel train eval --json FILE`, or set curriculum_seed = ""'
+                ) from exc
+            log(f"curriculum counts seeded from {used} results in {recipe.curriculum_seed}")
         self.buffer: list[tuple[Job, list[Trajectory]]] = []
         self.in_flight: dict[int, Job] = {}
         self.window = Window()
@@ -235,13 +292,9 @@ class RLRun:
         return keep
 
     def _next_job(self) -> Job:
-        n = len(self.train_tasks)
-        epoch, index = divmod(self.state.jobs, n)
-        order = list(range(n))
-        random.Random(self.recipe.seed * 7_919 + epoch).shuffle(order)
         job = Job(
             self.state.jobs,
-            self.train_tasks[order[index]],
+            self.curriculum.pick(self.state.jobs),
             self.recipe.group_size,
             seed=self.recipe.seed * 1_000_003 + self.state.jobs * 131,
         )
@@ -290,6 +343,7 @@ class RLRun:
             return
         counters["trajectories"] += len(result.trajectories)
         self.window.add(result.trajectories)
+        self.curriculum.record(job.task, [t.passed for t in result.trajectories if not t.error])
         if len(usable) < 2:
             return
         if self.state.version - min(t.version for t in usable) > recipe.max_staleness:
@@ -359,6 +413,7 @@ class RLRun:
             "kind": "train",
             "version": state.version,
             **self.window.metrics(recipe.group_size),
+            **self.curriculum.summary(),
             **result,
             "staleness_mean": sum(staleness) / len(staleness),
             "staleness_max": max(staleness),
@@ -441,6 +496,15 @@ class RLRun:
 
     # -- the run -------------------------------------------------------------------------------
 
+    def _stop_reason(self) -> str:
+        """Why the run ends before `steps` ("" while there is something to learn)."""
+        if self.idle_groups >= self.recipe.max_idle_groups:
+            return (
+                f"the last {self.idle_groups} groups had no learning signal (equal rewards: "
+                "every sample passed or none did; or every trajectory was truncated by a limit)"
+            )
+        return self.curriculum.stop_reason()
+
     def run(self) -> Path:
         recipe, state = self.recipe, self.state
         self.telemetry = TelemetryRun(recipe, True)
@@ -458,18 +522,16 @@ class RLRun:
             if not state.evals:
                 self._evaluate()
             while state.step < recipe.steps:
+                stop = self._stop_reason()
+                if stop:
+                    self.log(f"stopping early at step {state.step}: {stop}")
+                    if state.evals[-1:] and state.evals[-1]["step"] != state.step:
+                        self._evaluate()
+                    break
                 self._fill()
                 for result in self.runtime.poll(timeout=5.0):
                     self.in_flight.pop(result.job.id, None)
                     self._admit(result)
-                if self.idle_groups >= recipe.max_idle_groups:
-                    self.log(
-                        f"stopping early at step {state.step}: the last {self.idle_groups} groups "
-                        "had no learning signal (equal rewards: every sample passed or none did; "
-                        "or every trajectory was truncated by a limit)"
-                    )
-                    self._evaluate()
-                    break
                 if len(self.buffer) >= recipe.tasks_per_step:
                     before = state.step
                     self._train_step()
@@ -480,7 +542,7 @@ class RLRun:
                         if state.step % recipe.save_every == 0 or state.step == recipe.steps:
                             saved = save_state(self.ckpts, recipe, self.policy, state)
                             self.log(f"saved checkpoint {saved.name}")
-                            plot(self.metrics.records, self.out / "rewards.png", recipe)
+                            plot(self.metrics.records, self.out, recipe)
             final = self.out / "model"
             latest = latest_checkpoint(self.ckpts)
             if (
@@ -488,7 +550,7 @@ class RLRun:
                 or json.loads((latest / "state.json").read_text())["step"] != state.step
             ):
                 latest = save_state(self.ckpts, recipe, self.policy, state)
-            plot(self.metrics.records, self.out / "rewards.png", recipe)
+            plot(self.metrics.records, self.out, recipe)
             shutil.rmtree(final, ignore_errors=True)
             shutil.copytree(latest / "model", final)
             status = "done"
@@ -526,8 +588,8 @@ def progress_line(record: dict, recipe: RLRecipe) -> str:
     )
 
 
-def plot(records: list[dict], path: Path, recipe: RLRecipe) -> None:
-    """Reward mean +- spread, pass@1 and pass@G per update; held-out pass@1 / pass@k points."""
+def plot(records: list[dict], folder: Path, recipe: RLRecipe) -> None:
+    """The run's curves: rewards.png and lengths.png in `folder`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -537,6 +599,13 @@ def plot(records: list[dict], path: Path, recipe: RLRecipe) -> None:
     evals = [r for r in records if r.get("kind") == "eval"]
     if not train and not evals:
         return
+    plot_rewards(plt, train, evals, folder / "rewards.png", recipe)
+    if train:
+        plot_lengths(plt, train, folder / "lengths.png", recipe)
+
+
+def plot_rewards(plt, train: list[dict], evals: list[dict], path: Path, recipe: RLRecipe) -> None:
+    """Reward mean +- spread, pass@1 and pass@G per update; held-out pass@1 / pass@k points."""
     g, k = recipe.group_size, recipe.eval_samples
     fig, (ax_r, ax_p) = plt.subplots(1, 2, figsize=(11, 4))
     if train:
@@ -561,6 +630,34 @@ def plot(records: list[dict], path: Path, recipe: RLRecipe) -> None:
     for ax in (ax_r, ax_p):
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_lengths(plt, train: list[dict], path: Path, recipe: RLRecipe) -> None:
+    """Length growth (turns and output tokens per trajectory) and diversity collapse (distinct
+    final diffs per group, sampled-token entropy) per update; two y axes per panel."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    panels = (
+        (
+            f"{recipe.name}: length per trajectory",
+            ("turns_mean", "model turns"),
+            ("output_tokens_mean", "output tokens"),
+        ),
+        (
+            "diversity",
+            ("distinct_diff_fraction", "distinct final diffs / group size"),
+            ("rollout_entropy", "sampled-token entropy (nats)"),
+        ),
+    )
+    for ax, (title, *curves) in zip(axes, panels, strict=True):
+        for axis, (key, label), color in zip((ax, ax.twinx()), curves, ("C0", "C1"), strict=True):
+            points = [(r["step"], r[key]) for r in train if key in r]
+            if points:
+                axis.plot(*zip(*points, strict=True), color=color)
+            axis.set_ylabel(label, color=color)
+        ax.set(xlabel="update", title=title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

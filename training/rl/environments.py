@@ -14,12 +14,15 @@ by editing the tests) and the task's verifying command decides `passed`. The eng
 them (checked against the engine's own prompt token count), the output ids exactly as sampled
 (`Completion.token_ids`), the sampling logprobs and the policy version. Signals for the reward
 are the telemetry vocabulary: test counts after, tool calls, tool errors, invalid and repeated
-calls, the final answer and the stop reason. A trajectory stopped by a limit (turns, tokens,
-running time, context) or whose last turn hit `max_tokens` is *truncated*.
+calls, the final answer and the stop reason; and `final_diff`, a short hash of the rollout's
+change to the workspace (its non-test files against the task's), so that identical answers in a
+group can be counted. A trajectory stopped by a limit (turns, tokens, running time, context) or
+whose last turn hit `max_tokens` is *truncated*.
 
 `MagicTokenEnv` ("say the magic token") is the toy that proves the loop learns: task i is a fixed
 three-token prompt, the answer is the one sampled token, and it pays when token % every ==
-i % every (so chance is 1/every). It has no held-out split: its evaluation reuses its prompts.
+i % every (so chance is 1/every); its `final_diff` is the sampled token. It has no held-out
+split: its evaluation reuses its prompts.
 
 Tasks whose verifier cannot run (missing program, permission) are dropped by `check` with the
 reason; a verifier that crashes or hangs during a rollout makes that trajectory an error, left
@@ -28,6 +31,7 @@ out of training.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -97,7 +101,11 @@ class MagicTokenEnv:
                 version,
                 comp.finish_reason,
             )
-            signals = {"tests_after_passed": int(hit), "tests_after_failed": int(not hit)}
+            signals = {
+                "tests_after_passed": int(hit),
+                "tests_after_failed": int(not hit),
+                "final_diff": " ".join(map(str, comp.token_ids)),
+            }
             out.append(Trajectory(task.id, i, [turn], signals, "answered", passed=hit))
         return out
 
@@ -184,6 +192,28 @@ def count_tests(code: int, output: str) -> tuple[int, int]:
     if counts["passed"] or counts["failed"]:
         return counts["passed"], counts["failed"]
     return (1, 0) if code == 0 else (0, 1)
+
+
+def is_test_file(path: str) -> bool:
+    return Path(path).name.startswith("test_")
+
+
+def final_diff(root: Path, files: dict[str, str]) -> str:
+    """A short hash of what changed in `root` against the starting `files`: the non-test files
+    added, edited or deleted (caches and dot folders left out)."""
+    from agent.harness.scratch import read_files
+
+    after = {
+        path: text
+        for path, text in read_files(root).items()
+        if not any(part.startswith(".") for part in Path(path).parts)
+    }
+    changed = sorted(
+        (path, after.get(path))
+        for path in set(after) | set(files)
+        if not is_test_file(path) and after.get(path) != files.get(path)
+    )
+    return hashlib.sha256(json.dumps(changed).encode()).hexdigest()[:12]
 
 
 def load_rl_tasks(path: str | Path, split: str) -> list:
@@ -299,8 +329,9 @@ class HarnessEnv:
                 outcome = run_unattended(
                     recording, root, task.instruction, config, task.test_command, on_event
                 )
+                diff = final_diff(root, task.files)
                 for path, text in task.files.items():
-                    if Path(path).name.startswith("test_"):
+                    if is_test_file(path):
                         Path(root, path).write_text(text)
                 try:
                     code, output = _run(task.test_command, str(root), TEST_TIMEOUT_S)
@@ -321,6 +352,7 @@ class HarnessEnv:
                 "stop_reason": traj.stop_reason,
                 "stop_detail": outcome.detail,
                 "repeated_tool_calls": repeated,
+                "final_diff": diff,
                 **counts,
             }
             if code == 124:

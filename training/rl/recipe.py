@@ -47,6 +47,12 @@ class RLRecipe:
     tasks_per_step: int = 4  # groups per update
     max_tokens: int = 512  # output tokens per model turn
     temperature: float = 1.0  # sampling temperature (> 0); the trainer scores with the same one
+    # --- which tasks (curriculum.py) ---
+    curriculum_min_samples: int = 16  # a task whose last N samples all passed, or that failed
+    # N or more samples and never passed, is settled: only retried to explore; 0 = off (every
+    # task in turn, shuffled); the run stops when every task is settled
+    curriculum_explore: float = 0.1  # share of jobs that retry a settled task
+    curriculum_seed: str = ""  # eval JSON (`flywheel train eval --json`) to start the counts from
     # --- rewards ---
     rewards: dict[str, float] = field(default_factory=lambda: {"task_success@2": 1.0})
     effort_penalty: float = 0.0  # subtracted per 1,000 output tokens of a trajectory
@@ -132,6 +138,10 @@ class RLRecipe:
             raise RecipeError("clip_low must be in [0, 1) and clip_high >= 0")
         if self.max_staleness < 0 or self.in_flight < 0 or self.task_limit < 0:
             raise RecipeError("max_staleness, in_flight and task_limit must be >= 0")
+        if self.curriculum_min_samples < 0 or not 0 <= self.curriculum_explore <= 1:
+            raise RecipeError(
+                "curriculum_min_samples must be >= 0 and curriculum_explore in [0, 1]"
+            )
         if self.mode == "sync":
             self.max_staleness, self.push_every = 0, 1  # the definition of synchronous
         if self.push_every > self.max_staleness + 1:
