@@ -1,14 +1,24 @@
-"""`flywheel bench lsp`: what the language server adds to an inline completion.
+"""`flywheel bench lsp`: what the language server adds to an inline completion, idle and busy.
 
     flywheel bench lsp --model ./ckpt --iterations 30 --json lsp-bench.json
+    flywheel bench lsp --model default --file-tokens 1500 --during-agent --json lsp-busy.json
 
 One run measures the same completions two ways, alternating:
-  direct  the engine call the server makes (same FIM prompt, sampling and seed), in this process
+  direct  the engine call the server makes (same prompt, sampling and seed), in this process
   lsp     `textDocument/inlineCompletion` sent by a real LSP client (pygls) to `flywheel lsp`
           running as a subprocess over stdio, timed from request to response, telemetry on
-Each iteration uses a new document text, so the server's cache never answers. It prints a table
-(p50, p95, mean in milliseconds, and the server's overhead at p50 and p95) and writes JSON.
-Target: the server adds <= 15 ms at p50.
+Each iteration uses a new document text, so the server's suggestion cache never answers: a tiny
+new function each time, or with `--file-tokens N` a real source file of about N tokens typed into
+a new line start per request, two thirds of the way down (the file's start never changes,
+so the engine's prefix cache may reuse it; no text extends the previous one, so the server's
+typed-through suggestions never answer).
+
+With `--during-agent` a third series follows: the same kind of completions sent while the same
+server runs agent tasks (`flywheel.ask` on the demo's sample project, started again whenever one
+ends), so the completion competes with agent turns for the model; only requests that began and
+ended while a task ran count. It prints a table (p50, p95, mean in milliseconds, the server's
+overhead at p50 and p95, and the busy p50 against the idle one) and writes JSON. Targets: the
+server adds <= 15 ms at p50; a completion during an agent task answers within 400 ms at p50.
 
 What it does not do: measure the editor's own delays (Neovim waits ~200 ms before asking) or
 the debounce (set to 0 here).
@@ -19,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -30,10 +41,55 @@ from lsprotocol import types
 SUFFIX = "\n\nprint(total)\n"
 
 
+# What the user is typing in a file: line starts, each with a new name, so that no request's
+# text extends the previous one (the server would answer that from the suggestion it showed).
+TYPED = (
+    "result_{i} = weighted_total(",
+    "def handle_{i}(request, ",
+    "total_{i} = sum(value * ",
+    "if count_{i} > ",
+)
+
+
 def _document(i: int) -> tuple[str, types.Position]:
     prefix = f"import os\n\n\ndef step_{i}(values):\n    total = {i}\n    for v in values:\n        total"
+    return prefix + SUFFIX, _end(prefix)
+
+
+def _end(prefix: str) -> types.Position:
     lines = prefix.split("\n")
-    return prefix + SUFFIX, types.Position(line=len(lines) - 1, character=len(lines[-1]))
+    return types.Position(line=len(lines) - 1, character=len(lines[-1]))
+
+
+def source_text(chars: int) -> str:
+    """About `chars` characters of real Python: standard-library modules, whole lines."""
+    import json as json_package
+
+    text = ""
+    for path in sorted(Path(json_package.__file__).parent.glob("*.py")):
+        text += path.read_text(encoding="utf-8") + "\n\n"
+        if len(text) >= chars:
+            break
+    cut = text.rfind("\n", 0, chars)
+    return text[: cut + 1 if cut > 0 else chars]
+
+
+class TypedFile:
+    """A source file being typed into: request i sees a new line start (`TYPED`, numbered i)
+    before the last top-level definition in the file's first two thirds; the text before that
+    line never changes."""
+
+    def __init__(self, text: str) -> None:
+        lines = text.splitlines(keepends=True)
+        cut = (2 * len(lines)) // 3
+        # before a top-level definition, so that the typing is code, not inside a docstring
+        tops = [k for k, line in enumerate(lines[:cut]) if line.startswith(("def ", "class "))]
+        cut = tops[-1] if tops else cut
+        self.head, self.tail = "".join(lines[:cut]), "".join(lines[cut:])
+
+    def __call__(self, i: int) -> tuple[str, types.Position]:
+        prefix = self.head + TYPED[i % len(TYPED)].format(i=i)
+        return prefix + "\n" + self.tail, _end(prefix)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -53,8 +109,10 @@ def _summary(values: list[float]) -> dict[str, float]:
 async def _run(args: argparse.Namespace) -> dict:
     from pygls.lsp.client import LanguageClient
 
+    from agent.demo import INSTRUCTION, SAMPLE
     from agent.engine import EngineConfig, Request, SamplingParams, open_engine
     from lsp.completion import STOP, build_prompt
+    from lsp.protocol import TASK_STEP
     from lsp.settings import CompletionSettings
 
     settings = CompletionSettings(
@@ -62,10 +120,9 @@ async def _run(args: argparse.Namespace) -> dict:
     )
     engine = open_engine(EngineConfig(model=args.model))
     max_prompt = engine.context_length - settings.max_tokens - 8
+    prompt_tokens: list[int] = []
 
-    def direct(i: int) -> float:
-        text, pos = _document(i)
-        offset = len(text) - len(SUFFIX)
+    def direct(text: str, offset: int) -> float:
         prompt = build_prompt(text[:offset], text[offset:], "python", [], settings, max_prompt)
         request = Request(
             prompt=prompt,
@@ -78,12 +135,31 @@ async def _run(args: argparse.Namespace) -> dict:
             ),
         )
         started = time.perf_counter()
-        engine.generate(request)
+        result = engine.generate(request)
+        prompt_tokens.append(result.metrics.prompt_tokens)
         return (time.perf_counter() - started) * 1000
 
+    document = _document
+    if args.file_tokens:
+        # ~3.5 characters per token for Python; corrected once with the model's own count
+        typed = TypedFile(source_text(int(args.file_tokens * 3.5)))
+        text, pos = typed(0)
+        direct(text, _offset(text, pos))
+        chars = int(args.file_tokens * 3.5 * args.file_tokens / max(1, prompt_tokens.pop()))
+        document = TypedFile(source_text(chars))
+
     tmp = Path(tempfile.mkdtemp(prefix="flywheel-bench-lsp-"))
+    shutil.copytree(SAMPLE, tmp, dirs_exist_ok=True)  # what the agent tasks work on
     client = LanguageClient("flywheel-bench", "1")
     client.feature("flywheel/status")(lambda ls, params: None)
+    task_ids: list[str] = []  # agent tasks, in the order their first step was seen
+
+    @client.feature(TASK_STEP)
+    def _step(ls, params) -> None:
+        task = getattr(params, "taskId", None)
+        if task and task not in task_ids:
+            task_ids.append(task)
+
     answered = 0
     await client.start_io(
         sys.executable, "-m", "lsp.cli", "--model", args.model, "--db", str(tmp / "t.db")
@@ -98,7 +174,8 @@ async def _run(args: argparse.Namespace) -> dict:
                     "maxTokens": args.max_tokens,
                     "temperature": args.temperature,
                     "seed": args.seed,
-                }
+                },
+                "agent": {"approval": "never", "maxSteps": 12},
             },
         )
     )
@@ -109,12 +186,14 @@ async def _run(args: argparse.Namespace) -> dict:
             text_document=types.TextDocumentItem(uri=uri, language_id="python", version=0, text="")
         )
     )
+    version = 0
 
-    async def via_lsp(i: int) -> float:
-        text, pos = _document(i)
+    async def via_lsp(text: str, pos: types.Position) -> tuple[float, bool]:
+        nonlocal answered, version
+        version += 1
         client.text_document_did_change(
             types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=i + 1),
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
                 content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)],
             )
         )
@@ -125,42 +204,83 @@ async def _run(args: argparse.Namespace) -> dict:
                 trigger_kind=types.InlineCompletionTriggerKind.Invoked
             ),
         )
-        nonlocal answered
         started = time.perf_counter()
         result = await client.text_document_inline_completion_async(params)
         elapsed = (time.perf_counter() - started) * 1000
         answered += bool(result and result.items)
-        return elapsed
+        return elapsed, bool(result and result.items)
 
-    times: dict[str, list[float]] = {"direct": [], "lsp": []}
+    agent = {"running": False, "started": 0, "finished": 0, "stop": False}
+
+    async def agent_tasks() -> None:
+        """Agent tasks on the sample project, one after another, until told to stop."""
+        while not agent["stop"]:
+            agent["running"], agent["started"] = True, agent["started"] + 1
+            try:
+                await client.workspace_execute_command_async(
+                    types.ExecuteCommandParams(
+                        command="flywheel.ask",
+                        arguments=[{"question": INSTRUCTION}],
+                    )
+                )
+            finally:
+                agent["running"] = False
+                agent["finished"] += 1
+
+    times: dict[str, list[float]] = {"direct": [], "lsp": [], "lsp_during_agent": []}
+    requests = 0
     try:
         for i in range(-args.warmup, args.iterations):
-            d = direct(i + 10_000)  # the same documents both ways, never seen before
-            s = await via_lsp(i + 10_000)
+            text, pos = document(i + 10_000)  # the same documents both ways, never seen before
+            d = direct(text, _offset(text, pos))
+            s, _ = await via_lsp(text, pos)
+            requests += 1
             if i >= 0:
                 times["direct"].append(d)
                 times["lsp"].append(s)
+        if args.during_agent:
+            runner = asyncio.create_task(agent_tasks())
+            i = 20_000
+            while len(times["lsp_during_agent"]) < args.iterations:
+                if runner.done():
+                    runner.result()  # the task loop failed: say why
+                i += 1
+                text, pos = document(i)
+                busy = agent["running"]
+                s, _ = await via_lsp(text, pos)
+                requests += 1
+                if busy and agent["running"]:
+                    times["lsp_during_agent"].append(s)
+                await asyncio.sleep(0.1)  # a keystroke's gap: the agent's turn goes on meanwhile
+            agent["stop"] = True
+            if task_ids:  # the task still running: stop it rather than wait for its end
+                await client.workspace_execute_command_async(
+                    types.ExecuteCommandParams(
+                        command="flywheel.cancelTask", arguments=[task_ids[-1]]
+                    )
+                )
+            await asyncio.wait_for(runner, timeout=600)
     finally:
         await client.shutdown_async(None)
         client.exit(None)
         await client.stop()
         engine.close()
-    direct_s, lsp_s = _summary(times["direct"]), _summary(times["lsp"])
-    total = args.iterations + args.warmup
     # An empty suggestion (the model ended at once) is a real answer and costs the same on both
     # paths; many of them mean the server is failing, and then the figures mean nothing.
-    if answered < 0.9 * total:
+    if answered < 0.9 * requests:
         raise RuntimeError(
-            f"the server answered only {answered} of {total} requests with a suggestion; the "
+            f"the server answered only {answered} of {requests} requests with a suggestion; the "
             "comparison would be meaningless (see the server log above)"
         )
-    return {
+    direct_s, lsp_s = _summary(times["direct"]), _summary(times["lsp"])
+    report = {
         "answered_with_suggestion": answered,
-        "requests": total,
+        "requests": requests,
         "model": args.model,
         "model_version": engine.model_version,
         "iterations": args.iterations,
         "max_tokens": args.max_tokens,
+        "prompt_tokens_p50": _percentile(prompt_tokens, 0.5),
         "direct": direct_s,
         "lsp": lsp_s,
         "overhead_p50_ms": lsp_s["p50_ms"] - direct_s["p50_ms"],
@@ -168,6 +288,21 @@ async def _run(args: argparse.Namespace) -> dict:
         "target_overhead_p50_ms": 15.0,
         "samples_ms": times,
     }
+    if args.during_agent:
+        busy = _summary(times["lsp_during_agent"])
+        report.update(
+            lsp_during_agent=busy,
+            during_agent_vs_idle_p50=busy["p50_ms"] / lsp_s["p50_ms"],
+            agent_tasks_started=agent["started"],
+            target_during_agent_p50_ms=400.0,
+        )
+    return report
+
+
+def _offset(text: str, pos: types.Position) -> int:
+    """The character offset of `pos` (the benchmark's texts are ASCII)."""
+    lines = text.split("\n")
+    return sum(len(line) + 1 for line in lines[: pos.line]) + pos.character
 
 
 def main(argv: list[str]) -> int:
@@ -187,24 +322,45 @@ def main(argv: list[str]) -> int:
         help="0: greedy; a tiny random test model needs sampling (1.0) to say anything",
     )
     p.add_argument("--seed", type=int, default=0, help="sampling seed, the same both ways")
+    p.add_argument(
+        "--file-tokens",
+        type=int,
+        default=0,
+        help="type into a real source file of about this many tokens (0: a tiny new function "
+        "per request)",
+    )
+    p.add_argument(
+        "--during-agent",
+        action="store_true",
+        help="then time the same completions while the server runs agent tasks",
+    )
     p.add_argument("--json", default="lsp-bench.json", help="where to write the results")
     args = p.parse_args(argv)
-    if args.iterations < 1 or args.warmup < 0 or args.max_tokens < 1:
-        p.error("--iterations and --max-tokens must be >= 1, --warmup >= 0")
+    if args.iterations < 1 or args.warmup < 0 or args.max_tokens < 1 or args.file_tokens < 0:
+        p.error("--iterations and --max-tokens must be >= 1, --warmup and --file-tokens >= 0")
     try:
         report = asyncio.run(_run(args))
     except Exception as exc:  # the engine or the server could not start: say why, once
         print(f"flywheel bench lsp: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    print(f"{'path':<8}{'p50 ms':>10}{'p95 ms':>10}{'mean ms':>10}")
-    for name in ("direct", "lsp"):
-        s = report[name]
-        print(f"{name:<8}{s['p50_ms']:>10.1f}{s['p95_ms']:>10.1f}{s['mean_ms']:>10.1f}")
+    print(f"prompt: {report['prompt_tokens_p50']} tokens at p50")
+    print(f"{'path':<18}{'p50 ms':>10}{'p95 ms':>10}{'mean ms':>10}")
+    for name in ("direct", "lsp", "lsp_during_agent"):
+        s = report.get(name)
+        if s:
+            print(f"{name:<18}{s['p50_ms']:>10.1f}{s['p95_ms']:>10.1f}{s['mean_ms']:>10.1f}")
     verdict = "ok" if report["overhead_p50_ms"] <= 15 else "over the 15 ms target"
     print(
         f"server overhead: p50 {report['overhead_p50_ms']:.1f} ms, "
         f"p95 {report['overhead_p95_ms']:.1f} ms ({verdict})"
     )
+    if args.during_agent:
+        p50 = report["lsp_during_agent"]["p50_ms"]
+        print(
+            f"during agent tasks ({report['agent_tasks_started']} started): p50 {p50:.0f} ms, "
+            f"{report['during_agent_vs_idle_p50']:.2f}x idle "
+            f"({'ok' if p50 <= 400 else 'over the 400 ms target'})"
+        )
     Path(args.json).write_text(json.dumps(report, indent=2))
     print(f"wrote {args.json}")
     return 0
