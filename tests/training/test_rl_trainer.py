@@ -122,7 +122,12 @@ def test_harness_rollout_records_the_engines_turns(long_checkpoint, tokenizer):
     env = HarnessEnv("unused", max_turns=2, turn_max_tokens=12, temperature=1.0, wall_s=60)
     task = _tiny_task()
     assert env.check(task) == ""
+    generate, constrained = engine.generate, []
+    engine.generate = lambda request: (
+        constrained.append(request.constrain_tool_calls) or generate(request)
+    )
     traj = env.one(engine, tokenizer, task, sample=0, seed=7)
+    assert constrained and not any(constrained)  # sampled from the policy itself, unmasked
     assert traj.error == "", traj.error  # prompt ids matched the engine's own count
     assert traj.stop_reason != "engine_error", traj.signals["stop_detail"]
     assert 1 <= len(traj.turns) <= 2

@@ -323,6 +323,9 @@ class HarnessEnv:
             editor="rollout",
             priority="background",  # an editor sharing the engine goes first
             tools=task_tools_config(task),
+            # The trainer scores the policy's own distribution: tokens sampled under the tool-call
+            # grammar's mask would carry masked log-probabilities and bias the importance weights.
+            constrain_tool_calls=False,
         )
         try:
             with scratch_copy(task.files, prefix="flywheel-rollout-") as root:
