@@ -3,6 +3,7 @@
     flywheel bench engine                       # builds a random-weight 10m model (see below)
     flywheel bench engine --model runs/ckpt --draft-model runs/small --json
     flywheel bench engine --max-tokens 64 --repeats 1 --json /tmp/engine.json   # a quick look
+    flywheel bench engine --model default --dtype int8   # int8 weights for decoding (lossy)
 
 Workloads (greedy, same prompts and weights for every method):
 - *apply*: rewrite a ~150-line Python file from the standard library with a one-line change; the
@@ -17,7 +18,8 @@ and the peers, run in the same process on the same weights: `hf-greedy` (`genera
 `hf-prompt-lookup` (`generate(prompt_lookup_num_tokens=...)`), plus `hf-assisted`
 (`generate(assistant_model=...)`) when there is a draft model. Every row reports tokens/s, its
 ratio to `plain` and to the matching peer, the mean acceptance length, and whether its tokens
-equal `plain`'s.
+equal `plain`'s. The peers run on the engine's loaded modules, so with `--dtype int8` they
+decode with the int8 weights too.
 
 Two figures decide whether speculation can pay off where the benchmark runs, both in the JSON with
 pass/fail: (a) plain decoding tokens/s over `hf-greedy` (target >= 1.0) and (b) the median time
@@ -44,6 +46,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from agent.engine.config import DTYPES
 
 STDLIB = Path(sys.base_prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
 APPLY_FILE = "genericpath.py"  # ~155 lines
@@ -82,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--step-samples", type=int, default=60, help="forward calls timed for (b)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's)")
     parser.add_argument(
+        "--dtype", default="float32", choices=DTYPES, help="weights (default: %(default)s)"
+    )
+    parser.add_argument(
         "--json",
         nargs="?",
         const="",
@@ -101,7 +108,7 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(args.threads)
     try:
         with tempfile.TemporaryDirectory(prefix="flywheel-bench-") as tmp:
-            report = run(args, Path(tmp))
+            report = {"command": "flywheel bench engine " + " ".join(argv), **run(args, Path(tmp))}
     except EngineError as exc:
         print(f"flywheel bench engine: {exc}", file=sys.stderr)
         return 1
@@ -187,8 +194,8 @@ def run(args, tmp: Path) -> dict:
     if random_weights:
         model_path, built_draft = build_default_models(tmp)
         draft_path = draft_path or built_draft
-    target = LoadedModel.load(model_path)
-    draft = LoadedModel.load(draft_path) if draft_path else None
+    target = LoadedModel.load(model_path, dtype=args.dtype)
+    draft = LoadedModel.load(draft_path, dtype=args.dtype) if draft_path else None
     methods = ["plain", "ngram"] + (["mtp"] if target.checkpoint.heads is not None else [])
     methods += ["draft"] if draft is not None else []
     engines = {}
@@ -200,12 +207,13 @@ def run(args, tmp: Path) -> dict:
             draft_model=draft_path if method == "draft" else None,
         )
         engines[method] = LocalEngine(
-            EngineConfig(model=model_path, speculative=spec), target, draft
+            EngineConfig(model=model_path, dtype=args.dtype, speculative=spec), target, draft
         )
     # apply: the n-gram engine may grow its drafts further (the file is copied in long runs)
     engines["ngram-apply"] = LocalEngine(
         EngineConfig(
             model=model_path,
+            dtype=args.dtype,
             speculative=SpeculativeConfig(
                 method="ngram",
                 num_draft_tokens=args.num_draft,
@@ -341,6 +349,7 @@ def run(args, tmp: Path) -> dict:
             num_draft=args.num_draft,
             apply_max_draft=args.apply_max_draft,
             repeats=args.repeats,
+            dtype=args.dtype,
             timing="best of repeats per prompt, methods interleaved",
             greedy=True,
         ),
@@ -418,7 +427,10 @@ def print_report(report: dict) -> None:
 
     console = Console()
     model = report["model"]
-    title = f"flywheel bench engine — {model['version']} ({model['parameters'] / 1e6:.1f}M params)"
+    title = (
+        f"flywheel bench engine — {model['version']} ({model['parameters'] / 1e6:.1f}M params, "
+        f"{report['settings']['dtype']})"
+    )
     table = Table(title=title)
     for column in ("workload", "method", "tokens/s", "× plain", "× peer", "accept len", "same"):
         table.add_column(

@@ -7,11 +7,13 @@ One dataclass per concern, each field commented, checked in `__post_init__`. Com
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from agent.engine.request import BadRequest
 
 SpecMethod = Literal["none", "ngram", "mtp", "draft"]
+DType = Literal["float32", "bfloat16", "float16", "int8"]
+DTYPES: tuple[str, ...] = get_args(DType)  # what --dtype offers
 
 
 @dataclass
@@ -45,7 +47,9 @@ class EngineConfig:
     model: str = "default"  # "default" (the starter model), a checkpoint folder, or an http(s) URL
     backend: Literal["auto", "local", "vllm", "openai"] = "auto"  # auto: URL -> openai, else local
     device: str = "cpu"  # torch device for the local backend
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    # weights; "int8": float32 plus int8 copies used for decoding (local backend on the CPU,
+    # lossy; model_runner.py `Int8Linear`)
+    dtype: DType = "float32"
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     api_key: str | None = None  # for the openai backend; None sends no Authorization header
     served_model_name: str | None = None  # model name to ask an OpenAI-compatible server for
@@ -59,3 +63,10 @@ class EngineConfig:
             )
         if self.backend == "auto":
             self.backend = "openai" if self.model.startswith(("http://", "https://")) else "local"
+        if self.dtype not in DTYPES:
+            raise BadRequest(f"unknown dtype {self.dtype!r}; use {', '.join(DTYPES)}")
+        if self.dtype == "int8" and (self.backend != "local" or self.device.split(":")[0] != "cpu"):
+            raise BadRequest(
+                "dtype int8 is the local backend's CPU option (torch's int8 kernels); "
+                f"not for backend {self.backend!r} on device {self.device!r}"
+            )

@@ -7,7 +7,8 @@ cache is rolled back with `DynamicCache.crop(-n)` after rejected draft tokens.
 On the CPU, every `nn.Linear` of the trunk and heads becomes a `FewRowsLinear`: the same
 weights, with a product for 2..16 rows (a verify step, an MTP head over a few new positions)
 that runs faster on torch's CPU BLAS (see its docstring). One row (plain decoding) and long
-inputs (prefill) run exactly as before.
+inputs (prefill) run exactly as before. With dtype "int8" they become `Int8Linear` instead:
+decode-sized inputs use an int8 copy of the weights (lossy), prefill keeps float32.
 
 Not thread-safe by itself: the engine holds its lock around every call.
 """
@@ -15,6 +16,7 @@ Not thread-safe by itself: the engine holds its lock around every call.
 from __future__ import annotations
 
 import inspect
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +26,8 @@ from torch import nn
 from agent.engine.prefix_cache import PrefixCache
 from agent.model import Checkpoint, load_checkpoint
 from agent.tokenizer import CHAR_TO_BYTE
+
+log = logging.getLogger("flywheel.engine")
 
 
 @dataclass
@@ -56,21 +60,31 @@ class LoadedModel:
 
     @classmethod
     def load(cls, model: str, device: str = "cpu", dtype: str = "float32") -> LoadedModel:
-        """Load a checkpoint folder ("default" is the built-in starter model)."""
-        return cls.wrap(load_checkpoint(model, device=device, dtype=dtype))
+        """Load a checkpoint folder ("default" is the built-in starter model); dtype "int8"
+        loads float32 and adds int8 weights for decoding (`Int8Linear`)."""
+        int8 = dtype == "int8"
+        checkpoint = load_checkpoint(model, device=device, dtype="float32" if int8 else dtype)
+        return cls.wrap(checkpoint, int8=int8)
 
     @classmethod
-    def wrap(cls, checkpoint: Checkpoint) -> LoadedModel:
+    def wrap(cls, checkpoint: Checkpoint, int8: bool = False) -> LoadedModel:
         """Wrap models already in memory; on the CPU their `nn.Linear`s become `FewRowsLinear`
-        in place (same weights and numerics for one row)."""
+        in place (same weights and numerics for one row), or `Int8Linear` with `int8`."""
         tokenizer = checkpoint.tokenizer
         vocab = checkpoint.trunk.config.vocab_size
         known = decode_table(tokenizer)
         token_bytes = known[:vocab] + [b""] * max(0, vocab - len(known))
         if checkpoint.trunk.device.type == "cpu":
-            use_few_rows_linear(checkpoint.trunk)
-            if checkpoint.heads is not None:
-                use_few_rows_linear(checkpoint.heads)
+            heads = [checkpoint.heads] if checkpoint.heads is not None else []
+            modules = [checkpoint.trunk, *heads]
+            for module in modules:
+                use_few_rows_linear(module)
+            why_not = int8_unavailable() if int8 else None
+            if why_not:
+                log.error("dtype int8: %s; running float32 instead", why_not)
+            elif int8:
+                for module in modules:
+                    use_int8_linear(module)
         params = inspect.signature(type(checkpoint.trunk.model).forward).parameters
         cache_kw = "cache" if "cache" in params else "past_key_values"
         return cls(checkpoint, token_bytes, cache_kw)
@@ -122,6 +136,74 @@ def use_few_rows_linear(module: nn.Module) -> None:
     for child in module.modules():
         if type(child) is nn.Linear:
             child.__class__ = FewRowsLinear
+
+
+class Int8Linear(FewRowsLinear):
+    """`FewRowsLinear` that multiplies inputs of at most MAX_INT8_ROWS rows by int8 weights.
+
+    Why: decoding on a CPU reads every weight per step; torch's `_weight_int8pack_mm` reads a
+    quarter of the bytes and is much faster for a few rows (decode, verify), slower than float32
+    BLAS for long inputs, which therefore keep the float32 weight (prefill). Weights are
+    per-output-channel symmetric int8 with one bf16 scale each; activations stay float32 and
+    become bf16 only inside the int8 product. Lossy: outputs differ from float32, and the bf16
+    rounding can turn a near-tie either way, so under int8 speculative decoding need not write
+    plain decoding's tokens exactly (a verify step's attention rounds differently).
+
+    `int8_weight`/`int8_scales` are plain attributes, not buffers: the state dict and training
+    never see them, and they do not follow later changes to `weight`.
+    """
+
+    MAX_INT8_ROWS = 12  # the int8/float32 crossover on a CPU: benchmarks/int8.py measures it
+    int8_weight: torch.Tensor  # [out, in] int8
+    int8_scales: torch.Tensor  # [out] bf16
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1]
+        if not 0 < rows <= self.MAX_INT8_ROWS:
+            return super().forward(x)
+        x16 = x.reshape(rows, x.shape[-1]).to(torch.bfloat16).contiguous()
+        y = torch.ops.aten._weight_int8pack_mm(x16, self.int8_weight, self.int8_scales).to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+INT8_K_MULTIPLE = 16  # the CPU kernel reads inputs in blocks of 16 (others crash or go wrong)
+
+
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-output-channel symmetric int8: (q [out, in] int8, scales [out] bf16), W ≈ q * s."""
+    w = weight.detach().float()
+    scales = (w.abs().amax(dim=1).clamp(min=1e-12) / 127).to(torch.bfloat16)  # [out]
+    q = torch.round(w / scales.float()[:, None]).clamp(-127, 127).to(torch.int8)
+    return q, scales
+
+
+def use_int8_linear(module: nn.Module) -> None:
+    """Give every `nn.Linear`/`FewRowsLinear` inside `module` whose input width the kernel takes
+    an int8 copy of its weight and make it an `Int8Linear`, in place (the rest keep float32)."""
+    for child in module.modules():
+        if type(child) in (nn.Linear, FewRowsLinear) and child.in_features % INT8_K_MULTIPLE == 0:
+            child.int8_weight, child.int8_scales = quantize_int8(child.weight)
+            child.__class__ = Int8Linear
+
+
+def int8_unavailable() -> str | None:
+    """Why this torch cannot run `Int8Linear` on the CPU (None: it can), tried on a small product."""
+    op = getattr(torch.ops.aten, "_weight_int8pack_mm", None)
+    if op is None:
+        return f"torch {torch.__version__} has no _weight_int8pack_mm"
+    weight = torch.linspace(-1, 1, 24 * 48).reshape(24, 48)
+    x = torch.linspace(-2, 2, 2 * 48).reshape(2, 48)
+    q, scales = quantize_int8(weight)
+    try:
+        y = op(x.to(torch.bfloat16), q, scales).float()
+    except (RuntimeError, NotImplementedError) as exc:
+        return f"torch {torch.__version__}'s _weight_int8pack_mm fails on the CPU ({exc})"
+    reference = x @ weight.T
+    if not (y - reference).norm() <= 0.02 * reference.norm():
+        return f"torch {torch.__version__}'s _weight_int8pack_mm gives wrong results on this CPU"
+    return None
 
 
 def decode_table(tokenizer) -> list[bytes]:

@@ -14,6 +14,7 @@ import socket
 import sys
 
 from agent.engine import EngineConfig, EngineError, SpeculativeConfig
+from agent.engine.config import DTYPES
 from agent.registry import Registry, RegistryError, RegistryWatcher, path_from_cli
 from agent.serve.app import ServerConfig, build_app
 
@@ -38,7 +39,12 @@ def _parser() -> argparse.ArgumentParser:
         help="engine backend; auto: URL -> openai, else local (default: %(default)s)",
     )
     m.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
-    m.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    m.add_argument(
+        "--dtype",
+        default="float32",
+        choices=DTYPES,
+        help="weights; int8: int8 copies for decoding on the CPU, lossy (default: %(default)s)",
+    )
     m.add_argument(
         "--prefix-cache-mb",
         type=int,

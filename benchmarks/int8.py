@@ -1,0 +1,277 @@
+"""Benchmark: int8 weight-only decoding (`EngineConfig.dtype = "int8"`) against float32.
+
+One process loads the model twice, float32 and int8, and compares:
+- forward ms over a warm KV cache by number of new rows, with the int8 product forced for every
+  row count (where `Int8Linear.MAX_INT8_ROWS`, the int8/float32 crossover, comes from);
+- one decode step and one verify step over 4 drafts (`flywheel bench engine`'s `step_costs`);
+- greedy decoding of held-out agent prompts (the prompt before each conversation's first
+  assistant turn): decode tokens/s (after the first token) and whether int8 writes the same
+  tokens as float32, with the first position where it does not;
+- held-out loss: mean next-token cross-entropy on the assistant tokens (what the SFT stage's
+  eval_loss scores, `training.stages.encode_conversation`) and on all tokens, plus how often the
+  two models' argmax agree. The int8 model scores with the int8 product forced for every row,
+  as decoding computes each token; the engine's prefill uses float32, so this is the worst case.
+
+    .venv/bin/python benchmarks/int8.py --model default --threads 2 \
+        --json benchmarks/results/int8-2026-12-02.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+ROWS = (1, 2, 4, 8, 12, 16, 24, 32)
+
+
+@contextlib.contextmanager
+def int8_for_every_row():
+    """Run `Int8Linear`'s int8 product whatever the number of rows (prefill included)."""
+    from agent.engine.model_runner import Int8Linear
+
+    before = Int8Linear.MAX_INT8_ROWS
+    Int8Linear.MAX_INT8_ROWS = 1 << 62
+    try:
+        yield
+    finally:
+        Int8Linear.MAX_INT8_ROWS = before
+
+
+def heldout(path: Path, count: int) -> list[dict]:
+    """The first `count` held-out conversations of a `flywheel train tasks` trajectories file."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in rows if r.get("split") == "heldout"][:count]
+
+
+def forward_ms(models: dict, prompt_ids: list[int], samples: int) -> list[dict]:
+    """Median ms of one forward over `rows` new tokens after a warm cache, per model."""
+    import torch
+
+    ids = torch.tensor([prompt_ids])
+    caches = {}
+    out = []
+    with torch.inference_mode(), int8_for_every_row():
+        for name, model in models.items():
+            caches[name] = model.new_cache()
+            model.forward(ids, caches[name], last_only=True)
+        for rows in ROWS:
+            times: dict[str, list[float]] = {name: [] for name in models}
+            for i in range(samples + 2):  # interleaved; the first 2 warm up
+                for name, model in models.items():
+                    start = time.perf_counter()
+                    model.forward(ids[:, :rows], caches[name])
+                    if i >= 2:
+                        times[name].append(time.perf_counter() - start)
+                    caches[name].crop(-rows)
+            out.append(
+                {"rows": rows, **{f"{n}_ms": statistics.median(t) * 1000 for n, t in times.items()}}
+            )
+    return out
+
+
+def greedy(engines: dict, prompts: list[str], max_tokens: int) -> list[dict]:
+    """Greedy output of each engine per prompt: decode tokens/s and where int8 first differs."""
+    from agent.engine import Request, SamplingParams
+
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, logprobs=False)
+    out = []
+    for i, prompt in enumerate(prompts):
+        order = list(engines) if i % 2 == 0 else list(reversed(engines))
+        results = {
+            name: engines[name].generate(Request(prompt=prompt, params=params)) for name in order
+        }
+        row = {"prompt_tokens": results["float32"].metrics.prompt_tokens}
+        for name, result in results.items():
+            m = result.metrics
+            row[f"{name}_tokens"] = m.output_tokens
+            row[f"{name}_decode_s"] = m.total_s - m.ttft_s
+        a, b = (results[n].completions[0].token_ids for n in ("float32", "int8"))
+        row["identical"] = a == b
+        row["first_difference"] = next(
+            (j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None
+        )
+        if row["first_difference"] is None and len(a) != len(b):
+            row["first_difference"] = min(len(a), len(b))
+        out.append(row)
+    return out
+
+
+def losses(models: dict, examples: list[tuple[list[int], list[int]]]) -> dict:
+    """Assistant-token and all-token cross-entropy per model, and their argmax agreement."""
+    import torch
+    import torch.nn.functional as F
+
+    sums = {name: {"assistant": 0.0, "all": 0.0} for name in models}
+    counts = {"assistant": 0, "all": 0}
+    agree = 0
+    with torch.inference_mode(), int8_for_every_row():
+        for ids, mask in examples:
+            x = torch.tensor([ids])
+            trained = torch.tensor(mask[1:], dtype=torch.bool)
+            argmax = []
+            for name, model in models.items():
+                logits, _ = model.forward(x[:, :-1], model.new_cache())  # [1, L-1, vocab]
+                ce = F.cross_entropy(logits[0].float(), x[0, 1:], reduction="none")  # [L-1]
+                sums[name]["assistant"] += ce[trained].sum().item()
+                sums[name]["all"] += ce.sum().item()
+                argmax.append(logits[0].argmax(-1))
+                del logits
+            agree += int((argmax[0] == argmax[1]).sum())
+            counts["assistant"] += int(trained.sum())
+            counts["all"] += len(ids) - 1
+    out = {f"{name}_{k}": v / counts[k] for name, s in sums.items() for k, v in s.items()}
+    for k in ("assistant", "all"):
+        out[f"relative_change_{k}"] = out[f"int8_{k}"] / out[f"float32_{k}"] - 1
+    return {**out, "tokens": counts, "argmax_agreement": agree / counts["all"]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="default")
+    p.add_argument("--trajectories", default="runs/base/tasks/trajectories.jsonl")
+    p.add_argument("--conversations", type=int, default=20, help="held-out ones scored for loss")
+    p.add_argument("--prompts", type=int, default=4, help="held-out prompts decoded greedily")
+    p.add_argument("--max-tokens", type=int, default=64, help="greedy tokens per prompt")
+    p.add_argument("--step-samples", type=int, default=30, help="timed calls per step figure")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--json", help="write the results here")
+    args = p.parse_args()
+    path = Path(args.trajectories)
+    if not path.is_file():
+        print(f"no trajectories at {path}: run `flywheel train tasks` or pass --trajectories")
+        return 2
+
+    import torch
+    import transformers
+
+    from agent.chat_format import render_chat
+    from agent.engine import EngineConfig
+    from agent.engine.bench import step_costs
+    from agent.engine.local import LocalEngine
+    from agent.engine.model_runner import Int8Linear, LoadedModel
+    from training.stages import encode_conversation
+
+    torch.set_num_threads(args.threads)
+    models = {dtype: LoadedModel.load(args.model, dtype=dtype) for dtype in ("float32", "int8")}
+    int8_layers = sum(type(m) is Int8Linear for m in models["int8"].trunk.modules())
+    if not int8_layers:
+        print("the int8 model has no int8 layers (see the error above)")
+        return 1
+    tokenizer = models["float32"].tokenizer
+    conversations = heldout(path, max(args.conversations, args.prompts))
+    prompts = []
+    for conv in conversations[: args.prompts]:
+        first = next(i for i, m in enumerate(conv["messages"]) if m["role"] == "assistant")
+        prompts.append(
+            render_chat(
+                tokenizer, conv["messages"][:first], conv["tools"], add_generation_prompt=True
+            )
+        )
+    prompt_ids = tokenizer.encode(prompts[0], add_special_tokens=False)
+
+    print(f"forward ms by new rows ({len(prompt_ids)} cached tokens, int8 forced) ...", flush=True)
+    sweep = forward_ms(models, prompt_ids, args.step_samples)
+    print("decode and verify-over-4 steps ...", flush=True)
+    steps = {}
+    for name, model in models.items():
+        decode_ms, verify_ms = step_costs(
+            model, prompt_ids, SimpleNamespace(step_samples=args.step_samples)
+        )
+        steps[name] = {
+            "decode_step_ms": decode_ms,
+            "verify4_step_ms": verify_ms,
+            "ratio": verify_ms / decode_ms,
+        }
+    print(f"greedy decoding of {len(prompts)} held-out prompts ...", flush=True)
+    engines = {
+        name: LocalEngine(EngineConfig(model=args.model, dtype=name, prefix_cache_mb=0), model)
+        for name, model in models.items()
+    }
+    outputs = greedy(engines, prompts, args.max_tokens)
+    decode_tps = {
+        name: sum(r[f"{name}_tokens"] - 1 for r in outputs)
+        / sum(r[f"{name}_decode_s"] for r in outputs)
+        for name in models
+    }
+    print(f"held-out loss over {args.conversations} conversations ...", flush=True)
+    context = models["float32"].context_length
+    examples = [
+        encode_conversation(tokenizer, c, context) for c in conversations[: args.conversations]
+    ]
+    loss = losses(models, examples)
+
+    print(f"\n{'forward over rows (ms)':<26}" + "".join(f"{r:>8}" for r in ROWS))
+    for name in models:
+        print(f"{name:<26}" + "".join(f"{s[f'{name}_ms']:>8.1f}" for s in sweep))
+    print(f"\n{'':<32}{'float32':>10}{'int8':>10}{'int8/fp32':>11}")
+    table = [
+        ("decode tokens/s (greedy)", decode_tps["float32"], decode_tps["int8"]),
+        ("decode step, ms", steps["float32"]["decode_step_ms"], steps["int8"]["decode_step_ms"]),
+        (
+            "verify step over 4, ms",
+            steps["float32"]["verify4_step_ms"],
+            steps["int8"]["verify4_step_ms"],
+        ),
+        ("held-out loss, assistant", loss["float32_assistant"], loss["int8_assistant"]),
+        ("held-out loss, all tokens", loss["float32_all"], loss["int8_all"]),
+    ]
+    for label, a, b in table:
+        print(f"{label:<32}{a:>10.4f}{b:>10.4f}{b / a:>11.4f}")
+    same = sum(r["identical"] for r in outputs)
+    print(
+        f"relative loss change (assistant tokens): {loss['relative_change_assistant']:+.2%}; "
+        f"argmax agreement {loss['argmax_agreement']:.2%} of {loss['tokens']['all']} positions; "
+        f"greedy outputs identical on {same} of {len(outputs)} prompts (first differences: "
+        f"{[r['first_difference'] for r in outputs]})"
+    )
+    if args.json:
+        report = {
+            "benchmark": "int8",
+            "command": "python benchmarks/int8.py " + " ".join(sys.argv[1:]),
+            "date": datetime.date.today().isoformat(),
+            "machine": dict(
+                platform=platform.platform(),
+                processor=platform.processor() or platform.machine(),
+                torch_threads=torch.get_num_threads(),
+                torch=torch.__version__,
+                transformers=transformers.__version__,
+            ),
+            "model": args.model,
+            "model_version": models["float32"].checkpoint.version,
+            "int8_layers": int8_layers,
+            "max_int8_rows": Int8Linear.MAX_INT8_ROWS,
+            "forward_ms_by_rows_int8_forced": sweep,
+            "steps": steps,
+            "greedy": {
+                "max_tokens": args.max_tokens,
+                "decode_tokens_per_s": decode_tps,
+                "identical": same,
+                "prompts": outputs,
+            },
+            "heldout_loss": {
+                "trajectories": str(path),
+                "conversations": len(examples),
+                "int8_scored": "int8 product forced for every row (as decoding computes a token)",
+                **loss,
+            },
+        }
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,138 @@
+"""dtype "int8": int8 weights for decode-sized inputs, float32 for prefill, engine only."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from torch import nn
+
+from agent.engine import BadRequest, EngineConfig, Request, SamplingParams, open_engine
+from agent.engine.model_runner import (
+    FewRowsLinear,
+    Int8Linear,
+    LoadedModel,
+    int8_unavailable,
+    use_int8_linear,
+)
+
+pytestmark = pytest.mark.skipif(
+    int8_unavailable() is not None, reason=f"no int8 kernel: {int8_unavailable()}"
+)
+
+PROMPT = "def parse(text):\n    return json.loads(text)\n\ndef parse("
+
+
+def int8_layer(in_features: int = 64, out_features: int = 48, bias: bool = True) -> nn.Linear:
+    torch.manual_seed(0)
+    layer = nn.Linear(in_features, out_features, bias=bias)
+    use_int8_linear(layer)
+    return layer
+
+
+@pytest.mark.parametrize("rows", [1, 3, Int8Linear.MAX_INT8_ROWS])
+def test_int8_product_is_close_to_float32(rows):
+    layer = int8_layer()
+    assert type(layer) is Int8Linear
+    x = torch.randn(rows, 64)
+    want = nn.functional.linear(x, layer.weight, layer.bias)
+    got = layer(x)
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    assert not torch.equal(got, want)  # lossy: the int8 product ran
+    assert (got - want).norm() <= 0.02 * want.norm()
+
+
+def test_longer_inputs_use_the_float32_weight_exactly():
+    layer = int8_layer()
+    x = torch.randn(2, 20, 64)  # 40 rows: prefill
+    assert torch.equal(layer(x), nn.functional.linear(x, layer.weight, layer.bias))
+    few = torch.randn(Int8Linear.MAX_INT8_ROWS + 1, 64)
+    reference = int8_layer()
+    reference.__class__ = FewRowsLinear
+    assert torch.equal(layer(few), reference(few))
+
+
+def test_widths_the_kernel_cannot_take_stay_float32():
+    layer = int8_layer(in_features=40)
+    assert type(layer) is FewRowsLinear or type(layer) is nn.Linear
+    assert not hasattr(layer, "int8_weight")
+
+
+def test_prefill_is_float32_and_decoding_int8(lively_checkpoint):
+    exact = LoadedModel.load(str(lively_checkpoint))
+    int8 = LoadedModel.load(str(lively_checkpoint), dtype="int8")
+    assert type(int8.trunk.lm_head) is Int8Linear
+    assert type(int8.trunk.get_input_embeddings()) is nn.Embedding  # the lookup stays float32
+    assert int8.trunk.lm_head.weight is int8.trunk.get_input_embeddings().weight  # still tied
+    assert all(
+        type(m) is Int8Linear for m in int8.checkpoint.heads.modules() if isinstance(m, nn.Linear)
+    )
+    ids = torch.tensor([exact.tokenizer.encode(PROMPT * 3)])
+    assert ids.shape[1] > Int8Linear.MAX_INT8_ROWS
+    with torch.inference_mode():
+        exact_cache, int8_cache = exact.new_cache(), int8.new_cache()
+        want, want_hidden = exact.forward(ids, exact_cache)
+        got, got_hidden = int8.forward(ids, int8_cache)
+        assert torch.equal(got, want) and torch.equal(got_hidden, want_hidden)  # prefill
+        want, _ = exact.forward(ids[:, -1:], exact_cache)  # one decode step
+        got, _ = int8.forward(ids[:, -1:], int8_cache)
+    assert not torch.equal(got, want)
+    assert (got - want).norm() <= 0.05 * want.norm()
+
+
+def test_engine_with_int8_generates(tiny_checkpoint):
+    engine = open_engine(EngineConfig(model=str(tiny_checkpoint), dtype="int8"))
+    params = SamplingParams(temperature=0, max_tokens=8)
+    result = engine.generate(Request(prompt=PROMPT, params=params))
+    assert len(result.completions[0].token_ids) == 8
+    assert type(engine._model.trunk.lm_head) is Int8Linear
+    engine.close()
+
+
+def test_state_dict_and_training_modules_are_unaffected(tiny_checkpoint):
+    from agent.model import load_checkpoint
+
+    exact = LoadedModel.load(str(tiny_checkpoint)).trunk.state_dict()
+    int8_trunk = LoadedModel.load(str(tiny_checkpoint), dtype="int8").trunk
+    state = int8_trunk.state_dict()
+    assert state.keys() == exact.keys()
+    assert all(torch.equal(state[k], exact[k]) for k in exact)
+    assert all(p.dtype == torch.float32 for p in int8_trunk.parameters())
+    trained = load_checkpoint(tiny_checkpoint).trunk  # what training loads: plain nn.Linear
+    assert not any(isinstance(m, FewRowsLinear) for m in trained.modules())
+
+
+def test_missing_kernel_falls_back_to_float32_with_one_error_line(
+    tiny_checkpoint, monkeypatch, caplog
+):
+    from agent.engine import model_runner
+
+    monkeypatch.setattr(model_runner, "int8_unavailable", lambda: "no kernel here")
+    with caplog.at_level(logging.ERROR, logger="flywheel.engine"):
+        model = LoadedModel.load(str(tiny_checkpoint), dtype="int8")
+    assert not any(isinstance(m, Int8Linear) for m in model.trunk.modules())
+    assert [r.getMessage() for r in caplog.records] == [
+        "dtype int8: no kernel here; running float32 instead"
+    ]
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(dtype="int4"), "unknown dtype 'int4'"),
+        (dict(dtype="int8", backend="vllm"), "backend 'vllm'"),
+        (dict(dtype="int8", device="cuda"), "device 'cuda'"),
+    ],
+)
+def test_unsupported_dtype_is_a_clear_error(kwargs, words):
+    with pytest.raises(BadRequest, match=words):
+        EngineConfig(model="default", **kwargs)
+
+
+def test_dtype_flags_offer_int8():
+    from agent.engine.bench import build_parser
+    from agent.serve.cli import _parser
+
+    assert build_parser().parse_args(["--dtype", "int8"]).dtype == "int8"
+    assert _parser().parse_args(["--dtype", "int8"]).dtype == "int8"
