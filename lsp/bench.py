@@ -361,6 +361,7 @@ def main(argv: list[str]) -> int:
             f"{report['during_agent_vs_idle_p50']:.2f}x idle "
             f"({'ok' if p50 <= 400 else 'over the 400 ms target'})"
         )
+    report["command"] = " ".join(["flywheel", "bench", "lsp", *argv])
     Path(args.json).write_text(json.dumps(report, indent=2))
     print(f"wrote {args.json}")
     return 0

@@ -177,3 +177,14 @@ def test_policy_export_is_a_loadable_checkpoint(tmp_path, tiny_checkpoint):
     loaded = load_checkpoint(folder)
     assert loaded.version == "t@rl3" and loaded.heads is not None
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_policy_from_an_adapter_trains_every_trunk_weight(tmp_path, tiny_checkpoint):
+    """The default model is an adapter merged into its base at load, frozen as peft leaves it:
+    RL must still update the whole trunk."""
+    from tests.test_base import _lora_adapter
+
+    adapter = _lora_adapter(tmp_path, tiny_checkpoint)
+    policy = Policy.load(str(adapter), _recipe(tmp_path, tiny_checkpoint))
+    assert policy.params and len(policy.params) == len(list(policy.trunk.parameters()))
+    assert all(p.requires_grad for p in policy.params)

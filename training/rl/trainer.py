@@ -39,7 +39,9 @@ class Policy:
         self.tokenizer = checkpoint.tokenizer
         self.device = torch.device(recipe.device)
         self.trunk.to(self.device).train()
-        self.params = [p for p in self.trunk.parameters() if p.requires_grad]
+        # Full-parameter updates: a checkpoint loaded from an adapter merged into its base (the
+        # default model) comes back frozen, as peft leaves it.
+        self.params = [p.requires_grad_(True) for p in self.trunk.parameters()]
         self.optimizer = torch.optim.AdamW(
             self.params, lr=recipe.lr, betas=(0.9, 0.95), weight_decay=recipe.weight_decay
         )
