@@ -208,10 +208,11 @@ class LocalEngine:
         ]
         started = time.perf_counter()
         try:
-            if self.spec.method == "none":
-                yield from self._decode_plain(job, outputs, metrics, started)
-            else:
-                yield from self._decode_speculative(job, outputs, metrics, started)
+            with self._lock.session(job.request.priority):  # its steps run back to back
+                if self.spec.method == "none":
+                    yield from self._decode_plain(job, outputs, metrics, started)
+                else:
+                    yield from self._decode_speculative(job, outputs, metrics, started)
         except EngineError:
             raise
         except Exception as exc:

@@ -6,9 +6,16 @@ the lock again after every decode step, and waits behind it for seconds. `Priori
 the model to the most urgent waiter instead: lower lane first, first come first served within a
 lane. A running step is never interrupted; the wait is at most one step of the request ahead.
 
+Between two of its steps a request holds nothing (it samples, streams the new text), and a less
+urgent waiter would take the model then: a completion would alternate with the agent turn,
+paying a step of it for each of its own. So a request runs as a *session*: while a session of a
+more urgent lane is open, a waiter waits for it to end, but no longer than `grace_s` after the
+session's last step (a consumer that stops reading a stream cannot stall the other lanes).
+
     lock = PriorityLock()
-    with lock.hold("interactive"):
-        ...  # one forward pass
+    with lock.session("interactive"):  # one request
+        with lock.hold("interactive"):
+            ...  # one forward pass
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -27,20 +35,43 @@ LANES = ("interactive", "normal", "background")
 class PriorityLock:
     """A lock whose waiters acquire it in lane order (see `LANES`), FIFO within a lane."""
 
-    def __init__(self) -> None:
+    def __init__(self, grace_s: float = 0.05) -> None:
+        self.grace_s = grace_s
         self._condition = threading.Condition(threading.Lock())
         self._waiting: list[tuple[int, int]] = []  # heap of (lane rank, ticket)
         self._tickets = itertools.count()
         self._held = False
+        self._sessions = [0] * len(LANES)  # open sessions per lane
+        self._released = [0.0] * len(LANES)  # when a hold of each lane last ended (monotonic)
+
+    @contextmanager
+    def session(self, lane: str = "normal") -> Iterator[None]:
+        """One request of `lane`: less urgent lanes wait between its steps (see above)."""
+        rank = lane_rank(lane)
+        with self._condition:
+            self._sessions[rank] += 1
+            self._released[rank] = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._sessions[rank] -= 1
+                self._condition.notify_all()
 
     @contextmanager
     def hold(self, lane: str = "normal") -> Iterator[None]:
-        """Hold the lock for the `with` block, after every more urgent waiter."""
+        """Hold the lock for the `with` block, after every more urgent waiter and session."""
         ticket = (lane_rank(lane), next(self._tickets))
         with self._condition:
             heapq.heappush(self._waiting, ticket)
-            while self._held or self._waiting[0] != ticket:
-                self._condition.wait()
+            while True:
+                if not self._held and self._waiting[0] == ticket:
+                    yielding = self._yield_to(ticket[0])
+                    if yielding <= 0:
+                        break
+                    self._condition.wait(yielding)
+                else:
+                    self._condition.wait()
             heapq.heappop(self._waiting)
             self._held = True
         try:
@@ -48,7 +79,17 @@ class PriorityLock:
         finally:
             with self._condition:
                 self._held = False
+                self._released[ticket[0]] = time.monotonic()
                 self._condition.notify_all()
+
+    def _yield_to(self, rank: int) -> float:
+        """Seconds a waiter of lane `rank` still leaves the model to a more urgent open session
+        between its steps (0: none)."""
+        now, longest = time.monotonic(), 0.0
+        for urgent in range(rank):
+            if self._sessions[urgent]:
+                longest = max(longest, self._released[urgent] + self.grace_s - now)
+        return longest
 
     def waiting(self) -> int:
         """How many callers wait for the lock now."""

@@ -53,6 +53,45 @@ def test_waiters_acquire_in_lane_order_then_arrival_order():
     assert lock.waiting() == 0 and not lock._held
 
 
+def _session_with_a_waiter_between_steps(grace_s: float) -> list[str]:
+    """An interactive request holds the model twice; a rollout starts waiting after the first
+    step. Returns who held the model, in order."""
+    lock, order = PriorityLock(grace_s=grace_s), []
+    first_done, go_on = threading.Event(), threading.Event()
+
+    def request():
+        with lock.session("interactive"):
+            with lock.hold("interactive"):
+                order.append("step 1")
+            first_done.set()
+            go_on.wait()
+            with lock.hold("interactive"):
+                order.append("step 2")
+
+    def rollout():
+        with lock.hold("background"):
+            order.append("rollout")
+
+    threads = [threading.Thread(target=request), threading.Thread(target=rollout)]
+    threads[0].start()
+    first_done.wait()
+    threads[1].start()
+    _wait_until(lambda: lock.waiting() == 1 or "rollout" in order)
+    go_on.set()
+    for thread in threads:
+        thread.join()
+    return order
+
+
+def test_a_waiter_lets_a_more_urgent_request_finish_its_steps_back_to_back():
+    assert _session_with_a_waiter_between_steps(grace_s=60) == ["step 1", "step 2", "rollout"]
+
+
+def test_a_session_that_stops_stepping_holds_the_others_back_no_longer_than_its_grace():
+    order = _session_with_a_waiter_between_steps(grace_s=0)
+    assert order[:2] == ["step 1", "rollout"]
+
+
 def test_the_lock_is_released_when_the_block_raises():
     lock = PriorityLock()
     with pytest.raises(RuntimeError), lock.hold():
@@ -82,7 +121,7 @@ def test_the_local_engine_serves_a_waiting_completion_before_a_waiting_agent_tur
                 lanes.append(lane)
                 yield
 
-    engine._lock = RecordingLock()
+    engine._lock = RecordingLock(grace_s=60)  # a waiting turn waits for the whole completion
     busy, release = threading.Event(), threading.Event()
 
     def model_busy():
@@ -110,8 +149,9 @@ def test_the_local_engine_serves_a_waiting_completion_before_a_waiting_agent_tur
     for thread in threads:
         thread.join()
     engine.close()
-    assert lanes[:2] == ["background", "interactive"]
-    assert lanes.count("interactive") >= 3 and lanes.count("normal") >= 3  # prefill + decodes
+    interactive = lanes.count("interactive")
+    assert interactive >= 3 and lanes.count("normal") >= 3  # prefill + decodes
+    assert lanes[: 1 + interactive] == ["background"] + ["interactive"] * interactive
 
 
 @pytest.mark.parametrize(
