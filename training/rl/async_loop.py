@@ -655,7 +655,7 @@ def plot_lengths(plt, train: list[dict], path: Path, recipe: RLRecipe) -> None:
         for axis, (key, label), color in zip((ax, ax.twinx()), curves, ("C0", "C1"), strict=True):
             points = [(r["step"], r[key]) for r in train if key in r]
             if points:
-                axis.plot(*zip(*points, strict=True), color=color)
+                axis.plot(*zip(*points, strict=True), "o-", color=color, markersize=3)
             axis.set_ylabel(label, color=color)
         ax.set(xlabel="update", title=title)
     fig.tight_layout()
