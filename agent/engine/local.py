@@ -69,6 +69,7 @@ from agent.engine.sampling import make_generator, next_tokens, target_probs, tok
 from agent.engine.tool_grammar import ToolGrammar
 
 MAX_GRAMMARS = 32  # tool sets whose grammar stays built, per loaded model
+PREFILL_CHUNK = 512  # prompt tokens per prefill forward pass (the lock is free between them)
 
 
 @dataclass
@@ -233,17 +234,27 @@ class LocalEngine:
         # hidden states of their attention window.
         limit = len(ids) - 1 - (MTP_WINDOW if self.spec.method == "mtp" else 0)
         prefixes = model.prefix_cache if self.config.prefix_cache_mb else None
-        with self._lock.hold(job.request.priority), torch.inference_mode():
+        lane = job.request.priority
+        with self._lock.hold(lane), torch.inference_mode():
             cache = model.new_cache()
             start, entry = 0, None
             if prefixes is not None:
                 start, entry = prefixes.lookup(ids, limit)
                 if entry is not None:
                     restore(cache, entry, start)
-            rest = torch.tensor([ids[start:]], device=model.device)
-            logits, hidden = model.forward(rest, cache, last_only=True)
+        # In chunks, each a forward pass of its own: a more urgent request waits for one chunk,
+        # not for the whole prompt.
+        hiddens = []
+        for at in range(start, len(ids), PREFILL_CHUNK):
+            chunk = torch.tensor([ids[at : at + PREFILL_CHUNK]], device=model.device)
+            with self._lock.hold(lane), torch.inference_mode():
+                logits, hidden = model.forward(chunk, cache, last_only=True)
+            hiddens.append(hidden)
+        with torch.inference_mode():
+            hidden = torch.cat(hiddens, dim=1) if len(hiddens) > 1 else hiddens[0]
             if prefixes is not None:
-                prefixes.store(ids, cache)
+                with self._lock.hold(lane):
+                    prefixes.store(ids, cache)
         metrics.cached_tokens = start
         return cache, logits[:, -1], hidden, start
 

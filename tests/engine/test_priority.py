@@ -171,3 +171,36 @@ def test_the_served_api_reads_vllms_integer_priority_or_a_lane(value, lane):
     assert completion_request(body, threading.Event()).priority == lane
     body["messages"] = [{"role": "user", "content": "hi"}]
     assert chat_request(body, threading.Event()).priority == lane
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_with_the_same_output(tiny_checkpoint, monkeypatch):
+    """Each chunk is a hold of its own (a waiting completion goes between two chunks); the
+    output is the one the whole prompt in one pass gives."""
+    import agent.engine.local as local
+    from agent.engine import EngineConfig, SamplingParams, open_engine
+
+    def run(chunk: int) -> tuple[list[int], int]:
+        monkeypatch.setattr(local, "PREFILL_CHUNK", chunk)
+        engine = open_engine(
+            EngineConfig(model=str(tiny_checkpoint), backend="local", prefix_cache_mb=0)
+        )
+        holds = []
+
+        class CountingLock(PriorityLock):
+            @contextmanager
+            def hold(self, lane="normal"):
+                with super().hold(lane):
+                    holds.append(lane)
+                    yield
+
+        engine._lock = CountingLock()
+        prompt = "def total(values):\n    return sum(v for v in values)\n" * 4
+        params = SamplingParams(max_tokens=5, temperature=0)
+        result = engine.generate(Request(prompt=prompt, params=params))
+        engine.close()
+        return result.completions[0].token_ids, len(holds) - 4  # minus the decode steps
+
+    whole, one_pass = run(10_000)
+    chunked, passes = run(7)
+    assert chunked == whole and one_pass == 2  # the cache lookup, then one forward
+    assert passes > 3
