@@ -16,6 +16,7 @@ from training.rl.grpo import (
     group_rows,
     pass_at_k,
     policy_loss,
+    trajectory_rows,
     turn_row,
     zero_variance,
 )
@@ -178,3 +179,18 @@ def test_recipe_errors_and_reward_versions():
     c = rl_recipe_from_dict({**base, "lr": 1e-3})
     assert a.reward_version != b.reward_version  # a new component is a new reward version
     assert a.reward_version == c.reward_version  # optimiser settings are not
+
+
+def test_turns_that_continue_the_conversation_share_one_row():
+    first = Turn([1, 2], [3, 4], [-0.1, -0.2], version=2)
+    second = Turn([1, 2, 3, 4, 9, 9], [5], [-0.3], version=3)  # + a tool result, then the answer
+    other = Turn([1, 2, 7], [8], [-0.4], version=3)  # re-rendered differently: a row of its own
+    traj = Trajectory("t", 0, [first, second, other], reward=1.0)
+    rows = trajectory_rows(traj, advantage=0.5, version=3, trainable=True)
+    assert len(rows) == 2
+    row = rows[0]
+    assert row.input_ids == [1, 2, 3, 4, 9, 9] and row.targets == [2, 3, 4, 9, 9, 5]
+    assert row.mask == [0, 1, 1, 0, 0, 1]  # both turns' outputs, not the tool result
+    assert row.old_logprobs == [0, -0.1, -0.2, 0, 0, -0.3]
+    assert row.staleness == 1  # its oldest turn's
+    assert rows[1] == turn_row([1, 2, 7], [8], [-0.4], 0.5, 0)

@@ -188,3 +188,24 @@ def test_a_policy_from_an_adapter_trains_every_trunk_weight(tmp_path, tiny_check
     policy = Policy.load(str(adapter), _recipe(tmp_path, tiny_checkpoint))
     assert policy.params and len(policy.params) == len(list(policy.trunk.parameters()))
     assert all(p.requires_grad for p in policy.params)
+
+
+def test_a_shared_row_scores_each_turn_as_its_own_row_would(tmp_path, tiny_checkpoint):
+    """Causal attention: the first turn's output scores the same inside the longer row."""
+    from training.rl.grpo import trajectory_rows
+    from training.rl.trajectory import Trajectory, Turn
+
+    policy = Policy.load(str(tiny_checkpoint), _recipe(tmp_path, tiny_checkpoint))
+    first = Turn([40, 41, 42], [50, 51], [-1.0, -1.0], 0)
+    second = Turn([40, 41, 42, 50, 51, 60, 61], [70, 71, 72], [-1.0] * 3, 0)
+    shared = trajectory_rows(Trajectory("t", 0, [first, second]), 1.0, 0, True)
+    apart = [turn_row(t.prompt_ids, t.output_ids, t.logprobs, 1.0, 0) for t in (first, second)]
+    assert len(shared) == 1
+
+    def masked(rows):
+        batch = collate(rows, policy.pad_id)
+        with torch.no_grad():
+            logprobs, _ = policy.score(batch)
+        return [x for i in range(len(rows)) for x in logprobs[i][batch.mask[i] > 0].tolist()]
+
+    assert masked(shared) == pytest.approx(masked(apart), abs=1e-5)

@@ -12,7 +12,11 @@ skipped before it costs a forward pass.
 Masks: a row is one model turn, `prompt + output`; the model at position j predicts token j+1,
 so `input_ids = seq[:-1]`, `targets = seq[1:]`, and the loss mask is 1 exactly on the targets
 that are the turn's sampled output tokens. Prompt tokens (the task, tool results, earlier turns
-as the chat template re-rendered them) never carry loss. A *truncated* trajectory (a limit cut it
+as the chat template re-rendered them) never carry loss. When a turn's prompt starts with the
+previous turn's whole row (its prompt and its sampled output, token for token: the chat template
+re-rendered the earlier answer to the same ids), the two share one row: a causal model scores
+the earlier output identically inside the longer sequence, so an agent's turns cost one forward
+pass over the conversation instead of one per turn, each over its whole prompt. A *truncated* trajectory (a limit cut it
 off) keeps its place in its group's baseline but its rows get mask 0.
 
 Off-policy correction: tokens were sampled by the policy mu of some earlier version; the trainer
@@ -44,7 +48,7 @@ from dataclasses import dataclass
 
 import torch
 
-from training.rl.trajectory import Trajectory
+from training.rl.trajectory import Trajectory, Turn
 
 EPS = 1e-8
 
@@ -82,12 +86,9 @@ def turn_row(
     trainable: bool = True,
 ) -> Row:
     """prompt [P] + output [O] -> a row of length P + O - 1 whose last O targets are the output."""
-    seq = list(prompt_ids) + list(output_ids)
-    n_prompt = len(prompt_ids)
-    targets = seq[1:]
-    mask = [0.0] * (n_prompt - 1) + [1.0 if trainable else 0.0] * len(output_ids)
-    old = [0.0] * (n_prompt - 1) + [float(x) for x in logprobs]
-    return Row(seq[:-1], targets, mask, old, advantage, staleness)
+    turn = Turn(list(prompt_ids), list(output_ids), list(logprobs), -staleness)
+    (row,) = trajectory_rows(Trajectory("", 0, [turn]), advantage, 0, trainable)
+    return row
 
 
 def group_rows(trajectories: list[Trajectory], version: int) -> tuple[list[Row], dict[str, int]]:
@@ -100,20 +101,37 @@ def group_rows(trajectories: list[Trajectory], version: int) -> tuple[list[Row],
     for traj, adv in zip(trajectories, advantages, strict=True):
         trainable = not traj.truncated
         counts["trained" if trainable else "truncated"] += 1
-        for turn in traj.turns:
-            if not turn.output_ids:
-                continue
-            rows.append(
-                turn_row(
-                    turn.prompt_ids,
-                    turn.output_ids,
-                    turn.logprobs,
-                    adv,
-                    version - turn.version,
-                    trainable,
-                )
-            )
+        rows += trajectory_rows(traj, adv, version, trainable)
     return rows, counts
+
+
+def trajectory_rows(traj: Trajectory, advantage: float, version: int, trainable: bool) -> list[Row]:
+    """The rows of one trajectory: consecutive turns share a row while each turn's prompt
+    starts with the row so far (see the module docstring), else a new row starts."""
+    rows: list[Row] = []
+    seq: list[int] = []  # the row so far: every token
+    loss: list[float] = []  # per token of seq: 1.0 where it is a sampled output token
+    old: list[float] = []  # per token of seq: its sampling log-probability (0 elsewhere)
+    oldest = version  # the oldest policy version in the row
+
+    def close() -> None:
+        if seq:
+            rows.append(Row(seq[:-1], seq[1:], loss[1:], old[1:], advantage, version - oldest))
+
+    for turn in traj.turns:
+        if not turn.output_ids:
+            continue
+        prompt = turn.prompt_ids
+        if not (seq and len(prompt) >= len(seq) and prompt[: len(seq)] == seq):
+            close()
+            seq, loss, old, oldest = [], [], [], version
+        new_prompt = prompt[len(seq) :]
+        seq = seq + list(new_prompt) + list(turn.output_ids)
+        loss = loss + [0.0] * len(new_prompt) + [1.0 if trainable else 0.0] * len(turn.output_ids)
+        old = old + [0.0] * len(new_prompt) + [float(x) for x in turn.logprobs]
+        oldest = min(oldest, turn.version)
+    close()
+    return rows
 
 
 @dataclass
