@@ -114,7 +114,6 @@ class GrammarState:
     tool: str = ""
     given: set[str] = field(default_factory=set)  # keys written in this call
     open_search: bool = False  # a `search` waits for its `replace`
-    pairs: int = 0  # whole search/replace pairs in this call
 
     def copy(self) -> GrammarState:
         new = copy.copy(self)
@@ -133,11 +132,8 @@ class GrammarState:
         return keys
 
     def _can_close(self) -> bool:
-        spec = self.grammar.tools[self.tool]
-        if self.open_search:
-            return False
-        missing = spec.required - self.given - {HUNKS}
-        return not missing and (HUNKS not in spec.required or self.pairs > 0)
+        """Every required key written (`hunks` counts once a whole search/replace pair is)."""
+        return not self.open_search and not self.grammar.tools[self.tool].required - self.given
 
     def allowed(self) -> tuple[torch.Tensor | None, list[int]]:
         """(mask of allowed ids or None for all, ids banned on top)."""
@@ -190,7 +186,7 @@ class GrammarState:
             self.typed += piece
             if self.typed.endswith("\n") and self.typed[:-1] in self.grammar.tools:
                 self.tool, self.mode = self.typed[:-1], "args"
-                self.given, self.open_search, self.pairs = set(), False, 0
+                self.given, self.open_search = set(), False
         elif self.mode == "key":
             self.typed += piece
             if "\n" in self.typed:  # the rest of the token, if any, starts the value
@@ -199,7 +195,7 @@ class GrammarState:
                 if key == "search":
                     self.open_search = True
                 elif key == "replace":
-                    self.open_search, self.pairs = False, self.pairs + 1
+                    self.open_search = False
                     self.given.add(HUNKS)
                 else:
                     self.given.add(key)

@@ -11,6 +11,20 @@ from agent.engine import BadRequest, Request
 from agent.engine.priority import PriorityLock
 
 
+class RecordingLock(PriorityLock):
+    """A `PriorityLock` that appends the lane of each hold to `record` once it has the lock."""
+
+    def __init__(self, record: list[str], grace_s: float = 0.05) -> None:
+        super().__init__(grace_s)
+        self.record = record
+
+    @contextmanager
+    def hold(self, lane="normal"):
+        with super().hold(lane):
+            self.record.append(lane)
+            yield
+
+
 def _wait_until(predicate) -> None:
     """Block until `predicate()` holds, by polling state (no timing assumption)."""
     event = threading.Event()
@@ -113,15 +127,7 @@ def test_the_local_engine_serves_a_waiting_completion_before_a_waiting_agent_tur
 
     engine = open_engine(EngineConfig(model=str(tiny_checkpoint), backend="local"))
     lanes: list[str] = []
-
-    class RecordingLock(PriorityLock):
-        @contextmanager
-        def hold(self, lane="normal"):
-            with super().hold(lane):
-                lanes.append(lane)
-                yield
-
-    engine._lock = RecordingLock(grace_s=60)  # a waiting turn waits for the whole completion
+    engine._lock = RecordingLock(lanes, grace_s=60)  # a waiting turn waits for the completion
     busy, release = threading.Event(), threading.Event()
 
     def model_busy():
@@ -184,16 +190,8 @@ def test_a_long_prompt_is_prefilled_in_chunks_with_the_same_output(tiny_checkpoi
         engine = open_engine(
             EngineConfig(model=str(tiny_checkpoint), backend="local", prefix_cache_mb=0)
         )
-        holds = []
-
-        class CountingLock(PriorityLock):
-            @contextmanager
-            def hold(self, lane="normal"):
-                with super().hold(lane):
-                    holds.append(lane)
-                    yield
-
-        engine._lock = CountingLock()
+        holds: list[str] = []
+        engine._lock = RecordingLock(holds)
         prompt = "def total(values):\n    return sum(v for v in values)\n" * 4
         params = SamplingParams(max_tokens=5, temperature=0)
         result = engine.generate(Request(prompt=prompt, params=params))
