@@ -46,7 +46,7 @@ from agent.engine import Engine
 from agent.harness.config import ApprovalPolicy, HarnessConfig
 from agent.harness.context import EditorContext, render_context
 from agent.harness.nodes import GraphContext, approve_node, finish_node, model_node, tools_node
-from agent.harness.project import project_rules
+from agent.harness.project import detect_test_command, project_rules
 from agent.harness.prompts import first_messages
 from agent.harness.recording import TaskLog
 from agent.harness.sandbox import Sandbox
@@ -197,7 +197,7 @@ class Harness:
             sid,
             instruction=instruction,
             model_version=self.engine.model_version,
-            verify_command=verify_command,
+            **(self._replay_fields(verify_command) if sid and self.log.recording else {}),
         )
         state: dict[str, Any] = {
             "messages": messages,
@@ -219,6 +219,21 @@ class Harness:
         for m in messages:
             state.update(self.log.step(state, m["role"], content=m["content"]))
         return self._invoke(state, thread_id)
+
+    def _replay_fields(self, verify_command: str | None) -> dict[str, Any]:
+        """What makes a logged task replayable for RL (training/rl/mining.py): the workspace
+        at the start, and the command that tells whether it is solved (the caller's, else the
+        configured or detected test command). Telemetry stores both only with consent to keep code."""
+        fields: dict[str, Any] = {
+            "verify_command": verify_command or self.config.tools.test_command
+        }
+        if not fields["verify_command"]:
+            found = detect_test_command(self.workspace)
+            fields["verify_command"] = found.command if found else None
+        snapshot = self.workspace.snapshot()
+        if snapshot is not None:
+            fields["workspace_files"] = snapshot
+        return fields
 
     def resume(
         self, thread_id: str, decision: Any = True, cancel: threading.Event | None = None

@@ -31,6 +31,10 @@ STATUS_OF_STOP = {
 class TaskLog:
     """Writes one task's events; holds no state of its own beyond the recorder."""
 
+    @property
+    def recording(self) -> bool:
+        return self.recorder is not None
+
     def __init__(self, recorder: Any | None) -> None:
         self.recorder = (
             recorder if recorder is not None and getattr(recorder, "enabled", True) else None

@@ -254,6 +254,25 @@ class Workspace:
             return {}
         return {rel: after for rel, (_, after) in self.changes().items()}
 
+    def snapshot(self, max_files: int = 400, max_chars: int = 1_000_000) -> dict[str, str] | None:
+        """Every text file the agent can see (the editor's unsaved buffers included), as
+        {path: text}: the task's starting state, so a logged task can be replayed. None when the
+        workspace has more than `max_files` files or `max_chars` characters of text."""
+        out: dict[str, str] = {}
+        total = 0
+        for rel in self.files():
+            if len(out) >= max_files:
+                return None
+            try:
+                text = self.read_text(rel)
+            except (WorkspaceError, OSError, UnicodeDecodeError):
+                continue  # binary or unreadable: not part of a replayable text snapshot
+            total += len(text)
+            if total > max_chars:
+                return None
+            out[rel] = text
+        return out
+
     def diff(self) -> str:
         """A unified diff (a/ b/ prefixes) of everything changed in this session."""
         parts: list[str] = []

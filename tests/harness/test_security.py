@@ -68,6 +68,17 @@ def test_listing_skips_symlinks_leading_outside(layout):
     assert out.startswith("no match")
 
 
+def test_a_task_snapshot_holds_only_the_workspace_text_and_has_a_size_limit(layout):
+    """What the harness logs as a task's starting state (for RL replay): no file reached through
+    a link out of the workspace, no binary file, and nothing at all when the workspace is big."""
+    ws, _ = layout
+    (ws / "b.bin").write_bytes(b"\x00\x01" * 50)
+    assert Workspace(ws).snapshot() == {"ok.py": "x = 1\n"}
+    assert Workspace(ws).snapshot(max_chars=3) is None
+    (ws / "two.py").write_text("y = 2\n")
+    assert Workspace(ws).snapshot(max_files=1) is None
+
+
 def test_binary_huge_and_invalid_utf8_files(tmp_path):
     (tmp_path / "b.bin").write_bytes(b"\x00\x01\x02" * 100)
     (tmp_path / "big.txt").write_bytes(b"line\n" * 700_000)  # 3.5 MB

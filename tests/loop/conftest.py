@@ -17,8 +17,27 @@ import pytest
 from agent.registry import Registry
 
 
-def record_sessions(db: Path, count: int, seed: int = 3) -> list[str]:
-    """`count` sessions, each with one good agent task; returns the session ids."""
+def unified_diff(before: dict[str, str], after: dict[str, str]) -> str:
+    """A diff of the files that differ, as the harness writes a task's (a/ and b/ prefixes)."""
+    import difflib
+
+    return "".join(
+        "".join(
+            difflib.unified_diff(
+                before[p].splitlines(keepends=True),
+                after[p].splitlines(keepends=True),
+                f"a/{p}",
+                f"b/{p}",
+            )
+        )
+        for p in sorted(after)
+        if before.get(p) != after[p]
+    )
+
+
+def record_sessions(db: Path, count: int, seed: int = 3, diff: bool = False) -> list[str]:
+    """`count` sessions, each with one good agent task; returns the session ids. With `diff`,
+    each task's end records the change that solves it (so the task replays for RL)."""
     from telemetry import PrivacyPolicy, Recorder
     from training.tasks.generation import generate_tasks
     from training.tasks.oracle import oracle_trajectory
@@ -64,6 +83,7 @@ def record_sessions(db: Path, count: int, seed: int = 3) -> list[str]:
             status="done",
             stop_reason="answered",
             final_message=messages[-1]["content"],
+            **({"diff": unified_diff(task.files, task.solution)} if diff else {}),
         )
         rec.record(
             "outcome",

@@ -136,3 +136,47 @@ def test_when_a_watched_cycle_is_due():
     assert due(state, 4, 1001.0, min_sessions=5, period_s=3600) == ""
     assert due(state, 1, 4600.0, min_sessions=5, period_s=3600).startswith("3600 s since")
     assert due(state, 0, 9999.0, min_sessions=5, period_s=3600) == ""  # nothing new to learn
+
+
+def test_a_cycle_runs_rl_on_the_tasks_its_sessions_yield(registry, tiny_checkpoint, tmp_path):
+    """Issue 17: logged tasks that replay (tests fail at the start, pass after the recorded
+    change) are the RL stage's pool; the summary says how many the logs yielded and why the
+    others were dropped. The tiny random model solves nothing and its samples score alike, so
+    the RL run finds no learning signal, and the cycle registers no candidate rather than one
+    identical to its parent."""
+    db = tmp_path / "telemetry.db"
+    record_sessions(db, 3, diff=True)
+    record_sessions(db, 1, seed=5)  # ends without a recorded change: dropped, with its reason
+    v1 = registry.add(tiny_checkpoint)
+    registry.promote(v1, forced=True)
+    config = cycle.CycleConfig(
+        registry=str(registry.root),
+        telemetry_db=str(db),
+        work=str(tmp_path / "work"),
+        quick=True,
+        min_trajectories=100,  # no SFT stage: only RL would train
+        min_rl_tasks=3,
+        held_out_percent=0,
+    )
+    lines: list[str] = []
+    summary = cycle.run_cycle(config, log=lines.append)
+    assert summary["data"]["rl_tasks"] == {
+        "logged_tasks": 4,
+        "replayed": 3,
+        "new": 3,
+        "synthetic": 0,
+        "dropped": {"no_change": 1},
+    }
+    assert "RL tasks: 3 of 4 logged tasks replay (3 new)" in lines
+    assert any("dropped 1: the task did not end with an answer and a change" in x for x in lines)
+    assert summary["status"] == "skipped" and "no learning signal" in summary["reason"]
+    assert "candidate" not in summary and [v["id"] for v in registry.versions()] == [v1]
+    # the RL run did roll out the mined tasks, in the harness, and recorded itself
+    (run,) = (tmp_path / "work").glob("cycle-*/rl")
+    state = json.loads((run / "checkpoints" / "step_0000000" / "state.json").read_text())
+    pool = [json.loads(x) for x in (run.parent / "rl_tasks.jsonl").read_text().splitlines()]
+    assert len(pool) == 3 and all(t["workspace"] and t["reference_diff"] for t in pool)
+    assert state["jobs"] >= 4 and state["step"] == 0
+    assert any(x.startswith("stopping early at step 0: the last 4 groups") for x in lines)
+    runs = dict(sqlite3.connect(db).execute("SELECT stage, status FROM training_runs").fetchall())
+    assert runs["rl"] == "done" and runs["cycle"] == "skipped"

@@ -156,6 +156,42 @@ def test_agent_task_hunks_accepted_and_rejected_in_neovim(tmp_path):
     assert fb["rating"] == 1 and fb["comment"] == "good fix"
 
 
+def test_an_agent_task_in_neovim_becomes_an_rl_task(tmp_path):
+    """Issue 17: a task run from Neovim through the plugin, in a project with tests, is logged
+    with its starting workspace and the project's test command (consent "code"); the export's
+    miner replays it (tests fail at the start, pass after the change) and keeps it for RL."""
+    from telemetry import export
+    from training.rl.mining import mine
+
+    root = workspace(tmp_path, "calc.py", BASE)
+    (root / "test_calc.py").write_text(
+        "import unittest\n\nfrom calc import add, mul\n\n\nclass T(unittest.TestCase):\n"
+        "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n"
+        "    def test_mul(self):\n        self.assertEqual(mul(2, 3), 6)\n"
+    )
+    (root / "AGENTS.md").write_text("Run the tests with `python -m unittest`.\n")
+    db = tmp_path / "telemetry.db"
+    fix = [
+        {"search": "add(a, b):\n    return a - b", "replace": "add(a, b):\n    return a + b"},
+        {"search": "mul(a, b):\n    return a + b", "replace": "mul(a, b):\n    return a * b"},
+    ]
+    turns = [call("read_file", path="calc.py"), call("edit_file", path="calc.py", hunks=fix)]
+    turns.append("Fixed add and mul.")
+    cmd = replay_command("--model", "replay", "--db", str(db), "--consent", "code")
+    results = run_nvim(tmp_path, "agent_task.lua", root, "calc.py", cmd, turns=turns)
+    assert results["task"]["status"] == "done"
+    (task,) = rows(db, "SELECT * FROM tasks")
+    assert task["verify_command"] == "python -m unittest" and task["workspace_blob"]
+
+    export(db, tmp_path / "export", held_out_percent=0)
+    report = mine(tmp_path / "export", tmp_path / "mined")
+    assert (report["logged_tasks"], report["kept"], report["dropped"]) == (1, 1, {})
+    (mined,) = [
+        json.loads(x) for x in (tmp_path / "mined" / "mined.jsonl").read_text().splitlines()
+    ]
+    assert mined["workspace"]["calc.py"] == BASE and mined["verify"] == "python -m unittest"
+
+
 def test_next_edit_and_suggestion_feedback_in_neovim(tmp_path):
     """The session of tests/editor_sessions.py: ghost text accepted brings a next edit, drawn as a
     diff away from the cursor, Tab jumps to it and Tab applies it; a ghost text partly accepted (a

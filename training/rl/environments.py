@@ -245,7 +245,7 @@ def load_rl_tasks(path: str | Path, split: str) -> list:
         tasks.append(
             Task(
                 row["id"],
-                "telemetry",
+                row.get("family", "telemetry"),
                 row["id"],
                 split,
                 row["instruction"],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -52,8 +53,11 @@ def run_tests(
 
 
 def _run(command: str, cwd: str, timeout: float) -> tuple[int, str]:
-    argv = command.split()
-    if argv[0] == "python":
+    argv = shlex.split(command)
+    # "python", or the interpreter a logged task ran with when this machine lacks it
+    if Path(argv[0]).name.startswith("python") and (
+        argv[0] == "python" or not Path(argv[0]).exists()
+    ):
         argv[0] = sys.executable
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
     try:

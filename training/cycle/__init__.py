@@ -13,6 +13,11 @@ One cycle, in order:
                            `min_code_chars` characters of it
                  sft       on new good trajectories (tasks whose reward >= `min_reward`) when
                            there are at least `min_trajectories`
+                 rl        async RL on verifiable tasks mined from the logged ones (rl.py: a
+                           task whose tests fail at its start and pass at the session's end,
+                           replayed), plus `rl_synthetic` synthetic tasks, when there are at
+                           least `min_rl_tasks`; the summary says how many tasks the logs
+                           yielded and why the others were dropped
                nothing to train on -> skipped
     mtp        re-distill the MTP heads on the new model (its trunk changed; SFT drops them)
     register   the candidate goes into the registry with its lineage: parent, export manifest,
@@ -31,6 +36,8 @@ Each cycle is a telemetry `training_run` (stage "cycle", running -> promoted | r
 | failed, its summary as config), each stage a run of its own with its metrics, and the candidate
 a `model_version`. WORK/CYCLE_ID/ keeps the export, the stage runs and summary.json.
 
+Files: this one (the cycle), rl.py (the RL stage's task pool), cli.py (`flywheel cycle`).
+
 `--watch` repeats: a cycle starts when `min_sessions` new sessions are logged, or when `period_s`
 has passed since the last one and at least one session is new.
 
@@ -40,14 +47,12 @@ has passed since the last one and at least one session is new.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import fcntl
 import functools
 import json
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -56,12 +61,12 @@ from typing import Any
 
 from agent.chat_format import render_chat
 from agent.gate import GateConfig, GateError, gate_promotion
-from agent.registry import Registry, RegistryError, path_from_cli
+from agent.registry import Registry
 from training.benchmark import BenchConfig, BenchTask
 
 # Each stage's recipe: training/recipes/cycle/STAGE.toml (`quick`: cycle/quick/STAGE.toml).
-RECIPES = Path(__file__).parent / "recipes" / "cycle"
-STAGES = ("pretrain", "sft", "mtp")
+RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "cycle"
+STAGES = ("pretrain", "sft", "rl", "mtp")
 
 
 @dataclass
@@ -128,6 +133,8 @@ class CycleConfig:
     min_sessions: int = 1  # new sessions needed before a cycle trains
     min_trajectories: int = 1  # new good trajectories needed for an SFT stage
     min_code_chars: int = 20_000  # characters of new code needed for a pretraining stage
+    min_rl_tasks: int = 4  # tasks (new replayable ones plus synthetic) needed for an RL stage
+    rl_synthetic: int = 0  # synthetic tasks added to the RL stage's pool (0: logged ones only)
     reward: str = "total"  # reward function that picks good trajectories (telemetry/rewards.py)
     min_reward: float = 0.5  # trajectories below this reward are not trained on
     held_out_percent: float = 10.0  # sessions kept out of training for the benchmark
@@ -139,8 +146,15 @@ class CycleConfig:
     progress: bool = False  # progress lines from the stages
 
     def __post_init__(self) -> None:
-        if self.min_sessions < 1 or self.min_trajectories < 1 or self.min_code_chars < 1:
-            raise CycleError("min_sessions, min_trajectories and min_code_chars must be >= 1")
+        if (
+            min(self.min_sessions, self.min_trajectories, self.min_code_chars, self.min_rl_tasks)
+            < 1
+        ):
+            raise CycleError(
+                "min_sessions, min_trajectories, min_code_chars and min_rl_tasks must be >= 1"
+            )
+        if self.rl_synthetic < 0:
+            raise CycleError("rl_synthetic must be >= 0")
         unknown = set(self.stages) - set(STAGES)
         if unknown:
             raise CycleError(f"unknown stage(s) {sorted(unknown)}; use {sorted(STAGES)}")
@@ -150,10 +164,12 @@ class CycleConfig:
     def recipe(self, stage: str, **fill: Any):
         """The stage's recipe file, then `fill` (paths and the like), then the --set overrides."""
         from training.recipe import RecipeError, load_recipe
+        from training.rl import load_rl_recipe
 
         path = (RECIPES / "quick" if self.quick else RECIPES) / f"{stage}.toml"
         try:
-            return load_recipe(path, {**fill, **self.stages.get(stage, {})})
+            load = load_rl_recipe if stage == "rl" else load_recipe
+            return load(path, {**fill, **self.stages.get(stage, {})})
         except RecipeError as exc:
             raise CycleError(str(exc)) from None
 
@@ -192,9 +208,16 @@ def cycle_lock(registry_root: str | Path) -> Iterator[None]:
 def load_state(work: Path) -> dict[str, Any]:
     path = work / "state.json"
     if not path.exists():
-        return {"watermark": 0.0, "cycles": 0, "used_sft": [], "used_text": [], "last_at": 0.0}
+        return {
+            "watermark": 0.0,
+            "cycles": 0,
+            "used_sft": [],
+            "used_text": [],
+            "used_rl": [],
+            "last_at": 0.0,
+        }
     try:
-        return json.loads(path.read_text())
+        return {"used_rl": [], **json.loads(path.read_text())}
     except (OSError, json.JSONDecodeError) as exc:
         raise CycleError(
             f"{path} is damaged ({exc}): remove it to treat every session as new"
@@ -322,12 +345,14 @@ def run_cycle(config: CycleConfig, log: Callable[[str], None] = print) -> dict[s
                     last_at=time.time(),
                     used_sft=summary.pop("_used_sft"),
                     used_text=summary.pop("_used_text"),
+                    used_rl=summary.pop("_used_rl"),
                 )
                 save_state(work, state)
             return summary
         finally:
             summary.pop("_used_sft", None)
             summary.pop("_used_text", None)
+            summary.pop("_used_rl", None)
             (folder / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
             run.end(summary)
 
@@ -366,17 +391,26 @@ def _cycle(
         "new_code_chars": code_chars,
         "export": {k: v["count"] for k, v in manifest["files"].items()},
     }
+    from training.cycle.rl import rl_pool, train_rl_stage
+
+    pool, out["data"]["rl_tasks"], mined = rl_pool(
+        folder, folder / "export", set(state["used_rl"]), config.rl_synthetic, log
+    )
+    rl_size = out["data"]["rl_tasks"]["new"] + out["data"]["rl_tasks"]["synthetic"]
+    out["_used_rl"] = sorted(set(state["used_rl"]) | set(mined))
     plan = []
     if code_chars >= config.min_code_chars:
         plan.append("pretrain")
     if len(new_sft) >= config.min_trajectories:
         plan.append("sft")
+    if rl_size >= config.min_rl_tasks:
+        plan.append("rl")
     if not plan:
         out["status"] = "skipped"
         out["reason"] = (
             f"nothing to learn from: {len(new_sft)} new good trajectories (< "
-            f"{config.min_trajectories}) and {code_chars} characters of new code "
-            f"(< {config.min_code_chars})"
+            f"{config.min_trajectories}), {code_chars} characters of new code "
+            f"(< {config.min_code_chars}) and {rl_size} RL tasks (< {config.min_rl_tasks})"
         )
         log(f"cycle skipped: {out['reason']}")
         return out
@@ -400,12 +434,33 @@ def _cycle(
             model, recipes[stage] = _train(
                 stage, current, folder / stage, config, data=str(folder / "code_corpus")
             )
+        elif stage == "rl":
+            recipe = config.recipe(
+                "rl",
+                name=f"{folder.name}-rl",
+                out=str(folder / "rl"),
+                init=current,
+                tasks=str(pool),
+                device=config.device,
+                telemetry_db=config.telemetry_db,
+            )
+            model, updates = train_rl_stage(recipe, config.progress, log)
+            if not updates:
+                log("the RL stage made no update (no group had a learning signal)")
+                continue
+            recipes[stage] = {**recipe.to_dict(), "updates": updates}
         else:
             _write_jsonl(folder / "new_sft.jsonl", new_sft)
             model, recipes[stage] = _train(
                 stage, current, folder / stage, config, sft_data=[str(folder / "new_sft.jsonl")]
             )
         current = str(model)
+
+    if not recipes:
+        out["status"] = "skipped"
+        out["reason"] = "no stage changed the model: the RL stage found no learning signal"
+        log(f"cycle skipped: {out['reason']}")
+        return out
 
     from transformers import AutoTokenizer
 
@@ -538,162 +593,4 @@ class _TelemetryRun:
         self.recorder.close()
 
 
-# --- the command line ------------------------------------------------------------------------
-
-
-def _xdg(environ: dict[str, str], *parts: str) -> str:
-    from telemetry.folders import data_home
-
-    return str(data_home(environ).joinpath(*parts))
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="flywheel cycle",
-        description="Train on new sessions, benchmark, gate, promote: one recorded run "
-        "(--watch: repeat when enough sessions are new or a period has passed).",
-    )
-    p.add_argument("--watch", action="store_true", help="keep running cycles when due")
-    p.add_argument("--min-sessions", type=int, default=1, help="new sessions to start a cycle")
-    p.add_argument(
-        "--period",
-        type=float,
-        default=86400.0,
-        help="with --watch: also start after this many seconds if any session is new",
-    )
-    p.add_argument("--poll", type=float, default=60.0, help="with --watch: seconds between looks")
-    p.add_argument("--registry", help="model registry (default: $FLYWHEEL_REGISTRY or XDG data)")
-    p.add_argument("--telemetry-db", help="telemetry file (default: $FLYWHEEL_DB or XDG data)")
-    p.add_argument("--work", help="cycle folders (default: $XDG_DATA_HOME/flywheel/cycles)")
-    p.add_argument("--base", default="default", help="model to start an empty registry from")
-    p.add_argument("--min-trajectories", type=int, default=1, help="new good trajectories for SFT")
-    p.add_argument("--min-code-chars", type=int, default=20_000, help="new code for pretraining")
-    p.add_argument("--min-reward", type=float, default=0.5, help="reward a trajectory needs")
-    p.add_argument(
-        "--held-out-percent",
-        type=float,
-        default=10.0,
-        help="sessions kept out of training for the benchmark (default 10)",
-    )
-    p.add_argument("--quick", action="store_true", help="tiny stages (a few steps): smoke tests")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="STAGE.KEY=VALUE",
-        help="override a stage's recipe value, e.g. sft.steps=100 (repeatable)",
-    )
-    p.add_argument("--bench-projects", type=int, default=2, help="synthetic projects to score on")
-    p.add_argument("--bench-tasks", type=int, default=8, help="benchmark tasks (held out)")
-    p.add_argument("--bench-seed", type=int, default=0, help="benchmark sampling seed")
-    p.add_argument(
-        "--bench-max-steps",
-        type=int,
-        default=None,
-        help="harness turns per benchmark task (default 6; --quick: 2)",
-    )
-    p.add_argument(
-        "--bench-turn-tokens",
-        type=int,
-        default=None,
-        help="output tokens per benchmark turn (default 256; --quick: 32)",
-    )
-    p.add_argument(
-        "--no-oracle-logprob",
-        action="store_true",
-        help="gate on pass@1 only (no oracle log-probability score)",
-    )
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-    return p
-
-
-def _stage_overrides(pairs: list[str]) -> dict[str, dict[str, Any]]:
-    from training.recipe import parse_overrides
-
-    out: dict[str, dict[str, Any]] = {}
-    for key, value in parse_overrides(pairs).items():
-        stage, dot, name = key.partition(".")
-        if not dot or stage not in STAGES:
-            raise CycleError(f"--set {key}=...: use STAGE.KEY with STAGE in {sorted(STAGES)}")
-        out.setdefault(stage, {})[name] = value
-    return out
-
-
-def _bench(args: argparse.Namespace) -> CycleBench:
-    quick = QUICK_BENCH if args.quick else {}
-    default = CycleBench()
-    return CycleBench(
-        projects=args.bench_projects,
-        max_tasks=args.bench_tasks,
-        seed=args.bench_seed,
-        max_steps=args.bench_max_steps or quick.get("max_steps", default.max_steps),
-        turn_max_tokens=args.bench_turn_tokens
-        or quick.get("turn_max_tokens", default.turn_max_tokens),
-        oracle_logprob=not args.no_oracle_logprob,
-    )
-
-
-def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    env = dict(os.environ)
-    try:
-        config = CycleConfig(
-            registry=str(path_from_cli(args.registry)),
-            telemetry_db=args.telemetry_db or env.get("FLYWHEEL_DB") or _xdg(env, "telemetry.db"),
-            work=args.work or _xdg(env, "cycles"),
-            base=args.base,
-            min_sessions=args.min_sessions,
-            min_trajectories=args.min_trajectories,
-            min_code_chars=args.min_code_chars,
-            min_reward=args.min_reward,
-            held_out_percent=args.held_out_percent,
-            quick=args.quick,
-            stages=_stage_overrides(args.set),
-            bench=_bench(args),
-            device=args.device,
-            progress=True,
-        )
-        if not args.watch:
-            summary = run_cycle(config, log=lambda line: print(line, flush=True))
-            return 1 if summary["status"] == "rejected" else 0
-        return _watch(config, args.period, args.poll)
-    except CycleBusy as exc:
-        print(f"flywheel cycle: {exc}", file=sys.stderr)
-        return 3
-    except (CycleError, RegistryError, GateError, ValueError, FileNotFoundError) as exc:
-        print(f"flywheel cycle: {exc}", file=sys.stderr)
-        return 2
-
-
-def _watch(config: CycleConfig, period_s: float, poll_s: float) -> int:
-    if poll_s <= 0:
-        raise CycleError("--poll must be > 0 seconds")
-    print(
-        f"flywheel cycle: watching {config.telemetry_db} (a cycle at {config.min_sessions} new "
-        f"session(s) or every {period_s:g} s)",
-        flush=True,
-    )
-    while True:
-        state = load_state(Path(config.work))
-        try:
-            _, fresh, _ = new_sessions(config.telemetry_db, state["watermark"])
-        except CycleError as exc:
-            print(f"flywheel cycle: {exc}", file=sys.stderr, flush=True)
-            fresh = 0
-        reason = due(state, fresh, time.time(), config.min_sessions, period_s)
-        if reason:
-            print(f"flywheel cycle: starting ({reason})", flush=True)
-            try:
-                run_cycle(
-                    dataclasses.replace(config, min_sessions=1),
-                    log=lambda line: print(line, flush=True),
-                )
-            except CycleBusy as exc:
-                print(f"flywheel cycle: {exc}", file=sys.stderr, flush=True)
-            except Exception as exc:  # keep watching; the failed cycle is recorded
-                print(f"flywheel cycle: the cycle failed: {exc}", file=sys.stderr, flush=True)
-        time.sleep(poll_s)  # the watch loop's pace, not a wait for an event
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+from training.cycle.cli import main as main  # noqa: E402  (the entry point, after the names it uses)
