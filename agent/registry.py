@@ -330,10 +330,10 @@ class Registry:
         an export manifest), `recipe` (the stage recipes), `reward` (reward function@version).
         """
         source = Path(source).expanduser()
-        if not (source / "config.json").is_file():
+        if not any((source / f).is_file() for f in ("config.json", "adapter_config.json")):
             raise RegistryError(
-                f"{source} is not a checkpoint folder (no config.json): add the folder that "
-                "`flywheel train` wrote (RUN/model)"
+                f"{source} is not a checkpoint or adapter folder (no config.json or "
+                "adapter_config.json): add the folder that `flywheel train` wrote (RUN/model)"
             )
         if parent is not None:
             parent = self.resolve(parent)

@@ -132,4 +132,15 @@ def test_models_command(registry, tiny_checkpoint, tiny_checkpoint_b, tmp_path, 
     assert models_cli.main([*reg, "show", "v7"]) == 2
     assert "no version 'v7'" in capsys.readouterr().err
     assert models_cli.main([*reg, "add", str(tmp_path)]) == 2
-    assert "not a checkpoint folder" in capsys.readouterr().err
+    assert "not a checkpoint or adapter folder" in capsys.readouterr().err
+
+
+def test_an_adapter_folder_is_a_version_too(registry, tmp_path):
+    """The shipped default is an adapter on the base (agent/starter): a cycle starting from it
+    registers the adapter folder, verified by hash like any checkpoint."""
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"peft_type": "LORA"}')
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights")
+    version = registry.add(adapter)
+    assert (registry.verify(version) / "adapter_config.json").exists()

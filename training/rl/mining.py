@@ -13,7 +13,7 @@ A logged agent task becomes an RL task only when it can be replayed and checked:
 Tasks of held-out sessions stay out (they are the benchmark's). Every task the export holds is
 counted, kept or dropped with its reason, in the report (`mining.json` beside `mined.jsonl`).
 
-    flywheel telemetry export --db telemetry.db --out export/
+    flywheel telemetry --db telemetry.db export export/
     python -m training.rl.mining export/ --out mined/        # the cycle runs it itself
 """
 
@@ -49,7 +49,7 @@ def mine(export: str | Path, out: str | Path, timeout: float = TIMEOUT_S) -> dic
     if not (export / "rl_tasks.jsonl").exists():
         raise FileNotFoundError(
             f"{export} is not a telemetry export (no rl_tasks.jsonl): write one with "
-            "`flywheel telemetry export --out DIR`"
+            "`flywheel telemetry export DIR`"
         )
     out.mkdir(parents=True, exist_ok=True)
     candidates = _rows(export / "rl_tasks.jsonl")
