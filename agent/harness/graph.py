@@ -197,7 +197,11 @@ class Harness:
             sid,
             instruction=instruction,
             model_version=self.engine.model_version,
-            **(self._replay_fields(verify_command) if sid and self.log.recording else {}),
+            **(
+                self._replay_fields(verify_command)
+                if sid and self.log.keeps_code
+                else {"verify_command": verify_command}
+            ),
         )
         state: dict[str, Any] = {
             "messages": messages,
@@ -223,7 +227,7 @@ class Harness:
     def _replay_fields(self, verify_command: str | None) -> dict[str, Any]:
         """What makes a logged task replayable for RL (training/rl/mining.py): the workspace
         at the start, and the command that tells whether it is solved (the caller's, else the
-        configured or detected test command). Telemetry stores both only with consent to keep code."""
+        configured or detected test command). Asked only when the log keeps code."""
         fields: dict[str, Any] = {
             "verify_command": verify_command or self.config.tools.test_command
         }

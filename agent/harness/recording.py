@@ -32,8 +32,11 @@ class TaskLog:
     """Writes one task's events; holds no state of its own beyond the recorder."""
 
     @property
-    def recording(self) -> bool:
-        return self.recorder is not None
+    def keeps_code(self) -> bool:
+        """Whether this log stores code fields at all (consent "code"): a task's starting
+        workspace is only read when it will be kept."""
+        policy = getattr(self.recorder, "policy", None)
+        return self.recorder is not None and getattr(policy, "consent", "code") == "code"
 
     def __init__(self, recorder: Any | None) -> None:
         self.recorder = (

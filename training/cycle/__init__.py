@@ -205,19 +205,24 @@ def cycle_lock(registry_root: str | Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
+# A work folder's state before its first cycle; a state file from an older version gains the
+# keys it lacks.
+NEW_STATE = {
+    "watermark": 0.0,
+    "cycles": 0,
+    "used_sft": [],
+    "used_text": [],
+    "used_rl": [],
+    "last_at": 0.0,
+}
+
+
 def load_state(work: Path) -> dict[str, Any]:
     path = work / "state.json"
     if not path.exists():
-        return {
-            "watermark": 0.0,
-            "cycles": 0,
-            "used_sft": [],
-            "used_text": [],
-            "used_rl": [],
-            "last_at": 0.0,
-        }
+        return dict(NEW_STATE)
     try:
-        return {"used_rl": [], **json.loads(path.read_text())}
+        return {**NEW_STATE, **json.loads(path.read_text())}
     except (OSError, json.JSONDecodeError) as exc:
         raise CycleError(
             f"{path} is damaged ({exc}): remove it to treat every session as new"

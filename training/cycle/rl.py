@@ -25,14 +25,11 @@ def rl_pool(
 ) -> tuple[Path, dict[str, Any], list[str]]:
     """FOLDER/rl_tasks.jsonl: the new mined tasks and `synthetic` generated ones. Returns its
     path, the summary (what the logs yielded, what was dropped and why) and the mined ids."""
+    from training.cycle import _jsonl
     from training.rl.mining import REASONS, mine
 
     report = mine(export, folder / "mined")
-    rows = [
-        json.loads(line)
-        for line in (folder / "mined" / "mined.jsonl").read_text().splitlines()
-        if line.strip()
-    ]
+    rows = _jsonl(folder / "mined" / "mined.jsonl")
     mined = [r for r in rows if r["id"] not in used]
     log(
         f"RL tasks: {report['kept']} of {report['logged_tasks']} logged tasks replay "
@@ -73,6 +70,4 @@ def train_rl_stage(recipe, progress: bool, log: Callable[[str], None]) -> tuple[
     from training.rl import train_rl
 
     model = train_rl(recipe, resume=False, progress=progress, log=log)
-    records = Path(recipe.out) / "metrics.jsonl"
-    rows = [json.loads(x) for x in records.read_text().splitlines()] if records.exists() else []
-    return model, max((r["step"] for r in rows if r.get("kind") == "train"), default=0)
+    return model, json.loads((model / "flywheel.json").read_text())["step"]
