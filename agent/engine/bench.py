@@ -18,13 +18,14 @@ and the peers, run in the same process on the same weights: `hf-greedy` (`genera
 `hf-prompt-lookup` (`generate(prompt_lookup_num_tokens=...)`), plus `hf-assisted`
 (`generate(assistant_model=...)`) when there is a draft model. Every row reports tokens/s, its
 ratio to `plain` and to the matching peer, the mean acceptance length, and whether its tokens
-equal `plain`'s. The peers run on the engine's loaded modules, so with `--dtype int8` they
-decode with the int8 weights too.
+equal `plain`'s. The peers run on the engine's loaded weights as stock Hugging Face runs them:
+for their runs the engine's CPU product classes (`FewRowsLinear`, `Int8Linear`) are swapped back
+to `nn.Linear`, so with `--dtype int8` they decode with the float32 weights.
 
 Two figures decide whether speculation can pay off where the benchmark runs, both in the JSON with
-pass/fail: (a) plain decoding tokens/s over `hf-greedy` (target >= 1.0) and (b) the median time
-of one verify step over 4 draft tokens divided by one plain decode step, each timed many times
-with a warm KV cache (target <= 1.6).
+pass/fail: (a) plain decoding tokens/s over `hf-greedy` (target >= PLAIN_VS_HF) and (b) the median
+time of one verify step over 4 draft tokens divided by one plain decode step, each timed many
+times with a warm KV cache (target <= VERIFY_VS_DECODE).
 
 Timing: each (prompt, method) runs `--repeats` times, methods interleaved, and the best is kept;
 timings vary from run to run, so only ratios within one run are compared.
@@ -37,6 +38,7 @@ token, which flatters n-gram lookup, and random MTP heads are never right).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import platform
@@ -55,6 +57,8 @@ FREE_PROMPTS = [
     ("textwrap.py", 40),  # (stdlib file, lines of it used as the prompt)
     ("json/decoder.py", 60),
 ]
+PLAIN_VS_HF = 1.5  # the engine issue's targets
+VERIFY_VS_DECODE = 1.3
 PEER_OF = {
     "plain": "hf-greedy",
     "ngram": "hf-prompt-lookup",
@@ -254,7 +258,7 @@ def run(args, tmp: Path) -> dict:
         if peer == "hf-assisted":
             kwargs["assistant_model"] = draft.trunk
         start = time.perf_counter()
-        with torch.inference_mode():
+        with torch.inference_mode(), stock_linears(target.trunk, draft.trunk if draft else None):
             out = target.trunk.generate(ids, **kwargs)
         elapsed = time.perf_counter() - start
         return out[0, ids.shape[1] :].tolist(), elapsed, {}
@@ -359,20 +363,42 @@ def run(args, tmp: Path) -> dict:
                 plain_tokens_per_s=plain_tps,
                 hf_greedy_tokens_per_s=hf_tps,
                 ratio=ratio_a,
-                target=">= 1.0",
-                passed=ratio_a >= 1.0,
+                target=f">= {PLAIN_VS_HF}",
+                passed=ratio_a >= PLAIN_VS_HF,
             ),
             verify4_vs_decode_step=dict(
                 decode_step_ms=decode_ms,
                 verify_step_ms=verify_ms,
                 ratio=ratio_b,
-                target="<= 1.6",
-                passed=ratio_b <= 1.6,
+                target=f"<= {VERIFY_VS_DECODE}",
+                passed=ratio_b <= VERIFY_VS_DECODE,
                 samples=args.step_samples,
                 context_tokens=len(items[-1]["prompt_ids"]),
             ),
         ),
     )
+
+
+@contextlib.contextmanager
+def stock_linears(*modules):
+    """Run `modules` as stock Hugging Face does: every subclass of `nn.Linear` the engine put in
+    (its CPU products) is an `nn.Linear` again until the block ends. None entries are skipped."""
+    from torch import nn
+
+    swapped = [
+        (layer, type(layer))
+        for module in modules
+        if module is not None
+        for layer in module.modules()
+        if isinstance(layer, nn.Linear) and type(layer) is not nn.Linear
+    ]
+    for layer, _ in swapped:
+        layer.__class__ = nn.Linear
+    try:
+        yield
+    finally:
+        for layer, cls in swapped:
+            layer.__class__ = cls
 
 
 def similarity(output: str, expected: str) -> float:
@@ -453,12 +479,12 @@ def print_report(report: dict) -> None:
     b = report["targets"]["verify4_vs_decode_step"]
     console.print(
         f"(a) plain vs HF generate greedy: {a['plain_tokens_per_s']:.1f} vs "
-        f"{a['hf_greedy_tokens_per_s']:.1f} tokens/s = {a['ratio']:.2f}× (target ≥ 1.0: "
+        f"{a['hf_greedy_tokens_per_s']:.1f} tokens/s = {a['ratio']:.2f}× (target {a['target']}: "
         f"{'pass' if a['passed'] else 'FAIL'})"
     )
     console.print(
         f"(b) verify step over 4 drafts vs one decode step: {b['verify_step_ms']:.2f} vs "
-        f"{b['decode_step_ms']:.2f} ms = {b['ratio']:.2f}× (target ≤ 1.6: "
+        f"{b['decode_step_ms']:.2f} ms = {b['ratio']:.2f}× (target {b['target']}: "
         f"{'pass' if b['passed'] else 'FAIL'})"
     )
     for row in report["rows"]:

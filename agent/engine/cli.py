@@ -3,6 +3,7 @@
     flywheel generate --model runs/ckpt --prompt "def add(a, b):" --temperature 0
     flywheel generate --model runs/ckpt --prompt-file edit.txt --speculative ngram --stream
     flywheel generate --model runs/ckpt --prompt "x" --speculative draft --draft-model runs/small
+    flywheel generate --prompt "def add(a, b):" --dtype int8
 
 Flags map straight onto `EngineConfig`, `SpeculativeConfig` and `SamplingParams`. Metrics go to
 stderr so stdout holds only the generated text.
@@ -17,6 +18,8 @@ from pathlib import Path
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from agent.engine.config import DTYPES
+
     parser = argparse.ArgumentParser(
         prog="flywheel generate", description="Generate text from a prompt with the engine."
     )
@@ -28,6 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend", default="auto", choices=["auto", "local", "vllm", "openai"], help="backend"
     )
     model.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's)")
+    model.add_argument(
+        "--dtype",
+        default="float32",
+        choices=DTYPES,
+        help="weights; int8: int8 copies for decoding on the CPU, lossy (default: %(default)s)",
+    )
     prompt = parser.add_argument_group("prompt")
     source = prompt.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="prompt text")
@@ -101,7 +110,9 @@ def main(argv: list[str]) -> int:
             n=args.n,
             stop=args.stop,
         )
-        engine = open_engine(EngineConfig(model=args.model, backend=args.backend, speculative=spec))
+        engine = open_engine(
+            EngineConfig(model=args.model, backend=args.backend, dtype=args.dtype, speculative=spec)
+        )
         request = Request(prompt=prompt, params=params, speculation=speculation)
         if args.stream:
             stream = engine.stream(request)

@@ -5,9 +5,9 @@ returns logits and the trunk's final normed hidden states (h_0, what the MTP hea
 cache is rolled back with `DynamicCache.crop(-n)` after rejected draft tokens.
 
 On the CPU, every `nn.Linear` of the trunk and heads becomes a `FewRowsLinear`: the same
-weights, with a product for 2..16 rows (a verify step, an MTP head over a few new positions)
-that runs faster on torch's CPU BLAS (see its docstring). One row (plain decoding) and long
-inputs (prefill) run exactly as before. With dtype "int8" they become `Int8Linear` instead:
+weights, with a product for 1..16 rows (a decode or verify step, an MTP head over a few new
+positions) that runs faster on torch's CPU BLAS (see its docstring). Long inputs (prefill) run
+exactly as before. With dtype "int8" they become `Int8Linear` instead:
 decode-sized inputs use an int8 copy of the weights (lossy), prefill keeps float32.
 
 Not thread-safe by itself: the engine holds its lock around every call.
@@ -110,22 +110,27 @@ class LoadedModel:
 
 
 class FewRowsLinear(nn.Linear):
-    """`nn.Linear` computing y = (W · xᵀ)ᵀ when x has 2..MAX_ROWS rows (CPU inference).
+    """`nn.Linear` computing y = (W · xᵀ)ᵀ when x has 1..MAX_ROWS rows (CPU inference).
 
     Why: torch's CPU BLAS (MKL) runs x · Wᵀ for a handful of rows far below its one-row speed;
     the same product with W as the left operand does not, which keeps a verify step over a few
-    drafts close to the cost of one decode step (`flywheel bench engine` measures it). Same
-    weights and state dict, and still differentiable; one row and long inputs go through
-    `nn.functional.linear` unchanged.
+    drafts close to the cost of one decode step. One row (plain decoding) is padded with a zero
+    row: BLAS's two-column product streams the weights faster than its one-row product (gemv)
+    does, and decoding is bound by reading them (`flywheel bench engine` times the steps).
+    Same weights and state dict, and still differentiable; long inputs (prefill, training) go
+    through `nn.functional.linear` unchanged.
     """
 
     MAX_ROWS = 16
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if not 1 < rows <= self.MAX_ROWS:
+        if not 0 < rows <= self.MAX_ROWS:
             return nn.functional.linear(x, self.weight, self.bias)
-        y = torch.mm(self.weight, x.reshape(rows, x.shape[-1]).T).T.contiguous()  # [rows, out]
+        flat = x.reshape(rows, x.shape[-1])
+        if rows == 1:
+            flat = torch.cat([flat, torch.zeros_like(flat)])
+        y = torch.mm(self.weight, flat.T)[:, :rows].T.contiguous()  # [rows, out]
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], y.shape[-1])

@@ -183,3 +183,34 @@ def test_a_tokenizer_that_does_not_fit_the_model_is_refused(tmp_path, tokenizer)
     folder = save_checkpoint(tmp_path / "mismatch", build_trunk("test", vocab_size=500), tokenizer)
     with pytest.raises(EngineError, match="does not belong to this model"):
         local(folder)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 16, 17])
+def test_few_rows_linear_computes_the_same_product(rows):
+    """Decode (one row, padded), verify (a few rows) and prefill (many rows) all compute x · Wᵀ,
+    and gradients still flow (the layer stays trainable)."""
+    from agent.engine.model_runner import FewRowsLinear
+
+    torch.manual_seed(rows)
+    layer = torch.nn.Linear(64, 48)
+    reference = torch.nn.Linear(64, 48)
+    reference.load_state_dict(layer.state_dict())
+    layer.__class__ = FewRowsLinear
+    x = torch.randn(1, rows, 64, requires_grad=True)
+    got, want = layer(x), reference(x)
+    assert got.shape == want.shape == (1, rows, 48)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    got.sum().backward()
+    torch.testing.assert_close(layer.weight.grad, x.detach()[0].sum(0).expand(48, 64))
+
+
+def test_generate_cli_takes_a_dtype(tiny_checkpoint, capsys):
+    from agent.engine.cli import main
+
+    argv = ["--model", str(tiny_checkpoint), "--prompt", PROMPT, "--max-tokens", "4"]
+    assert main([*argv, "--dtype", "bfloat16"]) == 0
+    out, err = capsys.readouterr()
+    assert "output 4 tokens" in err
+    with pytest.raises(SystemExit):
+        main([*argv, "--dtype", "int4"])
+    assert "invalid choice: 'int4'" in capsys.readouterr().err
