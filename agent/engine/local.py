@@ -28,8 +28,9 @@ How a request runs:
 Concurrency: requests may run from several threads; one lock serialises model forward calls (a
 CPU has no spare capacity for parallel forwards anyway) and is never held across a `yield`. It
 is a priority lock (priority.py): between two steps of an agent turn, a waiting editor
-completion (`Request.priority="interactive"`) goes first. A
-request holds a reference to the weights it started on, so `swap` never disturbs it.
+completion (`Request.priority="interactive"`) goes first, and while an editor is active an
+agent's prompt is prefilled in short chunks, so that a completion waits for little. A request
+holds a reference to the weights it started on, so `swap` never disturbs it.
 Cancellation (`Request.cancel`) is checked before every forward pass: the request ends within one
 decode or verify step with finish reason "cancelled" (no exception).
 
@@ -70,6 +71,11 @@ from agent.engine.tool_grammar import ToolGrammar
 
 MAX_GRAMMARS = 32  # tool sets whose grammar stays built, per loaded model
 PREFILL_CHUNK = 512  # prompt tokens per prefill forward pass (the lock is free between them)
+# While a more urgent lane is active (an editor asked for a completion in the last
+# URGENT_WINDOW_S seconds), less urgent prefills run in chunks this short: a completion then
+# waits for a short chunk, not a long one (a chunk's cost grows with the context before it).
+YIELDING_CHUNK = 64
+URGENT_WINDOW_S = 10.0
 
 
 @dataclass
@@ -244,12 +250,15 @@ class LocalEngine:
                     restore(cache, entry, start)
         # In chunks, each a forward pass of its own: a more urgent request waits for one chunk,
         # not for the whole prompt.
-        hiddens = []
-        for at in range(start, len(ids), PREFILL_CHUNK):
-            chunk = torch.tensor([ids[at : at + PREFILL_CHUNK]], device=model.device)
+        hiddens, at = [], start
+        while at < len(ids):
+            urgent = self._lock.urgent_within(lane, URGENT_WINDOW_S)
+            size = YIELDING_CHUNK if urgent else PREFILL_CHUNK
+            chunk = torch.tensor([ids[at : at + size]], device=model.device)
             with self._lock.hold(lane), torch.inference_mode():
                 logits, hidden = model.forward(chunk, cache, last_only=True)
             hiddens.append(hidden)
+            at += size
         with torch.inference_mode():
             hidden = torch.cat(hiddens, dim=1) if len(hiddens) > 1 else hiddens[0]
             if prefixes is not None:

@@ -91,6 +91,18 @@ class PriorityLock:
                 longest = max(longest, self._released[urgent] + self.grace_s - now)
         return longest
 
+    def urgent_within(self, lane: str, window_s: float) -> bool:
+        """Whether a lane more urgent than `lane` has a request open now or held the model in
+        the last `window_s` seconds: an editor someone is typing into, whose next completion
+        will wait for whatever step of `lane` runs then."""
+        rank, now = lane_rank(lane), time.monotonic()
+        with self._condition:
+            return any(
+                self._sessions[urgent]
+                or (self._released[urgent] and now - self._released[urgent] < window_s)
+                for urgent in range(rank)
+            )
+
     def waiting(self) -> int:
         """How many callers wait for the lock now."""
         with self._condition:

@@ -202,3 +202,41 @@ def test_a_long_prompt_is_prefilled_in_chunks_with_the_same_output(tiny_checkpoi
     chunked, passes = run(7)
     assert chunked == whole and one_pass == 2  # the cache lookup, then one forward
     assert passes > 3
+
+
+def test_a_recent_urgent_lane_is_seen_by_the_less_urgent_ones_only():
+    lock = PriorityLock()
+    assert not lock.urgent_within("background", 3600)  # nothing has run yet
+    with lock.session("interactive"):
+        assert lock.urgent_within("normal", 0) and lock.urgent_within("background", 0)
+        assert not lock.urgent_within("interactive", 3600)
+    with lock.hold("interactive"):
+        pass
+    assert lock.urgent_within("normal", 3600)  # held within the window
+    assert not lock.urgent_within("normal", 0)  # and outside a window of none
+
+
+def test_an_agent_prefill_runs_in_short_chunks_while_an_editor_is_active(
+    tiny_checkpoint, monkeypatch
+):
+    """After an editor's completion, an agent turn's prompt is prefilled YIELDING_CHUNK tokens
+    at a time (a next completion waits for less); the output is the same."""
+    import agent.engine.local as local
+    from agent.engine import EngineConfig, SamplingParams, open_engine
+
+    engine = open_engine(
+        EngineConfig(model=str(tiny_checkpoint), backend="local", prefix_cache_mb=0)
+    )
+    holds: list[str] = []
+    engine._lock = RecordingLock(holds)
+    prompt = "def total(values):\n    return sum(v for v in values)\n" * 12
+    params = SamplingParams(max_tokens=3, temperature=0)
+    alone = engine.generate(Request(prompt=prompt, params=params))
+    assert local.PREFILL_CHUNK > alone.metrics.prompt_tokens > local.YIELDING_CHUNK * 2
+    alone_holds = len(holds)
+    engine.generate(Request(prompt="x = 1", params=params, priority="interactive"))
+    holds.clear()
+    after = engine.generate(Request(prompt=prompt, params=params))
+    engine.close()
+    assert after.completions[0].token_ids == alone.completions[0].token_ids
+    assert len(holds) > alone_holds + 1  # more, shorter prefill passes
