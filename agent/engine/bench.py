@@ -27,6 +27,15 @@ pass/fail: (a) plain decoding tokens/s over `hf-greedy` (target >= PLAIN_VS_HF) 
 time of one verify step over 4 draft tokens divided by one plain decode step, each timed many
 times with a warm KV cache (target <= VERIFY_VS_DECODE).
 
+Three more figures, on what a running server does besides one request (bench_serving.py): an
+RL group of `--group-size` samples in one batch against one by one (target >= 3x tokens/s), an
+agent's second turn with the prefix cache warm against cold (time to first token, target
+<= 0.2x), and `--concurrent` editor completions at once against each alone (p50, target
+<= 1.5x).
+
+Every method above decodes with the prefix cache off, like the peers: each run prefills its whole
+prompt (a repeat or a later method would otherwise find the prompt cached).
+
 Timing: each (prompt, method) runs `--repeats` times, methods interleaved, and the best is kept;
 timings vary from run to run, so only ratios within one run are compared.
 Without `--model`, a 10m-size trunk (`SIZES["10m"]`) with 2 random MTP heads, a 3m random draft
@@ -89,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per (prompt, method)")
     parser.add_argument("--step-samples", type=int, default=60, help="forward calls timed for (b)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's)")
+    parser.add_argument("--group-size", type=int, default=8, help="samples of the RL group")
+    parser.add_argument("--concurrent", type=int, default=4, help="completions sent at once")
     parser.add_argument(
         "--dtype", default="float32", choices=DTYPES, help="weights (default: %(default)s)"
     )
@@ -190,6 +201,7 @@ def run(args, tmp: Path) -> dict:
     import transformers
 
     from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
+    from agent.engine.bench_serving import serving_targets
     from agent.engine.local import LocalEngine
     from agent.engine.model_runner import LoadedModel
 
@@ -211,13 +223,16 @@ def run(args, tmp: Path) -> dict:
             draft_model=draft_path if method == "draft" else None,
         )
         engines[method] = LocalEngine(
-            EngineConfig(model=model_path, dtype=args.dtype, speculative=spec), target, draft
+            EngineConfig(model=model_path, dtype=args.dtype, speculative=spec, prefix_cache_mb=0),
+            target,
+            draft,
         )
     # apply: the n-gram engine may grow its drafts further (the file is copied in long runs)
     engines["ngram-apply"] = LocalEngine(
         EngineConfig(
             model=model_path,
             dtype=args.dtype,
+            prefix_cache_mb=0,
             speculative=SpeculativeConfig(
                 method="ngram",
                 num_draft_tokens=args.num_draft,
@@ -320,6 +335,8 @@ def run(args, tmp: Path) -> dict:
     plain_tps = _overall(rows, "plain")
     hf_tps = _overall(rows, "hf-greedy")
     decode_ms, verify_ms = step_costs(target, items[-1]["prompt_ids"], args)
+    cached = LocalEngine(EngineConfig(model=model_path, dtype=args.dtype), target, draft)
+    serving = serving_targets(cached, engines["plain"], target, items, args)
     ratio_a = plain_tps / hf_tps
     ratio_b = verify_ms / decode_ms
     return dict(
@@ -353,6 +370,8 @@ def run(args, tmp: Path) -> dict:
             num_draft=args.num_draft,
             apply_max_draft=args.apply_max_draft,
             repeats=args.repeats,
+            group_size=args.group_size,
+            concurrent=args.concurrent,
             dtype=args.dtype,
             timing="best of repeats per prompt, methods interleaved",
             greedy=True,
@@ -375,6 +394,7 @@ def run(args, tmp: Path) -> dict:
                 samples=args.step_samples,
                 context_tokens=len(items[-1]["prompt_ids"]),
             ),
+            **serving,
         ),
     )
 
@@ -487,6 +507,22 @@ def print_report(report: dict) -> None:
         f"{b['decode_step_ms']:.2f} ms = {b['ratio']:.2f}× (target {b['target']}: "
         f"{'pass' if b['passed'] else 'FAIL'})"
     )
+    targets = report["targets"]
+    serving = [
+        ("rl_group", "(c) an RL group of {samples} samples in one batch vs one by one", "tokens/s",
+         "batched_tokens_per_s", "one_by_one_tokens_per_s"),
+        ("agent_turn", "(d) an agent's second turn, time to first token, cache warm vs cold", "ms",
+         "warm_ttft_ms", "cold_ttft_ms"),
+        ("concurrent_completions", "(e) {completions} concurrent completions vs one alone, p50",
+         "ms", "concurrent_p50_ms", "alone_p50_ms"),
+    ]  # fmt: skip
+    for key, label, unit, mine, theirs in serving:
+        t = targets.get(key)
+        if t:
+            console.print(
+                f"{label.format(**t)}: {t[mine]:.1f} vs {t[theirs]:.1f} {unit} = "
+                f"{t['ratio']:.2f}× (target {t['target']}: {'pass' if t['passed'] else 'FAIL'})"
+            )
     for row in report["rows"]:
         if row["method"] == "plain" and row.get("similarity_to_expected") is not None:
             console.print(

@@ -16,6 +16,7 @@ def test_bench_engine_writes_rows_for_both_workloads(tmp_path, tiny_checkpoint, 
     out = tmp_path / "engine.json"
     args = ["--model", str(model), "--max-tokens", "12", "--apply-max-tokens", "24"]
     args += ["--repeats", "1", "--step-samples", "3", "--threads", "1", "--json", str(out)]
+    args += ["--group-size", "3", "--concurrent", "2"]
     assert main(args) == 0
     report = json.loads(out.read_text())
     assert report["settings"]["apply_max_tokens"] == 24
@@ -24,7 +25,15 @@ def test_bench_engine_writes_rows_for_both_workloads(tmp_path, tiny_checkpoint, 
         for method in ("plain", "ngram", "mtp", "hf-greedy", "hf-prompt-lookup"):
             assert (workload, method) in methods
     assert all(r["identical_to_plain"] for r in report["rows"])
-    assert {"plain_vs_hf_greedy", "verify4_vs_decode_step"} <= set(report["targets"])
+    targets = report["targets"]
+    assert {"plain_vs_hf_greedy", "verify4_vs_decode_step"} <= set(targets)
+    assert targets["rl_group"]["samples"] == 3 and targets["rl_group"]["greedy_rows_identical"]
+    turn = targets["agent_turn"]
+    assert 0 < turn["cached_tokens"] < turn["prompt_tokens"]  # the first turn's prompt, reused
+    assert targets["concurrent_completions"]["completions"] == 2
+    assert all(
+        targets[k]["ratio"] > 0 for k in ("rl_group", "agent_turn", "concurrent_completions")
+    )
     assert "apply" in capsys.readouterr().out
     apply = [r for r in report["rows"] if r["workload"] == "apply"]
     assert all(0.0 <= r["similarity_to_expected"] <= 1.0 for r in apply)

@@ -1,0 +1,159 @@
+"""`flywheel bench engine`'s serving workloads: what a running server does besides one request.
+
+Three workloads, each on the engine's own loaded weights, each with the engine issue's target:
+
+- *RL group*: the n samples of one prompt (temperature 1, as a rollout group) decoded in one
+  batch (`SamplingParams(n=...)`) against the same n requests one after another: output tokens
+  per second, target >= 3x. Greedy, every batched row must equal the single greedy output.
+- *agent turn*: an agent's second turn (the first turn's prompt, its output and a tool result)
+  with the prefix cache warm from the first turn, against the same prompt prefilled cold: time to
+  first token, target <= 0.2x.
+- *concurrent completions*: k editor completions (priority "interactive") sent at once from k
+  threads, against each alone: p50 latency, target <= 1.5x. The engine runs one request's steps
+  at a time (no batching across requests), so this measures how far that is from the target.
+
+Timings interleave the compared sides and keep the best (or median) of `repeats`, like the rest
+of `flywheel bench engine`; only ratios within one run are compared.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+
+RL_GROUP_TARGET = 3.0
+AGENT_TURN_TARGET = 0.2
+CONCURRENT_TARGET = 1.5
+
+
+def serving_targets(engine, cold_engine, model, items: list[dict], args) -> dict:
+    """{rl_group, agent_turn, concurrent_completions}: each a dict with its ratio, its target
+    and whether it passed. `engine` (plain decoding) has the prefix cache on, `cold_engine` (the
+    same weights, `model`) off. The agent turn continues the chat-shaped *apply* prompt with a
+    tool result (a piece of the file); the others use the last *free* prompt."""
+    apply = next(item for item in items if item["workload"] == "apply")
+    free = [item for item in items if item["workload"] == "free"][-1]
+    tool_result = model.tokenizer.encode(apply["speculation"][:600], add_special_tokens=False)
+    return dict(
+        rl_group=rl_group(engine, free["prompt_ids"], args),
+        agent_turn=agent_turn(engine, cold_engine, model, apply["prompt_ids"], tool_result, args),
+        concurrent_completions=concurrent_completions(engine, free["prompt_ids"], args),
+    )
+
+
+def rl_group(engine, prompt_ids: list[int], args) -> dict:
+    from agent.engine import Request, SamplingParams
+
+    n, max_tokens = args.group_size, args.max_tokens
+
+    def run(batched: bool, seed: int, temperature: float = 1.0) -> tuple[int, float, list]:
+        params = dict(max_tokens=max_tokens, temperature=temperature, logprobs=False)
+        start = time.perf_counter()
+        if batched:
+            out = engine.generate(
+                Request(prompt=prompt_ids, params=SamplingParams(n=n, seed=seed, **params))
+            ).completions
+        else:
+            out = [
+                engine.generate(
+                    Request(prompt=prompt_ids, params=SamplingParams(seed=seed + i, **params))
+                ).completions[0]
+                for i in range(n)
+            ]
+        return sum(len(c.token_ids) for c in out), time.perf_counter() - start, out
+
+    batched_tps, single_tps = [], []
+    for repeat in range(args.repeats):
+        for batched, rates in ((True, batched_tps), (False, single_tps)):
+            tokens, seconds, _ = run(batched, seed=1000 * repeat)
+            rates.append(tokens / seconds)
+    _, _, greedy_rows = run(True, seed=0, temperature=0.0)
+    _, _, greedy_one = run(False, seed=0, temperature=0.0)
+    identical = all(c.token_ids == greedy_one[0].token_ids for c in greedy_rows)
+    ratio = max(batched_tps) / max(single_tps)
+    return dict(
+        samples=n,
+        max_tokens=max_tokens,
+        batched_tokens_per_s=max(batched_tps),
+        one_by_one_tokens_per_s=max(single_tps),
+        ratio=ratio,
+        target=f">= {RL_GROUP_TARGET}",
+        passed=ratio >= RL_GROUP_TARGET,
+        greedy_rows_identical=identical,
+    )
+
+
+def agent_turn(
+    engine, cold_engine, model, prompt_ids: list[int], tool_result: list[int], args
+) -> dict:
+    from agent.engine import Request, SamplingParams
+
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=0, logprobs=False)
+    first = engine.generate(Request(prompt=prompt_ids, params=params))  # warms the cache
+    second = prompt_ids + first.completions[0].token_ids + tool_result
+    one = SamplingParams(max_tokens=1, temperature=0, logprobs=False)
+    warm_s, cold_s, cached = [], [], 0
+    prefixes = model.prefix_cache
+    for _ in range(args.repeats):
+        cold = cold_engine.generate(Request(prompt=second, params=one))
+        cold_s.append(cold.metrics.ttft_s)
+        # the warm side's cache holds the first turn only, as after a real first turn
+        prefixes.clear()
+        engine.generate(Request(prompt=prompt_ids, params=one))
+        warm = engine.generate(Request(prompt=second, params=one))
+        warm_s.append(warm.metrics.ttft_s)
+        cached = warm.metrics.cached_tokens
+    ratio = min(warm_s) / min(cold_s)
+    return dict(
+        prompt_tokens=len(second),
+        cached_tokens=cached,
+        warm_ttft_ms=min(warm_s) * 1000,
+        cold_ttft_ms=min(cold_s) * 1000,
+        ratio=ratio,
+        target=f"<= {AGENT_TURN_TARGET}",
+        passed=ratio <= AGENT_TURN_TARGET,
+    )
+
+
+def concurrent_completions(engine, prompt_ids: list[int], args) -> dict:
+    from agent.engine import Request, SamplingParams
+
+    k = args.concurrent
+    # k editors, each on its own file: distinct prompts of the same length, cached once first
+    prompts = [prompt_ids[i:] for i in range(k)]
+    params = SamplingParams(max_tokens=16, temperature=0, logprobs=False)
+
+    def complete(prompt: list[int]) -> float:
+        start = time.perf_counter()
+        engine.generate(Request(prompt=prompt, params=params, priority="interactive"))
+        return time.perf_counter() - start
+
+    for prompt in prompts:
+        complete(prompt)
+    alone, together = [], []
+    for _ in range(args.repeats):
+        alone += [complete(prompt) for prompt in prompts]
+        latencies = [0.0] * k
+        threads = [
+            threading.Thread(target=_timed, args=(complete, prompts[i], latencies, i))
+            for i in range(k)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        together += latencies
+    ratio = statistics.median(together) / statistics.median(alone)
+    return dict(
+        completions=k,
+        alone_p50_ms=statistics.median(alone) * 1000,
+        concurrent_p50_ms=statistics.median(together) * 1000,
+        ratio=ratio,
+        target=f"<= {CONCURRENT_TARGET}",
+        passed=ratio <= CONCURRENT_TARGET,
+    )
+
+
+def _timed(complete, prompt: list[int], into: list[float], i: int) -> None:
+    into[i] = complete(prompt)
