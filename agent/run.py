@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     sampling = p.add_argument_group("sampling")
     sampling.add_argument("--temperature", type=float, default=0.0)
     sampling.add_argument("--seed", type=int)
+    sampling.add_argument(
+        "--speculative",
+        choices=["none", "ngram", "mtp"],
+        help="local engine drafts (the output is distributed as without them); default ngram, "
+        "none for a server",
+    )
     sandbox = p.add_argument_group("sandbox (what agent commands can see)")
     sandbox.add_argument(
         "--read-only",
@@ -213,7 +219,8 @@ def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
         err.print("flywheel run: --resume needs --checkpoint-db, the file the task was saved in")
         return 2
 
-    from agent.engine import EngineConfig, EngineError, open_engine
+    from agent.engine import EngineConfig, EngineError, SpeculativeConfig, open_engine
+    from agent.engine.config import default_speculative
     from agent.harness import (
         Harness,
         HarnessConfig,
@@ -245,7 +252,11 @@ def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
                 allow_unconfined=args.allow_unconfined,
             ),
         )
-        engine_config = EngineConfig(model=args.model, served_model_name=args.served_model_name)
+        engine_config = EngineConfig(
+            model=args.model,
+            served_model_name=args.served_model_name,
+            speculative=SpeculativeConfig(args.speculative or default_speculative(args.model)),
+        )
     except ValueError as exc:
         err.print(f"flywheel run: {exc}")
         return 2

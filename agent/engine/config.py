@@ -70,3 +70,10 @@ class EngineConfig:
                 "dtype int8 is the local backend's CPU option (torch's int8 kernels); "
                 f"not for backend {self.backend!r} on device {self.device!r}"
             )
+
+
+def default_speculative(model: str) -> SpecMethod:
+    """The drafts a product path uses unless told: prompt lookup (n-gram) for a local model, which
+    is lossless and pays when the output copies its context (an agent's edits quote the file);
+    none for a server (an http(s) URL), which decides that itself."""
+    return "none" if model.startswith(("http://", "https://")) else "ngram"

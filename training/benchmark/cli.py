@@ -96,17 +96,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _default_speculative(model: str) -> str:
-    """Prompt lookup for a local engine; nothing for a server, which decides that itself."""
-    return "none" if model.startswith(("http://", "https://")) else "ngram"
-
-
 def main(argv: list[str]) -> int:
     import os
 
     args = _parser().parse_args(argv)
     try:
         from agent.engine import EngineConfig, EngineError, SpeculativeConfig
+        from agent.engine.config import default_speculative
 
         ks = tuple(int(k) for k in args.k.split(",") if k.strip())
         config = BenchConfig(
@@ -132,7 +128,7 @@ def main(argv: list[str]) -> int:
         engine = EngineConfig(
             model=args.model,
             device=args.device,
-            speculative=SpeculativeConfig(args.speculative or _default_speculative(args.model)),
+            speculative=SpeculativeConfig(args.speculative or default_speculative(args.model)),
             api_key=api_key,
             served_model_name=args.served_model_name,
         )
