@@ -110,15 +110,16 @@ async def _run(args: argparse.Namespace) -> dict:
     from pygls.lsp.client import LanguageClient
 
     from agent.demo import INSTRUCTION, SAMPLE
-    from agent.engine import EngineConfig, Request, SamplingParams, open_engine
+    from agent.engine import Request, SamplingParams, open_engine
     from lsp.completion import STOP, build_prompt
+    from lsp.model_host import engine_config
     from lsp.protocol import TASK_STEP
-    from lsp.settings import CompletionSettings
+    from lsp.settings import CompletionSettings, ModelSettings
 
     settings = CompletionSettings(
         debounce_ms=0, max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed
     )
-    engine = open_engine(EngineConfig(model=args.model))
+    engine = open_engine(engine_config(ModelSettings(name=args.model)))  # what the server opens
     max_prompt = engine.context_length - settings.max_tokens - 8
     prompt_tokens: list[int] = []
 

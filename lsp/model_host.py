@@ -19,7 +19,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from agent.engine import Cancelled, Engine, EngineConfig, EngineError, Request, Result
+from agent.engine import (
+    Cancelled,
+    Engine,
+    EngineConfig,
+    EngineError,
+    Request,
+    Result,
+    SpeculativeConfig,
+)
+from agent.engine.config import default_speculative
 from lsp.settings import ModelSettings
 
 log = logging.getLogger("flywheel.lsp")
@@ -81,17 +90,15 @@ class ModelHost:
         loop = asyncio.get_running_loop()
         old, old_settings = self.engine, self.settings
         self.settings, self.error, self._opening = settings, None, True
-        same_backend = old_settings is not None and (
-            (settings.backend, settings.device) == (old_settings.backend, old_settings.device)
-        )
         try:
+            config = engine_config(settings)
+            same_backend = old_settings is not None and _kind(config) == _kind(
+                engine_config(old_settings)
+            )
             if old is not None and same_backend:
                 await loop.run_in_executor(self._pool, old.swap, settings.name)
                 engine = old
             else:
-                config = EngineConfig(
-                    model=settings.name, backend=settings.backend, device=settings.device
-                )
                 engine = await loop.run_in_executor(self._pool, _open_engine, config)
                 if old is not None:
                     self._pool.submit(old.close)
@@ -156,6 +163,24 @@ def _unless_cancelled(fn: Callable[[Request], Any], request: Request) -> Any:
     if request.cancelled:
         raise Cancelled("cancelled before it started")
     return fn(request)
+
+
+def engine_config(settings: ModelSettings) -> EngineConfig:
+    """The engine the `model` settings ask for; speculative "auto" is `default_speculative`."""
+    method = settings.speculative
+    if method == "auto":
+        method = default_speculative(settings.name)
+    return EngineConfig(
+        model=settings.name,
+        backend=settings.backend,
+        device=settings.device,
+        speculative=SpeculativeConfig(method),
+    )
+
+
+def _kind(config: EngineConfig) -> tuple:
+    """What a weight swap keeps: a change here needs a new engine (a URL is another backend)."""
+    return config.backend, config.device, config.speculative.method
 
 
 def _open_engine(config: EngineConfig) -> Engine:

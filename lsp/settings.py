@@ -33,6 +33,8 @@ class ModelSettings:
     name: str = "default"  # "default" (the starter model), a checkpoint folder, or an http(s) URL
     backend: Literal["auto", "local", "vllm", "openai"] = "auto"  # auto: URL -> openai, else local
     device: str = "cpu"  # torch device for the local backend
+    # local engine drafts (lossless); auto: n-gram for a local model, none for a server
+    speculative: Literal["auto", "none", "ngram", "mtp"] = "auto"
 
 
 @dataclass

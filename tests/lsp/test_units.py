@@ -112,3 +112,21 @@ def test_a_cursor_at_a_line_start_is_token_healed():
     # A suggestion that does not start where the cursor is cannot be shown there.
     assert clean_output("  # more", "\n", "def f():\n    ") == ""
     assert clean_output(" + 1", "", "x = f(") == " + 1"
+
+
+def test_model_settings_choose_the_engine_and_when_a_swap_is_enough():
+    """speculative "auto" is n-gram drafts for a local model and none for a server; a model
+    setting that moves to a URL needs a new engine (another backend), not a weight swap."""
+    from lsp.model_host import _kind, engine_config
+    from lsp.settings import ModelSettings
+
+    local = engine_config(ModelSettings(name="default"))
+    server = engine_config(ModelSettings(name="http://127.0.0.1:8000/v1"))
+    assert (local.backend, local.speculative.method) == ("local", "ngram")
+    assert (server.backend, server.speculative.method) == ("openai", "none")
+    assert _kind(local) != _kind(server)
+    assert _kind(local) == _kind(engine_config(ModelSettings(name="/another/checkpoint")))
+    plain = engine_config(ModelSettings(name="default", speculative="none"))
+    assert plain.speculative.method == "none" and _kind(plain) != _kind(local)
+    s, warnings = parse_settings({"model": {"speculative": "fastest"}})
+    assert s.model.speculative == "auto" and warnings  # not a choice: skipped and named
