@@ -21,6 +21,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from agent.engine.config import DTYPES
 from agent.engine.request import EngineError
 from training.recipe import STAGES, RecipeError, load_recipe, parse_overrides
 
@@ -92,6 +93,12 @@ def main(argv: list[str]) -> int:
     ev.add_argument("--limit", type=int, default=0, help="at most N tasks, spread over families")
     ev.add_argument("--max-steps", type=int, default=12, help="model turns per task")
     ev.add_argument("--max-wall-s", type=float, default=180.0, help="running time per task")
+    ev.add_argument(
+        "--dtype",
+        default="float32",
+        choices=DTYPES,
+        help="engine weights; int8 is lossy (default: %(default)s)",
+    )
     ev.add_argument(
         "--turn-max-tokens", type=int, default=2048, help="output tokens per model turn"
     )
@@ -231,6 +238,7 @@ def _eval(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
         max_wall_s=args.max_wall_s,
         turn_max_tokens=args.turn_max_tokens,
+        dtype=args.dtype,
         constrain_tool_calls=not args.free_tool_calls,
     )
     reports = []

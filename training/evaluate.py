@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from agent.engine.config import DTYPES
 from training.benchmark import pick_tasks
 from training.tasks.dataset import load_tasks
 from training.tasks.task import TEST_TIMEOUT_S, Task
@@ -47,6 +48,7 @@ class EvalConfig:
     max_wall_s: float = 180.0  # running time per task
     turn_max_tokens: int = 2048  # output tokens per model turn (the harness's default)
     device: str = "cpu"
+    dtype: str = "float32"  # engine weights (agent/engine/config.py DTYPES; int8 is lossy)
     speculative: str = "ngram"  # engine drafts (greedy: the output is the same as without)
     transcripts: str = ""  # folder: each task's harness events as <task id>.jsonl ("" = none)
     constrain_tool_calls: bool = True  # tool calls decoded under their grammar, as in the harness
@@ -54,6 +56,8 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if self.split not in ("heldout", "train", "all"):
             raise ValueError(f"split must be heldout, train or all, not {self.split!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
         if self.limit < 0 or self.max_steps < 1 or self.max_wall_s <= 0 or self.turn_max_tokens < 1:
             raise ValueError(
                 "limit must be >= 0, max_steps >= 1, max_wall_s > 0 and turn_max_tokens >= 1"
@@ -85,6 +89,7 @@ class EvalReport:
     stop_reasons: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     constrain_tool_calls: bool = True  # tool calls decoded under their grammar (the harness's)
+    dtype: str = "float32"  # the engine's weights
     results: list[TaskResult] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -151,6 +156,7 @@ def evaluate_agent(
         EngineConfig(
             model=str(model),
             device=config.device,
+            dtype=config.dtype,
             speculative=SpeculativeConfig(config.speculative),
         )
     )
@@ -187,6 +193,7 @@ def evaluate_agent(
         stop_reasons=reasons,
         seconds=round(time.monotonic() - t0, 1),
         constrain_tool_calls=config.constrain_tool_calls,
+        dtype=config.dtype,
         results=results,
     )
 

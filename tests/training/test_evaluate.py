@@ -31,7 +31,7 @@ def test_an_untrained_model_fails_the_task_and_the_report_says_why(tiny_checkpoi
         max_steps=1, max_wall_s=5, speculative="none", transcripts=str(tmp_path / "t")
     )
     report = evaluate_agent(str(tiny_checkpoint), [task], config)
-    assert report.tasks == 1 and report.pass_at_1 == 0.0
+    assert report.tasks == 1 and report.pass_at_1 == 0.0 and report.dtype == "float32"
     (result,) = report.results
     assert isinstance(result, TaskResult) and not result.passed
     assert result.stop_reason != "waiting" and result.seconds < 60
@@ -47,3 +47,5 @@ def test_an_untrained_model_fails_the_task_and_the_report_says_why(tiny_checkpoi
 def test_bad_config_is_refused():
     with pytest.raises(ValueError, match="split"):
         EvalConfig(split="dev")
+    with pytest.raises(ValueError, match="dtype must be one of float32"):
+        EvalConfig(dtype="int4")
