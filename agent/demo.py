@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.table import Table
 
     from agent.engine import EngineConfig, EngineError, SpeculativeConfig, open_engine
-    from agent.engine.config import default_speculative
+    from agent.engine.config import default_dtype, default_speculative
     from agent.harness import Harness, HarnessConfig, Sandbox, Workspace
     from agent.harness.project import detect_test_command
     from agent.run import _progress, _telemetry_path
@@ -71,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"sample project copied to [bold]{folder}[/]")
     try:
         speculative = SpeculativeConfig(default_speculative(args.model))
-        engine = open_engine(EngineConfig(model=args.model, speculative=speculative))
+        engine = open_engine(
+            EngineConfig(model=args.model, dtype=default_dtype(args.model), speculative=speculative)
+        )
     except EngineError as exc:
         console.print(f"flywheel demo: cannot open model {args.model!r}: {exc}")
         return 2

@@ -32,6 +32,8 @@ from typing import Any
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from agent.engine.config import DTYPES
+
     p = argparse.ArgumentParser(
         prog="flywheel run",
         description="Run an agent task headless in a workspace; print the answer and the diff.",
@@ -60,6 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     sampling = p.add_argument_group("sampling")
     sampling.add_argument("--temperature", type=float, default=0.0)
     sampling.add_argument("--seed", type=int)
+    sampling.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        help="local engine weights (default: int8 for decoding on a CPU, else float32)",
+    )
     sampling.add_argument(
         "--speculative",
         choices=["none", "ngram", "mtp"],
@@ -220,7 +227,7 @@ def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
         return 2
 
     from agent.engine import EngineConfig, EngineError, SpeculativeConfig, open_engine
-    from agent.engine.config import default_speculative
+    from agent.engine.config import default_dtype, default_speculative
     from agent.harness import (
         Harness,
         HarnessConfig,
@@ -255,6 +262,7 @@ def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
         engine_config = EngineConfig(
             model=args.model,
             served_model_name=args.served_model_name,
+            dtype=args.dtype or default_dtype(args.model),
             speculative=SpeculativeConfig(args.speculative or default_speculative(args.model)),
         )
     except ValueError as exc:

@@ -28,7 +28,7 @@ from agent.engine import (
     Result,
     SpeculativeConfig,
 )
-from agent.engine.config import default_speculative
+from agent.engine.config import default_dtype, default_speculative
 from lsp.settings import ModelSettings
 
 log = logging.getLogger("flywheel.lsp")
@@ -166,21 +166,26 @@ def _unless_cancelled(fn: Callable[[Request], Any], request: Request) -> Any:
 
 
 def engine_config(settings: ModelSettings) -> EngineConfig:
-    """The engine the `model` settings ask for; speculative "auto" is `default_speculative`."""
+    """The engine the `model` settings ask for; "auto" is `default_speculative` and
+    `default_dtype`."""
     method = settings.speculative
     if method == "auto":
         method = default_speculative(settings.name)
+    dtype = settings.dtype
+    if dtype == "auto":
+        dtype = default_dtype(settings.name, settings.backend, settings.device)
     return EngineConfig(
         model=settings.name,
         backend=settings.backend,
         device=settings.device,
+        dtype=dtype,
         speculative=SpeculativeConfig(method),
     )
 
 
 def _kind(config: EngineConfig) -> tuple:
     """What a weight swap keeps: a change here needs a new engine (a URL is another backend)."""
-    return config.backend, config.device, config.speculative.method
+    return config.backend, config.device, config.dtype, config.speculative.method
 
 
 def _open_engine(config: EngineConfig) -> Engine:

@@ -35,6 +35,8 @@ class ModelSettings:
     device: str = "cpu"  # torch device for the local backend
     # local engine drafts (lossless); auto: n-gram for a local model, none for a server
     speculative: Literal["auto", "none", "ngram", "mtp"] = "auto"
+    # weights; auto: int8 copies for decoding with the local engine on a CPU, else float32
+    dtype: Literal["auto", "float32", "bfloat16", "float16", "int8"] = "auto"
 
 
 @dataclass

@@ -77,3 +77,12 @@ def default_speculative(model: str) -> SpecMethod:
     is lossless and pays when the output copies its context (an agent's edits quote the file);
     none for a server (an http(s) URL), which decides that itself."""
     return "none" if model.startswith(("http://", "https://")) else "ngram"
+
+
+def default_dtype(model: str, backend: str = "auto", device: str = "cpu") -> DType:
+    """The weights a product path uses unless told: int8 copies for decoding where they apply
+    (the local engine on a CPU: decoding about 1.8x faster, held-out loss under 1% higher and
+    the agent's held-out pass@1 unchanged, README results), float32 elsewhere."""
+    remote = model.startswith(("http://", "https://"))
+    local = backend == "local" or (backend == "auto" and not remote)
+    return "int8" if local and device.split(":")[0] == "cpu" else "float32"

@@ -115,15 +115,21 @@ def test_a_cursor_at_a_line_start_is_token_healed():
 
 
 def test_model_settings_choose_the_engine_and_when_a_swap_is_enough():
-    """speculative "auto" is n-gram drafts for a local model and none for a server; a model
+    """speculative "auto" is n-gram drafts for a local model and none for a server, dtype "auto"
+    int8 for the local engine on a CPU and float32 elsewhere; a model
     setting that moves to a URL needs a new engine (another backend), not a weight swap."""
     from lsp.model_host import _kind, engine_config
     from lsp.settings import ModelSettings
 
     local = engine_config(ModelSettings(name="default"))
     server = engine_config(ModelSettings(name="http://127.0.0.1:8000/v1"))
-    assert (local.backend, local.speculative.method) == ("local", "ngram")
-    assert (server.backend, server.speculative.method) == ("openai", "none")
+    assert (local.backend, local.speculative.method, local.dtype) == ("local", "ngram", "int8")
+    assert (server.backend, server.speculative.method, server.dtype) == (
+        "openai",
+        "none",
+        "float32",
+    )
+    assert engine_config(ModelSettings(name="default", device="cuda")).dtype == "float32"
     assert _kind(local) != _kind(server)
     assert _kind(local) == _kind(engine_config(ModelSettings(name="/another/checkpoint")))
     plain = engine_config(ModelSettings(name="default", speculative="none"))
