@@ -26,7 +26,6 @@ import datetime
 import json
 import platform
 import random
-import statistics
 import sys
 import threading
 import time
@@ -71,6 +70,7 @@ def main() -> int:
 
     import agent.engine.local as local
     from agent.engine import EngineConfig, Request, SamplingParams, open_engine
+    from lsp.bench import latency_summary
 
     torch.set_num_threads(args.threads)
     engine = open_engine(EngineConfig(model=args.model, prefix_cache_mb=0))
@@ -118,14 +118,6 @@ def main() -> int:
     local.URGENT_WINDOW_S = default_window
     engine.close()
 
-    def summary(xs: list[float]) -> dict:
-        xs = sorted(xs)
-        return dict(
-            p50_ms=statistics.median(xs),
-            p95_ms=xs[min(len(xs) - 1, round(0.95 * (len(xs) - 1)))],
-            mean_ms=statistics.mean(xs),
-        )
-
     report = dict(
         benchmark="completion_wait",
         command="python " + " ".join(sys.argv),
@@ -138,7 +130,7 @@ def main() -> int:
             yielding_chunk=local.YIELDING_CHUNK,
             urgent_window_s=default_window,
         ),
-        policies={name: summary(xs) for name, xs in samples.items()},
+        policies={name: latency_summary(xs) for name, xs in samples.items()},
         samples_ms=samples,
     )
     long_p50 = report["policies"]["long-chunks"]["p50_ms"]

@@ -98,7 +98,8 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[k]
 
 
-def _summary(values: list[float]) -> dict[str, float]:
+def latency_summary(values: list[float]) -> dict[str, float]:
+    """p50, p95 (nearest rank) and mean of latencies in ms, as the benchmarks report them."""
     return {
         "p50_ms": _percentile(values, 0.5),
         "p95_ms": _percentile(values, 0.95),
@@ -273,7 +274,7 @@ async def _run(args: argparse.Namespace) -> dict:
             f"the server answered only {answered} of {requests} requests with a suggestion; the "
             "comparison would be meaningless (see the server log above)"
         )
-    direct_s, lsp_s = _summary(times["direct"]), _summary(times["lsp"])
+    direct_s, lsp_s = latency_summary(times["direct"]), latency_summary(times["lsp"])
     report = {
         "answered_with_suggestion": answered,
         "requests": requests,
@@ -290,7 +291,7 @@ async def _run(args: argparse.Namespace) -> dict:
         "samples_ms": times,
     }
     if args.during_agent:
-        busy = _summary(times["lsp_during_agent"])
+        busy = latency_summary(times["lsp_during_agent"])
         report.update(
             lsp_during_agent=busy,
             during_agent_vs_idle_p50=busy["p50_ms"] / lsp_s["p50_ms"],

@@ -179,19 +179,25 @@ def test_the_served_api_reads_vllms_integer_priority_or_a_lane(value, lane):
     assert chat_request(body, threading.Event()).priority == lane
 
 
+def _recording_engine(checkpoint):
+    """A local engine on `checkpoint` (no prefix cache) whose lock records the lane of each hold."""
+    from agent.engine import EngineConfig, open_engine
+
+    engine = open_engine(EngineConfig(model=str(checkpoint), backend="local", prefix_cache_mb=0))
+    holds: list[str] = []
+    engine._lock = RecordingLock(holds)
+    return engine, holds
+
+
 def test_a_long_prompt_is_prefilled_in_chunks_with_the_same_output(tiny_checkpoint, monkeypatch):
     """Each chunk is a hold of its own (a waiting completion goes between two chunks); the
     output is the one the whole prompt in one pass gives."""
     import agent.engine.local as local
-    from agent.engine import EngineConfig, SamplingParams, open_engine
+    from agent.engine import SamplingParams
 
     def run(chunk: int) -> tuple[list[int], int]:
         monkeypatch.setattr(local, "PREFILL_CHUNK", chunk)
-        engine = open_engine(
-            EngineConfig(model=str(tiny_checkpoint), backend="local", prefix_cache_mb=0)
-        )
-        holds: list[str] = []
-        engine._lock = RecordingLock(holds)
+        engine, holds = _recording_engine(tiny_checkpoint)
         prompt = "def total(values):\n    return sum(v for v in values)\n" * 4
         params = SamplingParams(max_tokens=5, temperature=0)
         result = engine.generate(Request(prompt=prompt, params=params))
@@ -222,13 +228,10 @@ def test_an_agent_prefill_runs_in_short_chunks_while_an_editor_is_active(
     """After an editor's completion, an agent turn's prompt is prefilled YIELDING_CHUNK tokens
     at a time (a next completion waits for less); the output is the same."""
     import agent.engine.local as local
-    from agent.engine import EngineConfig, SamplingParams, open_engine
+    from agent.engine import SamplingParams
 
-    engine = open_engine(
-        EngineConfig(model=str(tiny_checkpoint), backend="local", prefix_cache_mb=0)
-    )
-    holds: list[str] = []
-    engine._lock = RecordingLock(holds)
+    monkeypatch.setattr(local, "URGENT_WINDOW_S", 3600.0)  # however slow this machine is now
+    engine, holds = _recording_engine(tiny_checkpoint)
     prompt = "def total(values):\n    return sum(v for v in values)\n" * 12
     params = SamplingParams(max_tokens=3, temperature=0)
     alone = engine.generate(Request(prompt=prompt, params=params))
