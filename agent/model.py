@@ -286,24 +286,22 @@ class MTPHeads(nn.Module):
         with torch.no_grad():
             return self._lm_head.weight.index_select(0, self.draft_vocab)
 
-    def save(self, folder: str | Path) -> None:
+    def save(self, folder: str | Path, int8: bool = False) -> None:
+        """Write config.json, model.safetensors (with `int8`: matrices as int8 plus per-row
+        scales, a quarter of float32's size) and draft_vocab.json into `folder`."""
         from safetensors.torch import save_file
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.json").write_text(json.dumps(asdict(self.config), indent=2))
-        save_file(
-            {k: v.contiguous() for k, v in self.state_dict().items()},
-            str(folder / "model.safetensors"),
-        )
+        state = {k: v.contiguous() for k, v in self.state_dict().items()}
+        save_file(pack_int8(state) if int8 else state, str(folder / "model.safetensors"))
         if self.draft_vocab is not None:
             ids = self.draft_vocab.tolist()
             (folder / DRAFT_VOCAB_FILE).write_text(json.dumps({"token_ids": ids}) + "\n")
 
     @classmethod
     def load(cls, folder: str | Path, trunk) -> MTPHeads:
-        from safetensors.torch import load_file
-
         folder = Path(folder)
         config = MTPConfig(**json.loads((folder / "config.json").read_text()))
         if config.hidden_size and config.hidden_size != trunk.config.hidden_size:
@@ -313,7 +311,7 @@ class MTPHeads(nn.Module):
             )
         heads = cls(trunk, config)
         missing, unexpected = heads.load_state_dict(
-            load_file(str(folder / "model.safetensors")), strict=False
+            read_heads_state(folder / "model.safetensors"), strict=False
         )
         missing = [m for m in missing if not m.startswith("rotary.")]
         if missing or unexpected:
@@ -328,6 +326,78 @@ class MTPHeads(nn.Module):
 
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"  # {"token_ids": [most frequent first, ...]}
+INT8_SCALES = ".int8_scales"  # a matrix stored in int8 has its per-row scales under name + this
+
+
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-output-channel symmetric int8: (q [out, in] int8, scales [out] bf16), W ≈ q * s."""
+    w = weight.detach().float()
+    scales = (w.abs().amax(dim=1).clamp(min=1e-12) / 127).to(torch.bfloat16)  # [out]
+    q = torch.round(w / scales.float()[:, None]).clamp(-127, 127).to(torch.int8)
+    return q, scales
+
+
+def pack_int8(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every floating matrix of `state` as int8 plus its scales (`quantize_int8`; the engine's
+    int8 decoding quantizes the same way, so it gets the same numbers back); the rest as is."""
+    out = {}
+    for name, tensor in state.items():
+        if tensor.dim() == 2 and tensor.is_floating_point():
+            out[name], out[name + INT8_SCALES] = quantize_int8(tensor)
+        else:
+            out[name] = tensor
+    return out
+
+
+INT4_SCALES = ".int4_scales"  # a matrix stored in int4 has its per-group scales under name + this
+INT4_GROUP = 64  # input columns sharing one int4 scale
+
+
+def pack_int4(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every floating matrix of `state` whose width INT4_GROUP divides as 4-bit integers, two per
+    byte ([out, in / 2] uint8, low nibble first), with one float16 scale per row and group of
+    INT4_GROUP columns ([out, in / INT4_GROUP]); the rest as is. An eighth of float32's bytes:
+    what lets the starter ship its heads beside a float32 adapter. Symmetric, round to nearest,
+    values in [-8, 7]."""
+    out = {}
+    for name, tensor in state.items():
+        if tensor.dim() != 2 or not tensor.is_floating_point() or tensor.shape[1] % INT4_GROUP:
+            out[name] = tensor
+            continue
+        rows, cols = tensor.shape
+        w = tensor.detach().float().reshape(rows, cols // INT4_GROUP, INT4_GROUP)
+        scales = (w.abs().amax(-1).clamp(min=1e-12) / 7).to(torch.float16)  # [rows, groups]
+        q = torch.round(w / scales.float()[..., None]).clamp(-8, 7).to(torch.int16)
+        q = q.reshape(rows, cols) & 0xF
+        out[name] = (q[:, 0::2] | (q[:, 1::2] << 4)).to(torch.uint8)
+        out[name + INT4_SCALES] = scales
+    return out
+
+
+def _unpack_int4(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """`pack_int4`'s matrix back in float32."""
+    nibbles = packed.to(torch.int16)
+    low, high = ((nibbles & 0xF) ^ 8) - 8, ((nibbles >> 4) ^ 8) - 8  # sign-extend 4 bits
+    q = torch.stack([low, high], -1).reshape(packed.shape[0], -1).float()
+    return (q.reshape(q.shape[0], -1, INT4_GROUP) * scales.float()[..., None]).reshape(q.shape)
+
+
+def read_heads_state(path: str | Path) -> dict[str, torch.Tensor]:
+    """The heads' weights from their safetensors file, int8 and int4 matrices in float32."""
+    from safetensors.torch import load_file
+
+    state = load_file(str(path))
+    out = {}
+    for name, tensor in state.items():
+        if name.endswith((INT8_SCALES, INT4_SCALES)):
+            continue
+        if name + INT8_SCALES in state:
+            out[name] = tensor.float() * state[name + INT8_SCALES].float()[:, None]
+        elif name + INT4_SCALES in state:
+            out[name] = _unpack_int4(tensor, state[name + INT4_SCALES])
+        else:
+            out[name] = tensor
+    return out
 
 
 def frequent_tokens(token_ids, vocab_size: int, size: int) -> list[int]:
@@ -475,14 +545,21 @@ def adapter_base(folder: Path) -> Path:
     )
 
 
+def tokenizer_folder(folder: Path) -> Path:
+    """Where a checkpoint folder's tokenizer is: its own, or (an adapter without one) its base's."""
+    if (folder / "tokenizer_config.json").exists() or not is_adapter(folder):
+        return folder
+    return adapter_base(folder)
+
+
 def _load_trunk(folder: Path, dtype: str):
     """(trunk, tokenizer) of a checkpoint folder, or of the base with an adapter merged in."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = adapter_base(folder) if is_adapter(folder) else folder
-    tokenizer_folder = folder if (folder / "tokenizer_config.json").exists() else source
+    tokenizer_dir = tokenizer_folder(folder)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder))
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
         trunk = AutoModelForCausalLM.from_pretrained(str(source), dtype=getattr(torch, dtype))
         if source is not folder:
             from peft import PeftModel
@@ -492,7 +569,7 @@ def _load_trunk(folder: Path, dtype: str):
         raise EngineError(f"could not load the model in {str(folder)!r}: {exc}") from exc
     if not getattr(tokenizer, "chat_template", None):
         raise EngineError(
-            f"the tokenizer in {str(tokenizer_folder)!r} has no chat template; add one to its "
+            f"the tokenizer in {str(tokenizer_dir)!r} has no chat template; add one to its "
             "tokenizer_config.json (chat_template), or use a chat (instruct) checkpoint"
         )
     return trunk, tokenizer
@@ -520,6 +597,33 @@ def load_checkpoint(path: str | Path, device: str = "cpu", dtype: str = "float32
             .eval()
         )
     return Checkpoint(trunk, tokenizer, heads, checkpoint_version(folder), str(folder))
+
+
+def merged_folder(folder: Path, log=lambda line: None) -> Path:
+    """A plain checkpoint folder for runtimes that load only those (vLLM): an adapter folder's
+    adapter merged into its base, heads and lineage included, written once into the cache
+    (`merged/<digest of the adapter's files>`, atomically); any other folder as it is."""
+    if not is_adapter(folder):  # before any import: vLLM's environment has no telemetry deps
+        return folder
+    import shutil
+
+    from telemetry.folders import cache_home
+
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "README.md"):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes())
+    out = cache_home() / "merged" / digest.hexdigest()[:16]
+    if (out / "flywheel.json").exists():
+        return out
+    log(f"merging the adapter in {folder} into its base -> {out}")
+    checkpoint = load_checkpoint(folder)
+    tmp = out.parent / f".{out.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    meta = {"version": checkpoint.version, "merged_from": str(folder)}
+    save_checkpoint(tmp, checkpoint.trunk, checkpoint.tokenizer, checkpoint.heads, meta)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
 
 
 def save_checkpoint(

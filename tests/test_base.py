@@ -151,6 +151,28 @@ def test_an_adapter_merges_into_its_base_and_names_a_wrong_one(tmp_path, tiny_ch
         load_checkpoint(adapter)
 
 
+def test_an_adapter_merges_once_into_a_plain_folder_for_vllm(
+    tmp_path, monkeypatch, tiny_checkpoint
+):
+    """vLLM loads whole folders: `merged_folder` writes the adapter merged into its base, with its
+    heads, once per adapter content; a plain folder is used as it is."""
+    from agent.model import merged_folder
+
+    monkeypatch.setenv("FLYWHEEL_CACHE", str(tmp_path / "cache"))
+    adapter = _lora_adapter(tmp_path, tiny_checkpoint)
+    shutil.copytree(Path(tiny_checkpoint) / "mtp", adapter / "mtp")
+    folder = merged_folder(adapter)
+    assert folder.parent == tmp_path / "cache" / "merged" and not is_adapter(folder)
+    merged, direct = load_checkpoint(folder), load_checkpoint(adapter)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    assert torch.allclose(merged.trunk(ids).logits, direct.trunk(ids).logits, atol=1e-5)
+    assert merged.heads is not None and merged.version == direct.version
+    written = (folder / "model.safetensors").stat().st_mtime_ns
+    assert merged_folder(adapter) == folder  # the same adapter: the folder already written
+    assert (folder / "model.safetensors").stat().st_mtime_ns == written
+    assert merged_folder(Path(tiny_checkpoint)) == Path(tiny_checkpoint)
+
+
 def test_a_checkpoint_without_chat_template_is_refused(tmp_path, tiny_checkpoint):
     folder = tmp_path / "ckpt"
     shutil.copytree(tiny_checkpoint, folder)

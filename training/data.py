@@ -359,6 +359,46 @@ def build_corpus(config: CorpusConfig, out: str | Path) -> dict:
     return manifest
 
 
+def distillation_corpus(
+    out: str | Path,
+    tokenizer_dir: str | Path,
+    texts: list[str],
+    conversations: list[dict],
+    messages_alone: bool = True,
+    heldout_fraction: float = 0.2,
+) -> tuple[Path, int]:
+    """A corpus for distilling MTP heads from text the model reads and writes: `texts` (code) and
+    `conversations` ({"messages", "tools"}) rendered as the engine renders them, plus (with
+    `messages_alone`) each message's content on its own, so that near-identical sessions still
+    give several documents. Returns the folder and the smaller split's token count."""
+    from transformers import AutoTokenizer
+
+    from agent.chat_format import render_chat
+
+    out = Path(out)
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    rows = [{"text": text} for text in texts]
+    for conversation in conversations:
+        messages = conversation["messages"]
+        rows.append({"text": render_chat(tokenizer, messages, conversation.get("tools"))})
+        if messages_alone:
+            rows += [{"text": m["content"]} for m in messages if m.get("content")]
+    out.mkdir(parents=True, exist_ok=True)
+    export = out / "text.jsonl"
+    export.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    manifest = build_corpus(
+        CorpusConfig(
+            exports=[str(export)],
+            tokenizer=str(tokenizer_dir),
+            near_dup_threshold=0.95,
+            heldout_fraction=heldout_fraction,
+        ),
+        out / "corpus",
+    )
+    tokens = min(manifest["splits"]["train"]["tokens"], manifest["splits"]["heldout"]["tokens"])
+    return out / "corpus", tokens
+
+
 # --- reading shards back ---------------------------------------------------------------------
 
 

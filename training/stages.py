@@ -507,11 +507,21 @@ def mtp_distillation(trunk: nn.Module, heads, ids: torch.Tensor) -> tuple[torch.
     ids: [batch, seq]. Head k (0-based) at position i sees h_{k-1}[i] and token i+k+1 and
     predicts token i+k+2, whose trunk distribution is the trunk's output at position i+k+1.
     With seq = 6 and k = 1: positions i = 0..3, next_ids = ids[:, 2:6], teacher = logits[:, 2:6].
+
+    With a draft vocabulary (`heads.draft_vocab`) both distributions are taken over those rows
+    only, renormalised: the heads only ever draft from them, and scoring d rows instead of the
+    whole vocabulary is most of a small model's head cost (the trunk's own output layer is
+    skipped too: its final hidden state times the same rows is the teacher).
     """
+    rows = heads.draft_rows()
     with torch.no_grad():
-        out = trunk(input_ids=ids, output_hidden_states=True)
-        teacher = out.logits.float()  # [batch, seq, vocab]
-        hidden = out.hidden_states[-1]  # [batch, seq, hidden], after the final norm
+        if rows is None:
+            out = trunk(input_ids=ids, output_hidden_states=True)
+            teacher = out.logits.float()  # [batch, seq, vocab]
+            hidden = out.hidden_states[-1]  # [batch, seq, hidden], after the final norm
+        else:
+            hidden = trunk.get_decoder()(input_ids=ids).last_hidden_state  # after the final norm
+            teacher = nn.functional.linear(hidden, rows).float()  # [batch, seq, d]
     seq = ids.shape[1]
     losses, info = [], {}
     for k in range(len(heads.heads)):
@@ -521,7 +531,7 @@ def mtp_distillation(trunk: nn.Module, heads, ids: torch.Tensor) -> tuple[torch.
         hidden = hidden[:, :length]
         positions = torch.arange(length, device=ids.device)[None].expand(ids.shape[0], -1)
         hidden = heads.forward_head(k, hidden, ids[:, k + 1 : k + 1 + length], positions)
-        student = heads.logits(k, hidden).float()  # [batch, length, vocab]
+        student = heads.logits(k, hidden, rows).float()  # [batch, length, vocab or d]
         target = teacher[:, k + 1 : k + 1 + length]
         kl = F.kl_div(
             F.log_softmax(student, -1).flatten(0, 1),

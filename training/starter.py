@@ -8,8 +8,11 @@
            new tokens' rows learn fast (sft_tokens.toml), then more SFT in a new order with
            both learning (sft_more.toml), then a second pass over the data (sft_epoch2.toml),
            then recovery: trajectories whose first edit fails, then the fix (sft_recover.toml)
+    mtp    2 MTP heads self-distilled from the SFT'd model, trunk frozen, over a 4,096-token
+           draft vocabulary (mtp_starter.toml), on stdlib code, the train trajectories and the
+           apply examples (mtp_text/)
     eval   held-out tasks through the real harness (training/evaluate.py; each task's
-           conversation in eval-transcripts/) -> model/
+           conversation in eval-transcripts/) -> model/ (the last SFT adapter plus mtp/)
 
 Every stage reads its recipe from training/recipes/; this module only points their paths into the
 run folder. Each step is skipped when its output already exists and training resumes from its
@@ -19,10 +22,10 @@ checkpoints, so a killed run continues where it stopped. `quick` shrinks every s
 The result, `OUT/model/`, is an adapter folder (`agent.model.load_checkpoint` merges it into the
 base) carrying `flywheel.json` with version `starter-<date>` and its lineage: the base, the
 recipes (text and sha256), the task manifest's hash, the stage's final metrics, the evaluation
-and the time of each step. `ship()` copies it into agent/starter/.
+and the time of each step. `ship()` copies it into agent/starter/ (compressed to fit the package's budget).
 
 What it does not do: use telemetry exports (the starter is trained from offline sources only),
-RL (`flywheel train rl`), continued pretraining or MTP heads on the base.
+RL (`flywheel train rl`) or continued pretraining on the base.
 
     nice -n 5 flywheel train starter --out runs/starter
     flywheel train starter --out /tmp/smoke --quick                # a few minutes: the chain runs
@@ -44,6 +47,8 @@ from agent.registry import file_sha256
 
 RECIPES = Path(__file__).resolve().parent / "recipes"
 STAGE_ORDER = ("sft", "sft_tokens", "sft_more", "sft_epoch2", "sft_recover")
+MTP_RECIPE = "mtp_starter"  # the MTP heads, distilled from the last stage's model
+MTP_CODE_BYTES = 12_000_000  # stdlib code in the heads' corpus (about half; the rest: trajectories)
 MAX_SHIPPED_MB = 25.0  # the package's budget for the starter's folder
 
 
@@ -136,6 +141,16 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
             train(recipe, resume=True, progress=True)
         mark(stage, start)
 
+    start = time.monotonic()
+    recipe = load_recipe(RECIPES / f"{MTP_RECIPE}.toml", mtp_overrides(config))
+    if not (Path(recipe.out) / "model" / "flywheel.json").exists():
+        if not (Path(recipe.data) / "manifest.json").exists():
+            log(f"[starter] mtp: corpus -> {recipe.data}")
+            mtp_corpus(config)
+        log(f"[starter] mtp: {recipe.steps} steps of {recipe.batch_size}x{recipe.seq_len}")
+        train(recipe, resume=True, progress=True)
+    mark("mtp", start)
+
     evaluation = None
     final_stage = str(out / STAGE_ORDER[-1] / "model")
     kept = json.loads((out / "eval.json").read_text()) if (out / "eval.json").exists() else None
@@ -165,9 +180,79 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
     return final
 
 
+def _stage_summary(folder: Path) -> dict:
+    """A training stage's version, size and final metrics, from its run folder."""
+    records = [
+        json.loads(line)
+        for line in (folder / "metrics.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
+    meta = json.loads((folder / "model" / "flywheel.json").read_text())
+    return {
+        "version": meta.get("version"),
+        "steps": meta.get("step"),
+        "seq_len": meta.get("seq_len"),
+        "final_train": _last(records, "train"),
+        "final_eval": _last(records, "eval"),
+    }
+
+
 def _last(records: list[dict], kind: str) -> dict:
     picked = [r for r in records if r.get("kind") == kind]
     return picked[-1] if picked else {}
+
+
+def mtp_overrides(config: StarterConfig) -> dict:
+    """The MTP recipe's paths inside the run folder (plus the quick sizes in quick mode)."""
+    out = Path(config.out)
+    extra = {
+        "init": str(out / STAGE_ORDER[-1] / "model"),
+        "data": str(out / "mtp_text" / "corpus"),
+        "out": str(out / "mtp"),
+        "seed": config.seed,
+    }
+    if config.quick:
+        extra.update(seq_len=64, batch_size=1, steps=2, eval_batches=1, draft_vocab=256)
+        extra.update(log_every=1, eval_every=1000, save_every=1000)
+    return extra
+
+
+def mtp_corpus(config: StarterConfig) -> Path:
+    """The heads' corpus: stdlib modules (not the files `flywheel bench engine` times, so its
+    free-text figures are on text the heads never saw), the train trajectories and the train
+    fast-apply examples, rendered as the engine renders them."""
+    from agent.engine.bench import APPLY_FILE, FREE_PROMPTS, STDLIB
+    from agent.model import checkpoint_folder, tokenizer_folder
+    from training.data import distillation_corpus
+
+    benched = {APPLY_FILE, *(name for name, _ in FREE_PROMPTS)}
+    budget = MTP_CODE_BYTES // (100 if config.quick else 1)
+    texts: list[str] = []
+    for path in sorted(STDLIB.glob("*.py")) + sorted(STDLIB.glob("*/*.py")):
+        rel = path.relative_to(STDLIB).as_posix()
+        if rel in benched or rel.split("/")[0] in ("test", "idlelib", "site-packages"):
+            continue
+        text = path.read_text(errors="replace")
+        if len(text) > budget - sum(map(len, texts)):
+            break
+        texts.append(text)
+    tasks = Path(config.out) / "tasks"
+    conversations = [
+        row
+        for name in ("trajectories.jsonl", "apply.jsonl")
+        for row in map(json.loads, (tasks / name).read_text().splitlines())
+        if row.get("split") == "train"
+    ]
+    model = checkpoint_folder(mtp_overrides(config)["init"])
+    corpus, _ = distillation_corpus(
+        Path(config.out) / "mtp_text",
+        tokenizer_folder(model),
+        texts,
+        conversations,
+        messages_alone=False,
+        heldout_fraction=0.05,
+    )
+    return corpus
 
 
 def finish(config: StarterConfig, evaluation: dict | None, timings: dict, seconds: float) -> Path:
@@ -178,24 +263,19 @@ def finish(config: StarterConfig, evaluation: dict | None, timings: dict, second
     last = out / STAGE_ORDER[-1] / "model"
     stages, recipes = {}, {}
     for stage in STAGE_ORDER:
-        records = [
-            json.loads(line)
-            for line in (out / stage / "metrics.jsonl").read_text().splitlines()
-            if line.strip()
-        ]
-        meta = json.loads((out / stage / "model" / "flywheel.json").read_text())
-        stages[stage] = {
-            "version": meta.get("version"),
-            "steps": meta.get("step"),
-            "seq_len": meta.get("seq_len"),
-            "final_train": _last(records, "train"),
-            "final_eval": _last(records, "eval"),
-        }
+        stages[stage] = _stage_summary(out / stage)
         recipes[stage] = {
             "file": f"training/recipes/{stage}.toml",
             "sha256": file_sha256(RECIPES / f"{stage}.toml"),
             "overrides": stage_overrides(config, stage),
         }
+    stages["mtp"] = _stage_summary(out / "mtp")
+    recipes["mtp"] = {
+        "file": f"training/recipes/{MTP_RECIPE}.toml",
+        "sha256": file_sha256(RECIPES / f"{MTP_RECIPE}.toml"),
+        "overrides": mtp_overrides(config),
+        "corpus_manifest_sha256": file_sha256(out / "mtp_text" / "corpus" / "manifest.json"),
+    }
     data = {
         "tasks_manifest_sha256": file_sha256(out / "tasks" / "manifest.json"),
         "trajectories_sha256": file_sha256(out / "tasks" / "trajectories.jsonl"),
@@ -225,6 +305,7 @@ def finish(config: StarterConfig, evaluation: dict | None, timings: dict, second
     tmp = out / ".model.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(last, tmp)
+    shutil.copytree(out / "mtp" / "model" / "mtp", tmp / "mtp")  # the heads, on the same trunk
     (tmp / "flywheel.json").write_text(json.dumps(meta, indent=2) + "\n")
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
@@ -238,56 +319,23 @@ def folder_mb(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
 
 
-SHIP_PROMPTS = [
-    [{"role": "user", "content": "Fix the failing test in test_stats.py."}],
-    [{"role": "user", "content": "Rename compute_total to total_price everywhere."}],
-    [{"role": "user", "content": "What does this project do?"}],
-]
+def compress_heads(folder: Path) -> None:
+    """Shrink a model folder's MTP heads in place: their matrices in int4 (`pack_int4`). Drafts
+    only propose tokens that the trunk then checks, so rounding the heads never changes an
+    output; the adapter keeps float32, as it was evaluated (the agent's held-out results move
+    with small changes of the trunk's weights)."""
+    from safetensors.torch import save_file
 
+    from agent.model import pack_int4, read_heads_state
 
-def greedy_outputs(folder: Path, max_tokens: int = 48) -> list[str]:
-    """Greedy continuations of SHIP_PROMPTS (with the harness's system prompt and tools)."""
-    from agent.engine import EngineConfig, Request, SamplingParams, open_engine
-    from agent.harness.prompts import SYSTEM_PROMPT, tool_schemas
-
-    engine = open_engine(EngineConfig(model=str(folder)))
-    try:
-        return [
-            engine.generate(
-                Request(
-                    messages=[{"role": "system", "content": SYSTEM_PROMPT}, *prompt],
-                    tools=tool_schemas(),
-                    params=SamplingParams(max_tokens=max_tokens, temperature=0.0),
-                )
-            )
-            .completions[0]
-            .text
-            for prompt in SHIP_PROMPTS
-        ]
-    finally:
-        close = getattr(engine, "close", None)
-        if callable(close):
-            close()
-
-
-def cast_to_bf16(folder: Path) -> None:
-    """Every float32 safetensors file under `folder` rewritten in bfloat16, in place."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    for path in folder.rglob("*.safetensors"):
-        tensors = load_file(str(path))
-        cast = {
-            k: v.to(torch.bfloat16) if v.dtype == torch.float32 else v for k, v in tensors.items()
-        }
-        save_file(
-            {k: v.contiguous() for k, v in cast.items()}, str(path), metadata={"format": "pt"}
-        )
+    heads = folder / "mtp" / "model.safetensors"
+    if heads.exists():
+        save_file(pack_int4(read_heads_state(heads)), str(heads), metadata={"format": "pt"})
 
 
 def ship(model: Path, dest: Path, readme: str, log: Callable[[str], None] = print) -> dict:
-    """Copy `model` to `dest`; in bfloat16 when float32 is over MAX_SHIPPED_MB and the cast keeps
-    the greedy outputs of SHIP_PROMPTS. Returns what was done (dtype, size, check)."""
+    """Copy `model` to `dest`, its MTP heads in int4 (`compress_heads`) when float32 is over
+    MAX_SHIPPED_MB. Returns what was done (dtype, size)."""
     from agent.base import BASE_NAME
 
     tmp = dest.parent / f".{dest.name}.tmp"
@@ -300,20 +348,8 @@ def ship(model: Path, dest: Path, readme: str, log: Callable[[str], None] = prin
         config.write_text(json.dumps(values, indent=2) + "\n")
     info = {"dtype": "float32", "mb_float32": round(folder_mb(tmp), 2)}
     if info["mb_float32"] > MAX_SHIPPED_MB:
-        before = greedy_outputs(tmp)
-        cast = dest.parent / f".{dest.name}.bf16"
-        shutil.rmtree(cast, ignore_errors=True)
-        shutil.copytree(tmp, cast)
-        cast_to_bf16(cast)
-        after = greedy_outputs(cast)  # loads in float32, as load_checkpoint does by default
-        info["bf16_same_greedy_outputs"] = before == after
-        if before == after:
-            shutil.rmtree(tmp)
-            cast.rename(tmp)
-            info["dtype"] = "bfloat16"
-        else:
-            shutil.rmtree(cast)
-            log("[ship] bfloat16 changes the greedy outputs: keeping float32")
+        compress_heads(tmp)
+        info["dtype"] = "float32, MTP heads int4"
     (tmp / "README.md").write_text(readme)
     info["mb"] = round(folder_mb(tmp), 2)
     backup = dest.parent / f".{dest.name}.old"
@@ -360,17 +396,24 @@ def model_card(model: Path) -> str:
         "server (`--model http://host:port/v1`) is one flag away.",
         "",
         f"Base: `{meta.get('base')}`. Files: `adapter_config.json` and `adapter_model.safetensors`",
-        "(peft), `flywheel.json` (version and lineage).",
+        "(peft), `mtp/` (two MTP heads that draft tokens for speculative decoding, and their",
+        "draft vocabulary), `flywheel.json` (version and lineage).",
         "",
         "## How it was trained (`flywheel train starter`, recipes in training/recipes/)",
         "",
     ]
     for stage, info in st.items():
-        ev_loss = info.get("final_eval", {}).get("eval_loss")
+        final = info.get("final_eval", {})
+        ev_loss = final.get("eval_loss")
         shown = f"{ev_loss:.3f}" if isinstance(ev_loss, float) else "-"
+        agree = [f"{final[k]:.0%}" for k in sorted(final) if k.startswith("eval_top1_head")]
         lines.append(
             f"- {stage}: {info.get('steps')} steps at up to {info.get('seq_len')} tokens, "
-            f"held-out loss {shown}"
+            + (
+                f"held-out KL to the trunk {shown}, top-1 agreement {' / '.join(agree)} (heads 1, 2)"
+                if agree
+                else f"held-out loss {shown}"
+            )
         )
     lines += ["", "## Measured", ""]
     if ev:

@@ -168,6 +168,11 @@ class VLLMEngine:
                 "prompt_lookup_max": spec.ngram_max,
                 "prompt_lookup_min": spec.ngram_min,
             }
+        if spec.method == "ngram+mtp":
+            raise EngineError(
+                "vLLM drafts with one method per server: use --speculative ngram or mtp there "
+                "(ngram+mtp is the local engine's)"
+            )
         if spec.method == "draft":
             return {
                 "method": "draft_model",
@@ -186,14 +191,14 @@ class VLLMEngine:
 
     def _start(self, model: str) -> _Runner:
         from agent.engine.model_runner import decode_table
-        from agent.model import checkpoint_folder, checkpoint_version
+        from agent.model import checkpoint_folder, checkpoint_version, merged_folder
 
         if model.startswith(("http://", "https://")):
             raise EngineError(
                 f"the vllm backend loads a local checkpoint folder, not {model!r}; "
                 "use the openai backend for a server URL"
             )
-        folder = checkpoint_folder(model)
+        folder = merged_folder(checkpoint_folder(model))  # vLLM loads whole folders
         from transformers import AutoTokenizer
 
         try:

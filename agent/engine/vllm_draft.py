@@ -149,12 +149,13 @@ def export_vllm_draft(checkpoint_folder: str | Path, out_folder: str | Path) -> 
     Raises EngineError when the checkpoint has no heads or its files do not fit together.
     Returns `out_folder`. Weights are written in float32 (vLLM casts them to the target's dtype).
     """
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
     from transformers import AutoConfig
 
     from agent.model import checkpoint_folder as check_folder
+    from agent.model import merged_folder, read_heads_state
 
-    folder = check_folder(checkpoint_folder)
+    folder = merged_folder(check_folder(checkpoint_folder))  # an adapter: merged into its base
     heads_dir = folder / "mtp"
     if not (heads_dir / "config.json").exists():
         raise EngineError(
@@ -162,7 +163,7 @@ def export_vllm_draft(checkpoint_folder: str | Path, out_folder: str | Path) -> 
             "(the mtp stage), or speculate with ngram or a draft model instead"
         )
     trunk_config = AutoConfig.from_pretrained(str(folder))
-    heads = load_file(str(heads_dir / "model.safetensors"))
+    heads = read_heads_state(heads_dir / "model.safetensors")
     head = {k[len("heads.0.") :]: v for k, v in heads.items() if k.startswith("heads.0.")}
     if not head:
         raise EngineError(f"{heads_dir}/model.safetensors holds no weights for head 0")

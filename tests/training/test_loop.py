@@ -190,6 +190,39 @@ def test_mtp_distillation_reduces_kl_with_the_trunk_frozen(tmp_path, corpus, tin
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+def test_mtp_distillation_over_a_draft_vocabulary_is_the_kl_over_those_rows(tiny_checkpoint):
+    """With a draft vocabulary the teacher is the trunk's logits on those rows only (renormalised),
+    taken from its final hidden state, and the student scores the same rows."""
+    import torch.nn.functional as F
+
+    from agent.model import MTPConfig, MTPHeads, load_checkpoint
+    from training.stages import mtp_distillation
+
+    trunk = load_checkpoint(tiny_checkpoint).trunk
+    torch.manual_seed(0)
+    heads = MTPHeads(trunk, MTPConfig(depth=1))
+    rows = torch.tensor([5, 2, 9, 40, 7])
+    heads.draft_vocab = rows
+    ids = torch.randint(0, trunk.config.vocab_size, (2, 12))
+    loss, info = mtp_distillation(trunk, heads, ids)
+
+    with torch.no_grad():
+        out = trunk(input_ids=ids, output_hidden_states=True)
+        teacher = out.logits[:, 1:12, rows]  # the trunk's own output, those columns
+        h = heads.forward_head(
+            0, out.hidden_states[-1][:, :11], ids[:, 1:12], torch.arange(11)[None]
+        )
+        student = heads.logits(0, h)[..., rows]
+        expected = F.kl_div(
+            F.log_softmax(student, -1).flatten(0, 1),
+            F.log_softmax(teacher, -1).flatten(0, 1),
+            log_target=True,
+            reduction="batchmean",
+        )
+    assert torch.allclose(loss, expected, atol=1e-5)
+    assert 0.0 <= info["top1_head0"] <= 1.0
+
+
 def test_long_context_reports_loss_before_and_after(tmp_path, corpus, tiny_checkpoint):
     out = tmp_path / "run"
     final = train(

@@ -8,7 +8,14 @@ import pytest
 
 from agent.model import is_adapter, load_checkpoint
 from training.cli import main
-from training.starter import STAGE_ORDER, StarterConfig, model_card, stage_overrides
+from training.starter import (
+    STAGE_ORDER,
+    StarterConfig,
+    compress_heads,
+    model_card,
+    mtp_overrides,
+    stage_overrides,
+)
 
 
 def test_stage_paths_point_into_the_run_folder(tmp_path):
@@ -18,6 +25,36 @@ def test_stage_paths_point_into_the_run_folder(tmp_path):
     assert sft["sft_data"] == [str(tmp_path / "tasks" / "trajectories.jsonl")]
     for before, stage in zip(STAGE_ORDER, STAGE_ORDER[1:], strict=False):  # each continues the last
         assert stage_overrides(config, stage)["init"] == str(tmp_path / before / "model")
+    mtp = mtp_overrides(config)  # the heads are distilled from the last stage's model
+    assert mtp["init"] == str(tmp_path / STAGE_ORDER[-1] / "model")
+    assert mtp["data"] == str(tmp_path / "mtp_text" / "corpus") and mtp["out"] == str(
+        tmp_path / "mtp"
+    )
+
+
+def test_compress_heads_stores_them_in_int4_and_leaves_the_trunk(tmp_path, tiny_checkpoint):
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_checkpoint, folder)
+    before = load_checkpoint(folder)
+    trunk_bytes = (folder / "model.safetensors").read_bytes()
+    heads_size = (folder / "mtp" / "model.safetensors").stat().st_size
+    compress_heads(folder)
+    assert (folder / "model.safetensors").read_bytes() == trunk_bytes
+    assert (folder / "mtp" / "model.safetensors").stat().st_size < heads_size / 4
+    assert any(
+        v.dtype == torch.uint8
+        for v in load_file(str(folder / "mtp" / "model.safetensors")).values()
+    )
+    after = load_checkpoint(folder)  # loads back in float32, heads expanded
+    for name, weight in before.heads.state_dict().items():
+        step = float(weight.abs().max()) / 7  # the largest group's int4 step
+        error = (after.heads.state_dict()[name] - weight).abs().max()
+        assert error <= step * 0.51  # half a step, plus the float16 rounding of the scale
 
 
 @pytest.mark.slow
@@ -25,10 +62,11 @@ def test_quick_chain_writes_a_loadable_adapter_with_lineage(tmp_path):
     assert main(["starter", "--out", str(tmp_path), "--quick"]) == 0
     meta = json.loads((tmp_path / "model" / "flywheel.json").read_text())
     assert meta["version"].startswith("starter-") and meta["version"].endswith("-quick")
-    assert set(meta["recipes"]) == set(STAGE_ORDER) and meta["base"].startswith("smollm2")
+    assert set(meta["recipes"]) == {*STAGE_ORDER, "mtp"} and meta["base"].startswith("smollm2")
     assert list((tmp_path / "eval-transcripts").glob("*.jsonl"))  # why each eval task went so
     assert meta["data"]["tasks_manifest_sha256"] and meta["evaluation"]["tasks"] >= 1
     assert is_adapter(tmp_path / "model")
-    assert load_checkpoint(tmp_path / "model").trunk.config.hidden_size == 576
+    model = load_checkpoint(tmp_path / "model")
+    assert model.trunk.config.hidden_size == 576 and len(model.heads.heads) == 2
     assert "## Reproduce" in model_card(tmp_path / "model")
     assert main(["starter", "--out", str(tmp_path), "--quick"]) == 0  # a rerun resumes: no-op

@@ -113,22 +113,29 @@ def drafted(vllm_python, tmp_path_factory, tokenizer) -> dict:  # noqa: F811
     """Ours (in this process) and vLLM's (in its environment) on the same checkpoint."""
     folder = tmp_path_factory.mktemp("vllm-mtp")
     checkpoint = distil_heads(make_vllm_checkpoint(folder / "model", tokenizer), tokenizer)
+    theirs = vllm_mtp(vllm_python, folder, checkpoint, PROMPTS, MAX_TOKENS)
+    return {"local": local_mtp(checkpoint), "vllm": theirs}
+
+
+def vllm_mtp(python: str, folder: Path, checkpoint: Path, prompts, max_tokens: int) -> dict:
+    """Greedy tokens and metrics of our vllm backend with `--speculative mtp`, run under the vLLM
+    environment's Python in `folder` (not the repo: that environment's own install is used)."""
     job, out = folder / "job.json", folder / "out.json"
     job.write_text(
-        json.dumps({"checkpoint": str(checkpoint), "prompts": PROMPTS, "max_tokens": MAX_TOKENS})
+        json.dumps({"checkpoint": str(checkpoint), "prompts": prompts, "max_tokens": max_tokens})
     )
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.run(
-        [vllm_python, "-c", VLLM_SIDE, str(HERE), str(job), str(out)],
-        cwd=folder,  # not the repo: the environment's own install of this checkout is used
+        [python, "-c", VLLM_SIDE, str(HERE), str(job), str(out)],
+        cwd=folder,
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     if proc.returncode != 0:
         pytest.fail(f"vLLM with mtp failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
-    return {"local": local_mtp(checkpoint), "vllm": json.loads(out.read_text())}
+    return json.loads(out.read_text())
 
 
 @pytest.mark.vllm
@@ -149,6 +156,38 @@ def test_vllm_drafts_with_our_heads(drafted):
     assert ours_accepted > 0, "the distilled heads should get drafts accepted locally"
     assert vllm_proposed > 0
     assert vllm_rate >= ours_rate / 2
+
+
+DEFAULT_PROMPTS = [
+    'def mean(values):\n    """The arithmetic mean of a non-empty list."""\n',
+    "import os\n\n\ndef list_python_files(folder):\n",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n",
+]
+
+
+@pytest.mark.vllm
+@pytest.mark.base
+def test_vllm_serves_the_default_with_its_heads_as_draft(vllm_python, tmp_path):  # noqa: F811
+    """The shipped default is an adapter on the base: vLLM gets it merged (`merged_folder`, done
+    here, where peft is) and its first MTP head as the `mtp` draft. Greedy output is the local
+    engine's on the same float32 weights, and vLLM accepts some of the heads' drafts."""
+    from agent.engine import Request, SamplingParams
+    from agent.engine.local import LocalEngine
+    from agent.model import checkpoint_folder, merged_folder
+
+    folder = merged_folder(checkpoint_folder("default"))
+    local = LocalEngine(EngineConfig(model=str(folder), backend="local"))
+    greedy = SamplingParams(temperature=0, max_tokens=24)
+    ours = [
+        local.generate(Request(prompt=p, params=greedy)).completions[0].token_ids
+        for p in DEFAULT_PROMPTS
+    ]
+    theirs = vllm_mtp(vllm_python, tmp_path, folder, DEFAULT_PROMPTS, 24)
+    for prompt, want, got in zip(DEFAULT_PROMPTS, ours, theirs["tokens"], strict=True):
+        assert got == want, f"vllm+mtp on {prompt!r}: {_first_difference(got, want)}"
+    accepted, proposed = acceptance(theirs["metrics"])
+    print(f"vLLM MTP acceptance on the default: {accepted}/{proposed}")
+    assert proposed > 0 and accepted > 0
 
 
 # -- default tier: no vLLM needed ------------------------------------------------------------

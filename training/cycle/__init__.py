@@ -59,7 +59,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.chat_format import render_chat
 from agent.gate import GateConfig, GateError, gate_promotion
 from agent.registry import Registry
 from training.benchmark import BenchConfig, BenchTask
@@ -290,30 +289,6 @@ def _train(stage: str, init: str, out: Path, config: CycleConfig, **data: Any) -
     return train(recipe, resume=False, progress=config.progress), recipe.to_dict()
 
 
-def _mtp_corpus(folder: Path, export: Path, tokenizer_dir: str, tokenizer) -> tuple[Path, int]:
-    """Text for re-distilling the heads: every exported code text and trajectory (rendered)."""
-    from training.data import CorpusConfig, build_corpus
-
-    texts = [{"text": r["text"]} for r in _jsonl(export / "pretrain.jsonl")]
-    for row in _jsonl(export / "sft.jsonl"):
-        rendered = render_chat(tokenizer, row["messages"], row.get("tools"))
-        texts.append({"text": rendered})
-        # each message on its own too: near-identical sessions still give several documents
-        texts += [{"text": m["content"]} for m in row["messages"] if m.get("content")]
-    _write_jsonl(folder / "mtp_text.jsonl", texts)
-    manifest = build_corpus(
-        CorpusConfig(
-            exports=[str(folder / "mtp_text.jsonl")],
-            tokenizer=tokenizer_dir,
-            near_dup_threshold=0.95,
-            heldout_fraction=0.2,
-        ),
-        folder / "mtp_corpus",
-    )
-    tokens = min(manifest["splits"]["train"]["tokens"], manifest["splits"]["heldout"]["tokens"])
-    return folder / "mtp_corpus", tokens
-
-
 def run_cycle(config: CycleConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """One cycle (see the module docstring); returns its summary (also WORK/ID/summary.json)."""
     registry = Registry(config.registry)
@@ -467,13 +442,15 @@ def _cycle(
         log(f"cycle skipped: {out['reason']}")
         return out
 
-    from transformers import AutoTokenizer
-
-    from training.data import CorpusError
+    from training.data import CorpusError, distillation_corpus
 
     try:
-        corpus, tokens = _mtp_corpus(
-            folder, folder / "export", current, AutoTokenizer.from_pretrained(current)
+        export = folder / "export"
+        corpus, tokens = distillation_corpus(
+            folder / "mtp_text",
+            current,
+            [r["text"] for r in _jsonl(export / "pretrain.jsonl")],
+            _jsonl(export / "sft.jsonl"),
         )
     except CorpusError as exc:
         corpus, tokens = folder, 0
