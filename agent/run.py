@@ -32,7 +32,7 @@ from typing import Any
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agent.engine.config import DTYPES
+    from agent.engine.config import DTYPES, SPEC_METHODS
 
     p = argparse.ArgumentParser(
         prog="flywheel run",
@@ -69,9 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sampling.add_argument(
         "--speculative",
-        choices=["none", "ngram", "mtp"],
-        help="local engine drafts (the output is distributed as without them); default ngram, "
-        "none for a server",
+        choices=[m for m in SPEC_METHODS if m != "draft"],
+        help="local engine drafts (the output is distributed as without them); default ngram+mtp "
+        "for a model with MTP heads, else ngram; none for a server",
     )
     sandbox = p.add_argument_group("sandbox (what agent commands can see)")
     sandbox.add_argument(

@@ -33,8 +33,9 @@ class ModelSettings:
     name: str = "default"  # "default" (the starter model), a checkpoint folder, or an http(s) URL
     backend: Literal["auto", "local", "vllm", "openai"] = "auto"  # auto: URL -> openai, else local
     device: str = "cpu"  # torch device for the local backend
-    # local engine drafts (lossless); auto: n-gram for a local model, none for a server
-    speculative: Literal["auto", "none", "ngram", "mtp"] = "auto"
+    # local engine drafts (lossless); auto: n-gram plus MTP heads for a local model with heads,
+    # n-gram for one without, none for a server
+    speculative: Literal["auto", "none", "ngram", "mtp", "ngram+mtp"] = "auto"
     # weights; auto: int8 copies for decoding with the local engine on a CPU, else float32
     dtype: Literal["auto", "float32", "bfloat16", "float16", "int8"] = "auto"
 

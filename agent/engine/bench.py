@@ -13,8 +13,8 @@ Workloads (greedy, same prompts and weights for every method):
   with drafts of up to `--apply-max-draft` tokens (a fast apply copies long runs);
 - *free*: continue code prompts.
 
-Methods: `plain`, `ngram`, `mtp` (when the checkpoint has heads), `draft` (with a draft model),
-and the peers, run in the same process on the same weights: `hf-greedy` (`generate`, greedy) and
+Methods: `plain`, `ngram`, `mtp` and `ngram+mtp` (when the checkpoint has heads), `draft` (with a
+draft model), and the peers, run in the same process on the same weights: `hf-greedy` (`generate`, greedy) and
 `hf-prompt-lookup` (`generate(prompt_lookup_num_tokens=...)`), plus `hf-assisted`
 (`generate(assistant_model=...)`) when there is a draft model. Every row reports tokens/s, its
 ratio to `plain` and to the matching peer, the mean acceptance length, and whether its tokens
@@ -68,10 +68,14 @@ FREE_PROMPTS = [
 ]
 PLAIN_VS_HF = 1.5  # the engine issue's targets
 VERIFY_VS_DECODE = 1.3
+HEAD_VS_DECODE = 0.1  # one MTP head's drafting step against a trunk decode step
+MTP_FREE_VS_PLAIN = 1.3  # the base-model issue's: free text with 2 heads' drafts ...
+MTP_ACCEPTANCE = 1.8  # ... at this mean acceptance length
 PEER_OF = {
     "plain": "hf-greedy",
     "ngram": "hf-prompt-lookup",
     "mtp": "hf-greedy",
+    "ngram+mtp": "hf-prompt-lookup",
     "draft": "hf-assisted",
 }
 
@@ -212,7 +216,8 @@ def run(args, tmp: Path) -> dict:
         draft_path = draft_path or built_draft
     target = LoadedModel.load(model_path, dtype=args.dtype)
     draft = LoadedModel.load(draft_path, dtype=args.dtype) if draft_path else None
-    methods = ["plain", "ngram"] + (["mtp"] if target.checkpoint.heads is not None else [])
+    heads = target.checkpoint.heads is not None
+    methods = ["plain", "ngram"] + (["mtp", "ngram+mtp"] if heads else [])
     methods += ["draft"] if draft is not None else []
     engines = {}
     for method in methods:
@@ -335,6 +340,7 @@ def run(args, tmp: Path) -> dict:
     plain_tps = _overall(rows, "plain")
     hf_tps = _overall(rows, "hf-greedy")
     decode_ms, verify_ms = step_costs(target, items[-1]["prompt_ids"], args)
+    heads = mtp_targets(target, rows, items[-1]["prompt_ids"], decode_ms, args) if heads else {}
     cached = LocalEngine(EngineConfig(model=model_path, dtype=args.dtype), target, draft)
     serving = serving_targets(cached, engines["plain"], target, items, args)
     ratio_a = plain_tps / hf_tps
@@ -394,6 +400,7 @@ def run(args, tmp: Path) -> dict:
                 samples=args.step_samples,
                 context_tokens=len(items[-1]["prompt_ids"]),
             ),
+            **heads,
             **serving,
         ),
     )
@@ -467,6 +474,49 @@ def step_costs(model, prompt_ids: list[int], args) -> tuple[float, float]:
     return statistics.median(decode_s) * 1000, statistics.median(verify_s) * 1000
 
 
+def mtp_targets(model, rows: list[dict], prompt_ids: list[int], decode_ms: float, args) -> dict:
+    """{mtp_head_cost, mtp_free_text}: the median ms of one head's drafting step (the proposer
+    drafting 2 tokens after one new accepted position, halved) against a decode step, and free
+    text decoded with the heads' drafts against plain, with its mean acceptance length."""
+    import torch
+
+    from agent.engine.proposers import MTPProposer
+
+    proposer = MTPProposer(model)
+    start = max(3, len(prompt_ids) - args.step_samples - 6)
+    with torch.inference_mode():
+        hidden = model.trunk.model(torch.tensor([prompt_ids])).last_hidden_state[0]
+        proposer.observe(hidden[: start - 2])  # h_0 of every position but the last: known
+        spent = []
+        for n in range(start, len(prompt_ids)):  # one accepted token per step, as in decoding
+            proposer.observe(hidden[n - 2 : n - 1])
+            begin = time.perf_counter()
+            proposer.propose(prompt_ids[:n], 2)
+            spent.append(time.perf_counter() - begin)
+    head_ms = statistics.median(spent[5:] or spent) * 1000 / proposer.max_depth
+    free = {r["method"]: r for r in rows if r["workload"] == "free"}
+    ratio, length = free["mtp"]["ratio_to_plain"], free["mtp"]["mean_acceptance_length"] or 0.0
+    return dict(
+        mtp_head_cost=dict(
+            head_step_ms=head_ms,
+            decode_step_ms=decode_ms,
+            ratio=head_ms / decode_ms,
+            target=f"<= {HEAD_VS_DECODE}",
+            passed=head_ms / decode_ms <= HEAD_VS_DECODE,
+            heads=proposer.max_depth,
+            draft_vocab=None if proposer.draft_vocab is None else len(proposer.draft_vocab),
+        ),
+        mtp_free_text=dict(
+            mtp_tokens_per_s=free["mtp"]["tokens_per_s"],
+            plain_tokens_per_s=free["plain"]["tokens_per_s"],
+            ratio=ratio,
+            mean_acceptance_length=length,
+            target=f">= {MTP_FREE_VS_PLAIN} at acceptance length >= {MTP_ACCEPTANCE}",
+            passed=ratio >= MTP_FREE_VS_PLAIN and length >= MTP_ACCEPTANCE,
+        ),
+    )
+
+
 def print_report(report: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -508,6 +558,18 @@ def print_report(report: dict) -> None:
         f"{'pass' if b['passed'] else 'FAIL'})"
     )
     targets = report["targets"]
+    if "mtp_head_cost" in targets:
+        h, f = targets["mtp_head_cost"], targets["mtp_free_text"]
+        console.print(
+            f"(f) one MTP head's drafting step vs one decode step: {h['head_step_ms']:.2f} vs "
+            f"{h['decode_step_ms']:.2f} ms = {h['ratio']:.3f}× (target {h['target']}: "
+            f"{'pass' if h['passed'] else 'FAIL'})"
+        )
+        console.print(
+            f"(g) free text with MTP drafts vs plain: {f['ratio']:.2f}× at acceptance length "
+            f"{f['mean_acceptance_length']:.2f} (target {f['target']}: "
+            f"{'pass' if f['passed'] else 'FAIL'})"
+        )
     serving = [
         ("rl_group", "(c) an RL group of {samples} samples in one batch vs one by one", "tokens/s",
          "batched_tokens_per_s", "one_by_one_tokens_per_s"),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agent.engine.config import DTYPES
+    from agent.engine.config import DTYPES, SPEC_METHODS
 
     parser = argparse.ArgumentParser(
         prog="flywheel generate", description="Generate text from a prompt with the engine."
@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument(
         "--speculative",
         default="none",
-        choices=["none", "ngram", "mtp", "draft"],
+        choices=SPEC_METHODS,
         help="where draft tokens come from",
     )
     spec.add_argument("--num-draft", type=int, default=4, help="draft tokens per verify step")

@@ -11,7 +11,9 @@ from typing import Literal, get_args
 
 from agent.engine.request import BadRequest
 
-SpecMethod = Literal["none", "ngram", "mtp", "draft"]
+# "ngram+mtp": prompt lookup where the output repeats its context, the MTP heads elsewhere
+SpecMethod = Literal["none", "ngram", "mtp", "ngram+mtp", "draft"]
+SPEC_METHODS: tuple[str, ...] = get_args(SpecMethod)  # what --speculative offers
 DType = Literal["float32", "bfloat16", "float16", "int8"]
 DTYPES: tuple[str, ...] = get_args(DType)  # what --dtype offers
 
@@ -26,10 +28,15 @@ class SpeculativeConfig:
     ngram_min: int = 1  # shortest suffix n-gram matched by prompt lookup
     draft_model: str | None = None  # checkpoint folder of the draft model (method "draft")
 
+    @property
+    def uses_heads(self) -> bool:
+        """Whether this method drafts with the checkpoint's MTP heads."""
+        return self.method in ("mtp", "ngram+mtp")
+
     def __post_init__(self) -> None:
-        if self.method not in ("none", "ngram", "mtp", "draft"):
+        if self.method not in SPEC_METHODS:
             raise BadRequest(
-                f"unknown speculative method {self.method!r}; use none, ngram, mtp or draft"
+                f"unknown speculative method {self.method!r}; use {', '.join(SPEC_METHODS)}"
             )
         if not 1 <= self.num_draft_tokens <= self.max_draft_tokens:
             raise BadRequest(
@@ -73,10 +80,20 @@ class EngineConfig:
 
 
 def default_speculative(model: str) -> SpecMethod:
-    """The drafts a product path uses unless told: prompt lookup (n-gram) for the local engine,
-    which is lossless and pays when the output copies its context (an agent's edits quote the
-    file); none for a server, which decides that itself."""
-    return "ngram" if EngineConfig(model=model).backend == "local" else "none"
+    """The drafts a product path uses unless told, all lossless: for the local engine, prompt
+    lookup where the output repeats its context (an agent's edits quote the file) and the MTP
+    heads elsewhere when the checkpoint has them ("ngram+mtp"), else prompt lookup alone; none
+    for a server, which decides that itself."""
+    if EngineConfig(model=model).backend != "local":
+        return "none"
+    from agent.engine.request import EngineError
+    from agent.model import checkpoint_folder
+
+    try:
+        heads = (checkpoint_folder(model) / "mtp" / "config.json").exists()
+    except EngineError:
+        heads = False  # the engine names what is wrong with `model` when it loads it
+    return "ngram+mtp" if heads else "ngram"
 
 
 def default_dtype(model: str, backend: str = "auto", device: str = "cpu") -> DType:

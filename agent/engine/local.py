@@ -56,11 +56,13 @@ from agent.engine.prefix_cache import PrefixCache, restore
 from agent.engine.priority import PriorityLock
 from agent.engine.prompt import prepare_prompt
 from agent.engine.proposers import (
+    HYBRID_MIN_MATCH,
     MTP_WINDOW,
     Draft,
     DraftModelProposer,
     MTPProposer,
     NgramProposer,
+    NgramThenMTPProposer,
     Proposer,
 )
 from agent.engine.rejection_sampler import verify_greedy, verify_sampled
@@ -161,10 +163,10 @@ class LocalEngine:
     def _check(self, model: LoadedModel) -> None:
         """Refuse weights the configured speculation cannot run with."""
         where = model.checkpoint.path
-        if self.spec.method == "mtp" and model.checkpoint.heads is None:
+        if self.spec.uses_heads and model.checkpoint.heads is None:
             raise EngineError(
-                f"speculative method 'mtp' needs MTP heads, but {where!r} has none (no mtp/ "
-                "folder): train them (flywheel train mtp) or use --speculative ngram"
+                f"speculative method {self.spec.method!r} needs MTP heads, but {where!r} has none "
+                "(no mtp/ folder): train them (flywheel train mtp) or use --speculative ngram"
             )
         if self._draft is not None:
             ours, theirs = model.tokenizer.get_vocab(), self._draft.tokenizer.get_vocab()
@@ -189,14 +191,20 @@ class LocalEngine:
 
     def _proposer(self, job: Job) -> Proposer:
         spec, model = self.spec, job.model
-        if spec.method == "ngram":
+        if spec.method in ("ngram", "ngram+mtp"):
             speculation = job.request.speculation
             spec_ids = (
                 model.tokenizer.encode(speculation, add_special_tokens=False)
                 if (speculation)
                 else None
             )
-            return NgramProposer(spec.ngram_min, spec.ngram_max, spec_ids)
+            if spec.method == "ngram":
+                return NgramProposer(spec.ngram_min, spec.ngram_max, spec_ids)
+            least = max(spec.ngram_min, HYBRID_MIN_MATCH)
+            ngram = NgramProposer(least, max(spec.ngram_max, least), spec_ids)
+            return NgramThenMTPProposer(
+                ngram, MTPProposer(model), spec.num_draft_tokens, spec.adaptive
+            )
         if spec.method == "mtp":
             return MTPProposer(model)
         assert self._draft is not None
@@ -238,7 +246,7 @@ class LocalEngine:
         model, ids = job.model, job.prompt_ids
         # Leave at least one position to compute (its logits start decoding), and MTP heads the
         # hidden states of their attention window.
-        limit = len(ids) - 1 - (MTP_WINDOW if self.spec.method == "mtp" else 0)
+        limit = len(ids) - 1 - (MTP_WINDOW if self.spec.uses_heads else 0)
         prefixes = model.prefix_cache if self.config.prefix_cache_mb else None
         lane = job.request.priority
         with self._lock.hold(lane), torch.inference_mode():
@@ -343,8 +351,10 @@ class SpeculativeSequence:
         self.proposer = engine._proposer(job)
         spec = engine.spec
         self.max_k = min(spec.max_draft_tokens, self.proposer.max_depth)
-        self.k = min(spec.num_draft_tokens, self.max_k)
-        self.adaptive = spec.adaptive
+        # a proposer that adapts its own draft lengths gets only the cap
+        adapts = getattr(self.proposer, "adapts", False)
+        self.k = self.max_k if adapts else min(spec.num_draft_tokens, self.max_k)
+        self.adaptive = spec.adaptive and not adapts
         self.grammar = job.grammar.start() if job.grammar else None
 
     def start(self, logits: torch.Tensor, hidden: torch.Tensor, cached: int = 0) -> None:

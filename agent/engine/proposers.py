@@ -1,4 +1,4 @@
-"""Where draft tokens come from: n-gram prompt lookup, the model's MTP heads, a draft model.
+"""Where draft tokens come from: n-gram prompt lookup, the model's MTP heads, both, a draft model.
 
 A proposer serves one sample of one request (it may keep per-sample state) and is asked for up to
 k draft tokens after each verify step. Drafts never change what is sampled: the rejection sampler
@@ -29,6 +29,8 @@ that run a model (`mtp`, `draft`).
   and a long prompt costs them only `window` positions). Drafts are argmax over the heads'
   draft vocabulary (`MTPHeads.draft_vocab`, else the whole vocabulary), deterministic, at most
   `depth` per step. Approximate by design: the verifier makes the output exact.
+- `NgramThenMTPProposer` ("ngram+mtp"): the n-gram draft where a suffix of two or more tokens
+  occurs earlier, the heads' draft elsewhere; each source with its own adaptive draft length.
 - `DraftModelProposer`: a smaller model sharing the tokenizer, with its own KV cache that is
   re-synchronised with the accepted tokens before each proposal; drafts are sampled from its own
   distribution q (same temperature/top-k/top-p as the request; argmax when greedy).
@@ -217,6 +219,64 @@ class MTPProposer:
             speculative = out[final - start :]  # h_j+1 of [final, n - 2]
         self.last = (n, drafts)
         return Draft(drafts)
+
+
+class NgramThenMTPProposer:
+    """Prompt lookup where the output repeats its context, the MTP heads elsewhere.
+
+    An agent's turn alternates between text it copies (the search text of an edit, a file it
+    rewrites) and text it writes fresh (a new line of code, its answer). Prompt lookup drafts the
+    first in long runs and nothing useful for the second; the heads draft the second, two tokens
+    at a time. So: the n-gram draft when a suffix of at least `NgramProposer.ngram_min` tokens
+    (at least HYBRID_MIN_MATCH) occurs earlier, else the heads' draft. The heads observe every
+    step either way, so they are in step whenever they are asked.
+
+    Each source keeps its own draft length (`adapts`: the engine then passes only a cap), by the
+    engine's rule: +2 after a step that accepted the whole draft, -1 otherwise. With one shared
+    length the heads' frequent misses would cut the long copies short. What was accepted is read
+    off the next call's tokens: the drafts that reappear there, in order.
+    """
+
+    needs_hidden = True
+    adapts = True
+
+    def __init__(self, ngram: NgramProposer, mtp: MTPProposer, start: int, adaptive: bool):
+        self.ngram, self.mtp = ngram, mtp
+        self.max_depth = ngram.max_depth
+        self.adaptive = adaptive
+        self.length = {"ngram": start, "mtp": min(start, mtp.max_depth)}
+        self.last: tuple[int, str, list[int]] | None = None  # len(tokens), source, drafts
+
+    def skip(self, n: int) -> None:
+        self.mtp.skip(n)
+
+    def observe(self, hidden: torch.Tensor) -> None:
+        self.mtp.observe(hidden)
+
+    def propose(self, tokens: list[int], k: int) -> Draft:
+        if self.last is not None and self.adaptive:
+            n, source, drafts = self.last
+            kept = 0
+            while (
+                kept < len(drafts) and n + kept < len(tokens) and tokens[n + kept] == drafts[kept]
+            ):
+                kept += 1
+            longest = self.mtp.max_depth if source == "mtp" else self.max_depth
+            step = 2 if kept == len(drafts) else -1
+            self.length[source] = max(1, min(self.length[source] + step, longest))
+        self.last = None
+        if k <= 0:
+            return NO_DRAFT
+        self.length["ngram"] = min(self.length["ngram"], k)  # k: the engine's longest draft
+        source, draft = "ngram", self.ngram.propose(tokens, min(k, self.length["ngram"]))
+        if not draft.token_ids:
+            source, draft = "mtp", self.mtp.propose(tokens, min(k, self.length["mtp"]))
+        if draft.token_ids:
+            self.last = (len(tokens), source, draft.token_ids)
+        return draft
+
+
+HYBRID_MIN_MATCH = 2  # a one-token match says little about what follows; the heads do better
 
 
 def _cat(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:

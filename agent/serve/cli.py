@@ -14,7 +14,7 @@ import socket
 import sys
 
 from agent.engine import EngineConfig, EngineError, SpeculativeConfig
-from agent.engine.config import DTYPES
+from agent.engine.config import DTYPES, SPEC_METHODS
 from agent.registry import Registry, RegistryError, RegistryWatcher, path_from_cli
 from agent.serve.app import ServerConfig, build_app
 
@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--speculative",
         default="none",
-        choices=["none", "ngram", "mtp", "draft"],
+        choices=SPEC_METHODS,
         help="where draft tokens come from (default: %(default)s)",
     )
     s.add_argument(

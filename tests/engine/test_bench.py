@@ -22,11 +22,13 @@ def test_bench_engine_writes_rows_for_both_workloads(tmp_path, tiny_checkpoint, 
     assert report["settings"]["apply_max_tokens"] == 24
     methods = {(r["workload"], r["method"]) for r in report["rows"]}
     for workload in ("apply", "free"):
-        for method in ("plain", "ngram", "mtp", "hf-greedy", "hf-prompt-lookup"):
+        for method in ("plain", "ngram", "mtp", "ngram+mtp", "hf-greedy", "hf-prompt-lookup"):
             assert (workload, method) in methods
     assert all(r["identical_to_plain"] for r in report["rows"])
     targets = report["targets"]
     assert {"plain_vs_hf_greedy", "verify4_vs_decode_step"} <= set(targets)
+    assert targets["mtp_head_cost"]["head_step_ms"] > 0 and targets["mtp_head_cost"]["heads"] == 2
+    assert targets["mtp_free_text"]["mean_acceptance_length"] >= 1.0
     assert targets["rl_group"]["samples"] == 3 and targets["rl_group"]["greedy_rows_identical"]
     turn = targets["agent_turn"]
     assert 0 < turn["cached_tokens"] < turn["prompt_tokens"]  # the first turn's prompt, reused

@@ -19,7 +19,7 @@ pytestmark = [
 PROMPTS = ["def add(a, b):\n    return", "import json\n\ndef load(path):", "class Stack:\n"]
 
 
-@pytest.mark.parametrize("method", ["none", "ngram", "mtp"])
+@pytest.mark.parametrize("method", ["none", "ngram", "mtp", "ngram+mtp"])
 def test_cuda_greedy_equals_cpu(tiny_checkpoint, method):
     spec = SpeculativeConfig(method=method)
     outputs = {}

@@ -8,6 +8,8 @@ over all positions with `MTPHeads.forward_head` (the training path), drafts from
 from __future__ import annotations
 
 import random
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -89,14 +91,48 @@ def test_mtp_greedy_output_equals_plain(lively_checkpoint):
     prompt = model.tokenizer.encode("def parse(text):\n    return", add_special_tokens=False)
     params = SamplingParams(temperature=0, max_tokens=40)
     outputs = {}
-    for method in ("none", "mtp"):
+    for method in ("none", "mtp", "ngram+mtp"):
         spec = SpeculativeConfig(method=method, num_draft_tokens=2)
         engine = LocalEngine(EngineConfig(model="mem", speculative=spec), model)
         result = engine.generate(Request(prompt=prompt, params=params))
         outputs[method] = result.completions[0].token_ids
-        if method == "mtp":
+        if method != "none":
             assert result.metrics.verify_steps > 0
-    assert outputs["mtp"] == outputs["none"]
+    assert outputs["mtp"] == outputs["none"] and outputs["ngram+mtp"] == outputs["none"]
+
+
+def test_ngram_then_mtp_drafts_repeats_by_lookup_and_fresh_text_by_the_heads(tiny_checkpoint):
+    """A suffix of two or more tokens seen before: the tokens that followed it. Otherwise (a
+    one-token match included): the heads' drafts, which stay in step across lookup drafts. Each
+    source keeps its own draft length, learnt from which drafts came back in the tokens."""
+    from agent.engine.proposers import NgramProposer, NgramThenMTPProposer
+    from agent.model import load_checkpoint
+
+    model = lively(load_checkpoint(tiny_checkpoint), depth=2)
+    hybrid = NgramThenMTPProposer(NgramProposer(2, 4), MTPProposer(model), start=3, adaptive=True)
+    solo = MTPProposer(model)
+
+    def grow(tokens: list[int], new: list[int]) -> list[int]:
+        """The engine's step: the new tokens' positions go into the KV cache, h_0 observed."""
+        longer = tokens + new
+        with torch.inference_mode():
+            h = model.trunk.model(torch.tensor([longer])).last_hidden_state[0]
+        for proposer in (hybrid, solo):
+            proposer.observe(h[len(tokens) - 1 : len(longer) - 1])
+        return longer
+
+    tokens = grow([5], [6, 7, 8, 9, 5, 6])  # [5, 6] occurred at 0: lookup drafts [7, 8, 9]
+    assert hybrid.propose(tokens, 8).token_ids == [7, 8, 9]
+    tokens = grow(tokens, [7, 8, 9, 11])  # all three accepted, then the verifier's own token
+    with torch.inference_mode():
+        fresh = hybrid.propose(tokens, 8).token_ids  # [9, 11] and [11] are new: the heads
+        assert fresh == solo.propose(tokens, 2).token_ids and len(fresh) == 2
+    assert hybrid.length == {"ngram": 5, "mtp": 2}
+    miss = next(t for t in range(model.vocab_size) if t != fresh[0])
+    tokens = grow(tokens, [miss])  # the heads' first draft rejected
+    with torch.inference_mode():
+        hybrid.propose(tokens, 8)
+    assert hybrid.length == {"ngram": 5, "mtp": 1}  # only the heads' length shrank
 
 
 def test_frequent_tokens_ranks_by_count_and_skips_unseen_ids():
@@ -151,3 +187,53 @@ def test_cached_head_hidden_states_equal_the_layer_run_over_everything(tiny_chec
                 )
                 start += size
             torch.testing.assert_close(torch.cat(parts, 1), whole, atol=1e-5, rtol=1e-5)
+
+
+def test_int4_matrices_unpack_to_their_rounded_values():
+    """`pack_int4` then `read_heads_state`: each value is its group's scale times an integer in
+    [-8, 7], within half a step of the original; odd and even columns keep their places."""
+    from safetensors.torch import save_file
+
+    from agent.model import INT4_GROUP, pack_int4, read_heads_state
+
+    torch.manual_seed(0)
+    weight = torch.randn(6, 2 * INT4_GROUP)
+    weight[2, 5] = 3.0  # a large value sets its group's scale
+    packed = pack_int4({"w": weight, "norm": torch.ones(4)})
+    assert packed["w"].dtype == torch.uint8 and packed["w"].shape == (6, INT4_GROUP)
+    path = Path(tempfile.mkdtemp()) / "heads.safetensors"
+    save_file(packed, str(path))
+    back = read_heads_state(path)
+    assert torch.equal(back["norm"], torch.ones(4))
+    scales = packed["w.int4_scales"].float().repeat_interleave(INT4_GROUP, dim=1)
+    q = back["w"] / scales
+    assert torch.allclose(q, q.round(), atol=1e-4) and q.min() >= -8 and q.max() <= 7
+    assert ((back["w"] - weight).abs() <= scales / 2 + 1e-6).all()
+    assert back["w"][2, 5] == pytest.approx(3.0, rel=1e-3)
+
+
+def test_heads_stored_in_int8_load_as_the_numbers_int8_decoding_uses(tmp_path, tiny_checkpoint):
+    """`MTPHeads.save(int8=True)` writes a quarter of the matrices' bytes; loading expands them to
+    float, and quantizing those again (as the engine's int8 decoding does) gives the same int8
+    values and scales."""
+    from agent.model import INT8_SCALES, load_checkpoint, quantize_int8, read_heads_state
+
+    heads = lively(load_checkpoint(tiny_checkpoint), depth=2).checkpoint.heads
+    heads.save(tmp_path / "float")
+    heads.save(tmp_path / "int8", int8=True)
+    sizes = {
+        name: (tmp_path / name / "model.safetensors").stat().st_size for name in ("float", "int8")
+    }
+    assert sizes["int8"] < sizes["float"] / 3
+
+    original = heads.state_dict()
+    loaded = read_heads_state(tmp_path / "int8" / "model.safetensors")
+    assert set(loaded) == set(original) and not any(k.endswith(INT8_SCALES) for k in loaded)
+    for name, weight in original.items():
+        if weight.dim() != 2:
+            assert torch.equal(loaded[name], weight)
+            continue
+        q, scales = quantize_int8(weight)
+        again_q, again_scales = quantize_int8(loaded[name])
+        assert torch.equal(again_q, q) and torch.equal(again_scales, scales)
+        assert torch.allclose(loaded[name], weight, atol=float(scales.float().max()))

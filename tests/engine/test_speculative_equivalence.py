@@ -62,7 +62,7 @@ def test_greedy_identical_with_every_proposer(pair, request):
         draft_model = LoadedModel.load(str(draft))
         plain = greedy_outputs(LocalEngine(EngineConfig(model=str(target)), target_model), prompts)
         assert sum(len(set(ids)) for ids in plain) > (5 * count if pair == "lively" else 0)
-        for method in ("ngram", "mtp", "draft"):
+        for method in ("ngram", "mtp", "ngram+mtp", "draft"):
             spec = SpeculativeConfig(method=method, draft_model=str(draft))
             engine = LocalEngine(
                 EngineConfig(model=str(target), speculative=spec), target_model, draft_model
@@ -150,7 +150,7 @@ def vocab16():
 
 
 @pytest.mark.parametrize("setting", ["temperature-1", "top-p-0.9"])
-@pytest.mark.parametrize("method", ["none", "ngram", "mtp", "draft"])
+@pytest.mark.parametrize("method", ["none", "ngram", "mtp", "ngram+mtp", "draft"])
 def test_sampled_distribution_matches_the_target(vocab16, method, setting):
     target, draft = vocab16
     params = SamplingParams(temperature=1.0, top_p=0.9 if setting == "top-p-0.9" else 1.0)

@@ -114,16 +114,19 @@ def test_a_cursor_at_a_line_start_is_token_healed():
     assert clean_output(" + 1", "", "x = f(") == " + 1"
 
 
-def test_model_settings_choose_the_engine_and_when_a_swap_is_enough():
-    """speculative "auto" is n-gram drafts for a local model and none for a server, dtype "auto"
-    int8 for the local engine on a CPU and float32 elsewhere; a model
-    setting that moves to a URL needs a new engine (another backend), not a weight swap."""
+def test_model_settings_choose_the_engine_and_when_a_swap_is_enough(tmp_path, tiny_checkpoint):
+    """speculative "auto" is n-gram drafts plus the MTP heads for a local model that has heads,
+    n-gram drafts alone for one without, none for a server; dtype "auto" int8 for the local
+    engine on a CPU and float32 elsewhere; a model setting that moves to a URL, or to weights
+    the drafts cannot run on, needs a new engine, not a weight swap."""
+    import shutil
+
     from lsp.model_host import _kind, engine_config
     from lsp.settings import ModelSettings
 
-    local = engine_config(ModelSettings(name="default"))
+    local = engine_config(ModelSettings(name="default"))  # the starter ships MTP heads
     server = engine_config(ModelSettings(name="http://127.0.0.1:8000/v1"))
-    assert (local.backend, local.speculative.method, local.dtype) == ("local", "ngram", "int8")
+    assert (local.backend, local.speculative.method, local.dtype) == ("local", "ngram+mtp", "int8")
     assert (server.backend, server.speculative.method, server.dtype) == (
         "openai",
         "none",
@@ -131,7 +134,11 @@ def test_model_settings_choose_the_engine_and_when_a_swap_is_enough():
     )
     assert engine_config(ModelSettings(name="default", device="cuda")).dtype == "float32"
     assert _kind(local) != _kind(server)
-    assert _kind(local) == _kind(engine_config(ModelSettings(name="/another/checkpoint")))
+    assert _kind(local) == _kind(engine_config(ModelSettings(name=str(tiny_checkpoint))))
+    headless = tmp_path / "headless"
+    shutil.copytree(tiny_checkpoint, headless, ignore=shutil.ignore_patterns("mtp"))
+    without = engine_config(ModelSettings(name=str(headless)))
+    assert without.speculative.method == "ngram" and _kind(without) != _kind(local)
     plain = engine_config(ModelSettings(name="default", speculative="none"))
     assert plain.speculative.method == "none" and _kind(plain) != _kind(local)
     s, warnings = parse_settings({"model": {"speculative": "fastest"}})

@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from agent.engine.config import SPEC_METHODS
 from training.benchmark.journal import read_previous
 from training.benchmark.report import render_table, write_html
 from training.benchmark.run import run_benchmark
@@ -40,9 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--speculative",
         default=None,
-        choices=["none", "ngram", "mtp"],
-        help="local engine drafts (outputs are distributed as without); default ngram, and none "
-        "for a server (it decides)",
+        choices=[m for m in SPEC_METHODS if m != "draft"],
+        help="local engine drafts (outputs are distributed as without); default ngram+mtp for a "
+        "model with MTP heads, else ngram; none for a server (it decides)",
     )
     m.add_argument("--device", default="cpu", help="torch device of the local engine")
     t = p.add_argument_group("tasks")
