@@ -83,6 +83,9 @@ class ModelHost:
         if self._loading is None or self._loading.done() or settings != self.settings:
             self._opening = True
             self._loading = asyncio.ensure_future(self._open(settings))
+            # _open logs and reports its own failure; a caller that stops waiting (a cancelled
+            # request, a shutdown) must not leave it to asyncio as "never retrieved"
+            self._loading.add_done_callback(_retrieved)
             self._report()
         return await asyncio.shield(self._loading)
 
@@ -163,6 +166,12 @@ def _unless_cancelled(fn: Callable[[Request], Any], request: Request) -> Any:
     if request.cancelled:
         raise Cancelled("cancelled before it started")
     return fn(request)
+
+
+def _retrieved(task: asyncio.Future) -> None:
+    """Mark a finished task's exception as seen (it was logged where it was raised)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def engine_config(settings: ModelSettings) -> EngineConfig:
