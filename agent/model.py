@@ -286,16 +286,16 @@ class MTPHeads(nn.Module):
         with torch.no_grad():
             return self._lm_head.weight.index_select(0, self.draft_vocab)
 
-    def save(self, folder: str | Path, int8: bool = False) -> None:
-        """Write config.json, model.safetensors (with `int8`: matrices as int8 plus per-row
-        scales, a quarter of float32's size) and draft_vocab.json into `folder`."""
+    def save(self, folder: str | Path) -> None:
         from safetensors.torch import save_file
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.json").write_text(json.dumps(asdict(self.config), indent=2))
-        state = {k: v.contiguous() for k, v in self.state_dict().items()}
-        save_file(pack_int8(state) if int8 else state, str(folder / "model.safetensors"))
+        save_file(
+            {k: v.contiguous() for k, v in self.state_dict().items()},
+            str(folder / "model.safetensors"),
+        )
         if self.draft_vocab is not None:
             ids = self.draft_vocab.tolist()
             (folder / DRAFT_VOCAB_FILE).write_text(json.dumps({"token_ids": ids}) + "\n")
@@ -326,29 +326,6 @@ class MTPHeads(nn.Module):
 
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"  # {"token_ids": [most frequent first, ...]}
-INT8_SCALES = ".int8_scales"  # a matrix stored in int8 has its per-row scales under name + this
-
-
-def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-output-channel symmetric int8: (q [out, in] int8, scales [out] bf16), W ≈ q * s."""
-    w = weight.detach().float()
-    scales = (w.abs().amax(dim=1).clamp(min=1e-12) / 127).to(torch.bfloat16)  # [out]
-    q = torch.round(w / scales.float()[:, None]).clamp(-127, 127).to(torch.int8)
-    return q, scales
-
-
-def pack_int8(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Every floating matrix of `state` as int8 plus its scales (`quantize_int8`; the engine's
-    int8 decoding quantizes the same way, so it gets the same numbers back); the rest as is."""
-    out = {}
-    for name, tensor in state.items():
-        if tensor.dim() == 2 and tensor.is_floating_point():
-            out[name], out[name + INT8_SCALES] = quantize_int8(tensor)
-        else:
-            out[name] = tensor
-    return out
-
-
 INT4_SCALES = ".int4_scales"  # a matrix stored in int4 has its per-group scales under name + this
 INT4_GROUP = 64  # input columns sharing one int4 scale
 
@@ -383,21 +360,17 @@ def _unpack_int4(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
 
 
 def read_heads_state(path: str | Path) -> dict[str, torch.Tensor]:
-    """The heads' weights from their safetensors file, int8 and int4 matrices in float32."""
+    """The heads' weights from their safetensors file, int4 matrices (`pack_int4`) in float32."""
     from safetensors.torch import load_file
 
     state = load_file(str(path))
-    out = {}
-    for name, tensor in state.items():
-        if name.endswith((INT8_SCALES, INT4_SCALES)):
-            continue
-        if name + INT8_SCALES in state:
-            out[name] = tensor.float() * state[name + INT8_SCALES].float()[:, None]
-        elif name + INT4_SCALES in state:
-            out[name] = _unpack_int4(tensor, state[name + INT4_SCALES])
-        else:
-            out[name] = tensor
-    return out
+    return {
+        name: _unpack_int4(tensor, state[name + INT4_SCALES])
+        if name + INT4_SCALES in state
+        else tensor
+        for name, tensor in state.items()
+        if not name.endswith(INT4_SCALES)
+    }
 
 
 def frequent_tokens(token_ids, vocab_size: int, size: int) -> list[int]:
@@ -599,7 +572,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu", dtype: str = "float32
     return Checkpoint(trunk, tokenizer, heads, checkpoint_version(folder), str(folder))
 
 
-def merged_folder(folder: Path, log=lambda line: None) -> Path:
+def merged_folder(folder: Path) -> Path:
     """A plain checkpoint folder for runtimes that load only those (vLLM): an adapter folder's
     adapter merged into its base, heads and lineage included, written once into the cache
     (`merged/<digest of the adapter's files>`, atomically); any other folder as it is."""
@@ -615,7 +588,6 @@ def merged_folder(folder: Path, log=lambda line: None) -> Path:
     out = cache_home() / "merged" / digest.hexdigest()[:16]
     if (out / "flywheel.json").exists():
         return out
-    log(f"merging the adapter in {folder} into its base -> {out}")
     checkpoint = load_checkpoint(folder)
     tmp = out.parent / f".{out.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)

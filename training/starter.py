@@ -22,7 +22,8 @@ checkpoints, so a killed run continues where it stopped. `quick` shrinks every s
 The result, `OUT/model/`, is an adapter folder (`agent.model.load_checkpoint` merges it into the
 base) carrying `flywheel.json` with version `starter-<date>` and its lineage: the base, the
 recipes (text and sha256), the task manifest's hash, the stage's final metrics, the evaluation
-and the time of each step. `ship()` copies it into agent/starter/ (compressed to fit the package's budget).
+and the time of each step. `ship()` copies it into agent/starter/ (its MTP heads in int4, to
+fit the package's budget).
 
 What it does not do: use telemetry exports (the starter is trained from offline sources only),
 RL (`flywheel train rl`) or continued pretraining on the base.
@@ -233,7 +234,8 @@ def mtp_corpus(config: StarterConfig) -> Path:
         if rel in benched or rel.split("/")[0] in ("test", "idlelib", "site-packages"):
             continue
         text = path.read_text(errors="replace")
-        if len(text) > budget - sum(map(len, texts)):
+        budget -= len(text)
+        if budget < 0:
             break
         texts.append(text)
     tasks = Path(config.out) / "tasks"

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from agent.engine.prefix_cache import PrefixCache
-from agent.model import Checkpoint, load_checkpoint, quantize_int8
+from agent.model import Checkpoint, load_checkpoint
 from agent.tokenizer import CHAR_TO_BYTE
 
 log = logging.getLogger("flywheel.engine")
@@ -174,6 +174,14 @@ class Int8Linear(FewRowsLinear):
 
 
 INT8_K_MULTIPLE = 16  # the CPU kernel reads inputs in blocks of 16 (others crash or go wrong)
+
+
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-output-channel symmetric int8: (q [out, in] int8, scales [out] bf16), W ≈ q * s."""
+    w = weight.detach().float()
+    scales = (w.abs().amax(dim=1).clamp(min=1e-12) / 127).to(torch.bfloat16)  # [out]
+    q = torch.round(w / scales.float()[:, None]).clamp(-127, 127).to(torch.int8)
+    return q, scales
 
 
 def use_int8_linear(module: nn.Module) -> None:

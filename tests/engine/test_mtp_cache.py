@@ -210,30 +210,3 @@ def test_int4_matrices_unpack_to_their_rounded_values():
     assert torch.allclose(q, q.round(), atol=1e-4) and q.min() >= -8 and q.max() <= 7
     assert ((back["w"] - weight).abs() <= scales / 2 + 1e-6).all()
     assert back["w"][2, 5] == pytest.approx(3.0, rel=1e-3)
-
-
-def test_heads_stored_in_int8_load_as_the_numbers_int8_decoding_uses(tmp_path, tiny_checkpoint):
-    """`MTPHeads.save(int8=True)` writes a quarter of the matrices' bytes; loading expands them to
-    float, and quantizing those again (as the engine's int8 decoding does) gives the same int8
-    values and scales."""
-    from agent.model import INT8_SCALES, load_checkpoint, quantize_int8, read_heads_state
-
-    heads = lively(load_checkpoint(tiny_checkpoint), depth=2).checkpoint.heads
-    heads.save(tmp_path / "float")
-    heads.save(tmp_path / "int8", int8=True)
-    sizes = {
-        name: (tmp_path / name / "model.safetensors").stat().st_size for name in ("float", "int8")
-    }
-    assert sizes["int8"] < sizes["float"] / 3
-
-    original = heads.state_dict()
-    loaded = read_heads_state(tmp_path / "int8" / "model.safetensors")
-    assert set(loaded) == set(original) and not any(k.endswith(INT8_SCALES) for k in loaded)
-    for name, weight in original.items():
-        if weight.dim() != 2:
-            assert torch.equal(loaded[name], weight)
-            continue
-        q, scales = quantize_int8(weight)
-        again_q, again_scales = quantize_int8(loaded[name])
-        assert torch.equal(again_q, q) and torch.equal(again_scales, scales)
-        assert torch.allclose(loaded[name], weight, atol=float(scales.float().max()))
