@@ -189,6 +189,7 @@ def engine_config(settings: ModelSettings) -> EngineConfig:
         device=settings.device,
         dtype=dtype,
         speculative=SpeculativeConfig(method),
+        own_thread=True,  # completions, next edits and agent tasks call from many threads
     )
 
 

@@ -11,6 +11,9 @@ Three workloads, each on the engine's own loaded weights, each with the engine i
 - *concurrent completions*: k editor completions (priority "interactive") sent at once from k
   threads, against each alone: p50 latency, target <= 1.5x. The engine runs one request's steps
   at a time (no batching across requests), so this measures how far that is from the target.
+  Here the requests run on their callers' threads, in a process whose main thread ran torch
+  work; `benchmarks/concurrent_completions.py` runs the same workload in fresh processes, with
+  the engine on its own thread as servers open it (`EngineConfig.own_thread`).
 
 Timings interleave the compared sides and keep the best (or median) of `repeats`, like the rest
 of `flywheel bench engine`; only ratios within one run are compared.

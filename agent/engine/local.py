@@ -25,16 +25,19 @@ How a request runs:
 4. Each sample's `SampleOutput` turns tokens into text and applies stop tokens, stop strings and
    max tokens; streaming yields its deltas.
 
-Concurrency: requests may run from several threads; one lock serialises model forward calls (a
-CPU has no spare capacity for parallel forwards anyway) and is never held across a `yield`. It
-is a priority lock (priority.py): between two steps of an agent turn, a waiting editor
-completion (`Request.priority="interactive"`) goes first, and while an editor is active an
-agent's prompt is prefilled in short chunks, so that a completion waits for little. A request
-holds a reference to the weights it started on, so `swap` never disturbs it.
+Concurrency: requests may run from several threads. With `EngineConfig.own_thread` (servers)
+every request's generator runs on the engine's own thread (loop.py), which takes the next step
+from the most urgent lane: torch then uses one thread, as it is fastest on a CPU. Without it,
+requests run on their callers' threads and one priority lock (priority.py) serialises the
+forward calls (a CPU has no spare capacity for parallel forwards anyway); it is never held
+across a `yield`. Either way, between two steps of an agent turn a waiting editor completion
+(`Request.priority="interactive"`) goes first, and while an editor is active an agent's prompt
+is prefilled in short chunks, so that a completion waits for little. A request holds a
+reference to the weights it started on, so `swap` never disturbs it.
 Cancellation (`Request.cancel`) is checked before every forward pass: the request ends within one
 decode or verify step with finish reason "cancelled" (no exception).
 
-Not here: paged attention, continuous batching across requests, CUDA graphs.
+Not here: paged attention, batching across requests, CUDA graphs.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import json
 import threading
 import time
 from collections.abc import Generator
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +55,7 @@ import torch
 from agent.chat_format import parse_assistant
 from agent.engine import Stream
 from agent.engine.config import EngineConfig
+from agent.engine.loop import STEP, EngineLoop
 from agent.engine.model_runner import LoadedModel
 from agent.engine.prefix_cache import PrefixCache, restore
 from agent.engine.priority import PriorityLock
@@ -106,15 +111,17 @@ class LocalEngine:
         """Load `config.model` (and the draft model), or use models already in memory."""
         self.config = config
         self.spec = config.speculative
-        self._lock = PriorityLock()  # around every model forward call, most urgent lane first
+        # the thread every torch operation runs on, or a lock around every forward call
+        self._loop = EngineLoop() if config.own_thread else None
+        self._lock = PriorityLock()
         self._swap_lock = threading.Lock()  # one swap at a time
         self._draft: LoadedModel | None = None
         if model is None:
-            model = LoadedModel.load(config.model, config.device, config.dtype)
+            model = self._call(LoadedModel.load, config.model, config.device, config.dtype)
         self._with_prefix_cache(model)
         if self.spec.method == "draft":
-            self._draft = draft or LoadedModel.load(
-                self.spec.draft_model, config.device, config.dtype
+            self._draft = draft or self._call(
+                LoadedModel.load, self.spec.draft_model, config.device, config.dtype
             )
         self._check(model)
         self._model = model
@@ -134,17 +141,21 @@ class LocalEngine:
 
     def stream(self, request: Request) -> Stream:
         job = self._prepare(request, self._model)  # bad input raises here, before any output
-        return Stream(self._run(job))
+        if self._loop is not None:
+            return Stream(self._loop.stream(self._run(job), request.priority))
+        return Stream(_without_steps(self._run(job)))
 
     def swap(self, model: str) -> str:
         with self._swap_lock:
-            new = LoadedModel.load(model, self.config.device, self.config.dtype)
+            new = self._call(LoadedModel.load, model, self.config.device, self.config.dtype)
             self._check(new)
             self._with_prefix_cache(new)
             self._model = new  # running requests keep their own reference to the old one
         return new.checkpoint.version
 
     def close(self) -> None:
+        if self._loop is not None:
+            self._loop.close()  # open requests finish, then its thread ends
         self._draft = None
         if self._model.prefix_cache is not None:
             self._model.prefix_cache.clear()
@@ -153,6 +164,24 @@ class LocalEngine:
         """Tokens looked up and found, entries and bytes of the current weights' prefix cache."""
         cache = self._model.prefix_cache
         return dict(vars(cache.stats)) if cache is not None else {}
+
+    # -- threads -------------------------------------------------------------------------
+
+    def _call(self, fn, *args):
+        """`fn(*args)` on the engine's thread, or here without one."""
+        return self._loop.call(fn, *args) if self._loop is not None else fn(*args)
+
+    def _session(self, lane: str):
+        """Around a request: its steps run back to back (the loop does that by itself)."""
+        return nullcontext() if self._loop is not None else self._lock.session(lane)
+
+    def _hold(self, lane: str):
+        """Around a forward pass (on the loop, nothing else runs anyway)."""
+        return nullcontext() if self._loop is not None else self._lock.hold(lane)
+
+    def _urgent(self, lane: str) -> bool:
+        scheduler = self._loop if self._loop is not None else self._lock
+        return scheduler.urgent_within(lane, URGENT_WINDOW_S)
 
     # -- set-up --------------------------------------------------------------------------
 
@@ -186,7 +215,6 @@ class LocalEngine:
             model=model,
             generator=make_generator(prompt.params.seed, model.device),
             chat=prompt.chat,
-            grammar=_grammar(request, model) if prompt.chat else None,
         )
 
     def _proposer(self, job: Job) -> Proposer:
@@ -213,6 +241,7 @@ class LocalEngine:
     # -- decoding ------------------------------------------------------------------------
 
     def _run(self, job: Job) -> Generator[Delta, None, Result]:
+        """The request's deltas, and `STEP` at the step boundaries that emitted none."""
         params, model = job.params, job.model
         metrics = RequestMetrics(prompt_tokens=len(job.prompt_ids))
         outputs = [
@@ -223,7 +252,9 @@ class LocalEngine:
         ]
         started = time.perf_counter()
         try:
-            with self._lock.session(job.request.priority):  # its steps run back to back
+            with self._session(job.request.priority):
+                # built on the thread that runs the model (its masks are vocabulary-sized)
+                job.grammar = _grammar(job.request, model) if job.chat else None
                 if self.spec.method == "none":
                     yield from self._decode_plain(job, outputs, metrics, started)
                 else:
@@ -240,16 +271,17 @@ class LocalEngine:
                 _, c.tool_calls, c.tool_call_errors = parse_assistant(c.text, job.request.tools)
         return Result(completions, metrics)
 
-    def _prefill(self, job: Job, metrics: RequestMetrics) -> tuple:
+    def _prefill(self, job: Job, metrics: RequestMetrics) -> Generator[object, None, tuple]:
         """Cache, last-position logits [1, vocab], hidden states [1, m, hidden] of the m
-        positions computed (the prompt after its cached prefix), and the cached length."""
+        positions computed (the prompt after its cached prefix), and the cached length;
+        yields `STEP` after each chunk."""
         model, ids = job.model, job.prompt_ids
         # Leave at least one position to compute (its logits start decoding), and MTP heads the
         # hidden states of their attention window.
         limit = len(ids) - 1 - (MTP_WINDOW if self.spec.uses_heads else 0)
         prefixes = model.prefix_cache if self.config.prefix_cache_mb else None
         lane = job.request.priority
-        with self._lock.hold(lane), torch.inference_mode():
+        with self._hold(lane), torch.inference_mode():
             cache = model.new_cache()
             start, entry = 0, None
             if prefixes is not None:
@@ -260,17 +292,17 @@ class LocalEngine:
         # not for the whole prompt.
         hiddens, at = [], start
         while at < len(ids):
-            urgent = self._lock.urgent_within(lane, URGENT_WINDOW_S)
-            size = YIELDING_CHUNK if urgent else PREFILL_CHUNK
+            size = YIELDING_CHUNK if self._urgent(lane) else PREFILL_CHUNK
             chunk = torch.tensor([ids[at : at + size]], device=model.device)
-            with self._lock.hold(lane), torch.inference_mode():
+            with self._hold(lane), torch.inference_mode():
                 logits, hidden = model.forward(chunk, cache, last_only=True)
             hiddens.append(hidden)
             at += size
+            yield STEP
         with torch.inference_mode():
             hidden = torch.cat(hiddens, dim=1) if len(hiddens) > 1 else hiddens[0]
             if prefixes is not None:
-                with self._lock.hold(lane):
+                with self._hold(lane):
                     prefixes.store(ids, cache)
         metrics.cached_tokens = start
         return cache, logits[:, -1], hidden, start
@@ -278,7 +310,7 @@ class LocalEngine:
     def _decode_plain(self, job: Job, outputs: list[SampleOutput], metrics, started):
         """n rows in one batch over a shared prefill; finished rows leave the batch."""
         model, params, n = job.model, job.params, job.params.n
-        cache, logits, _, _ = self._prefill(job, metrics)
+        cache, logits, _, _ = yield from self._prefill(job, metrics)
         with torch.inference_mode():
             if n > 1:
                 cache.batch_repeat_interleave(n)
@@ -308,17 +340,18 @@ class LocalEngine:
             yield from _deltas(outputs[s] for s in rows)
             if not keep:
                 return
-            with self._lock.hold(job.request.priority), torch.inference_mode():
+            with self._hold(job.request.priority), torch.inference_mode():
                 if len(keep) < len(rows):
                     index = torch.tensor(keep, device=model.device)
                     cache.batch_select_indices(index)
                     tokens = tokens[index]
                     rows = [rows[r] for r in keep]
                 logits = model.forward(tokens[:, None], cache)[0][:, -1]
+            yield STEP
 
     def _decode_speculative(self, job: Job, outputs: list[SampleOutput], metrics, started):
         """The samples one after another, each from a copy of the shared prefill."""
-        cache, logits, hidden, cached = self._prefill(job, metrics)
+        cache, logits, hidden, cached = yield from self._prefill(job, metrics)
         for i, output in enumerate(outputs):
             if job.request.cancelled:
                 yield from _finish(outputs[i:], "cancelled")
@@ -336,6 +369,7 @@ class LocalEngine:
                     return
                 seq.step()
                 yield from _deltas([output])
+                yield STEP
 
 
 class SpeculativeSequence:
@@ -371,7 +405,7 @@ class SpeculativeSequence:
 
     def step(self) -> bool:
         """Propose drafts, verify them, append what survives; True when the sample stopped."""
-        with self.engine._lock.hold(self.job.request.priority), torch.inference_mode():
+        with self.engine._hold(self.job.request.priority), torch.inference_mode():
             draft = self.propose()
             emitted, logprobs, accepted, hidden = self.verify(draft)
             self.append(draft, accepted, hidden)
@@ -445,6 +479,19 @@ def _grammar(request: Request, model: LoadedModel) -> ToolGrammar | None:
             model.grammars.pop(next(iter(model.grammars)))
         model.grammars[key] = ToolGrammar.build(model.tokenizer, model.token_bytes, request.tools)
     return model.grammars[key]
+
+
+def _without_steps(run: Generator) -> Generator[Delta, None, Result]:
+    """A request's deltas, run on the caller's thread (no loop to hand `STEP` to)."""
+    try:
+        while True:
+            item = next(run)
+            if item is not STEP:
+                yield item
+    except StopIteration as stop:
+        return stop.value
+    finally:
+        run.close()
 
 
 def _deltas(outputs) -> Generator[Delta, None, None]:

@@ -130,6 +130,7 @@ def main(argv: list[str]) -> int:
             device=args.device,
             dtype=args.dtype,
             prefix_cache_mb=args.prefix_cache_mb,
+            own_thread=True,  # requests arrive on the HTTP server's threads
             speculative=SpeculativeConfig(
                 method=args.speculative,
                 num_draft_tokens=args.num_draft,

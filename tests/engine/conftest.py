@@ -18,7 +18,9 @@ import torch
 
 from tests.conftest import make_checkpoint
 
-BACKENDS = ["local", "openai"]  # openai: OpenAIEngine over a real `flywheel serve` subprocess
+# local-thread: the local engine on its own thread (EngineConfig.own_thread, as servers run it);
+# openai: OpenAIEngine over a real `flywheel serve` subprocess
+BACKENDS = ["local", "local-thread", "openai"]
 
 
 @pytest.fixture(autouse=True, scope="package")
@@ -35,8 +37,9 @@ def one_torch_thread():
 def engine(request, tiny_checkpoint):
     from agent.engine import EngineConfig, open_engine
 
-    if request.param == "local":
-        eng = open_engine(EngineConfig(model=str(tiny_checkpoint), backend="local"))
+    if request.param in ("local", "local-thread"):
+        own = request.param == "local-thread"
+        eng = open_engine(EngineConfig(model=str(tiny_checkpoint), backend="local", own_thread=own))
     elif request.param == "openai":
         url = request.getfixturevalue("tiny_checkpoint_server")  # started only when needed
         eng = open_engine(EngineConfig(model=url, backend="openai"))

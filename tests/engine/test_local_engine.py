@@ -37,7 +37,7 @@ def test_kv_cache_after_rejections_equals_a_fresh_prefill(lively_checkpoint):
     )
     metrics = RequestMetrics()
     output = SampleOutput(0, job.model.token_bytes, set(), [], 40, True)
-    cache, logits, hidden, cached = engine._prefill(job, metrics)
+    cache, logits, hidden, cached = _returned(engine._prefill(job, metrics))
     seq = SpeculativeSequence(engine, job, output, cache, metrics)
     seq.start(logits, hidden[0], cached)
     for _ in range(6):
@@ -49,6 +49,15 @@ def test_kv_cache_after_rejections_equals_a_fresh_prefill(lively_checkpoint):
         after, _ = model.forward(torch.tensor([seq.tokens[-1:]]), cache)
         fresh, _ = model.forward(torch.tensor([seq.tokens]), model.new_cache())
     torch.testing.assert_close(after[0, -1], fresh[0, -1], atol=1e-4, rtol=1e-4)
+
+
+def _returned(steps):
+    """What a generator returns, its steps (prefill chunks) run."""
+    try:
+        while True:
+            next(steps)
+    except StopIteration as stop:
+        return stop.value
 
 
 @pytest.mark.parametrize("method", ["none", "ngram", "draft"])
