@@ -90,6 +90,8 @@ class EvalReport:
     seconds: float = 0.0
     constrain_tool_calls: bool = True  # tool calls decoded under their grammar (the harness's)
     dtype: str = "float32"  # the engine's weights
+    model_version: str = ""  # what `model` named when it ran ("default" changes with each ship)
+    speculative: str = "ngram"  # the engine's drafts (greedy: the same output without)
     results: list[TaskResult] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -162,6 +164,7 @@ def evaluate_agent(
     )
     t0 = time.monotonic()
     results = []
+    version = engine.model_version
     try:
         for i, task in enumerate(tasks, 1):
             result = run_task(engine, task, config)
@@ -194,6 +197,8 @@ def evaluate_agent(
         seconds=round(time.monotonic() - t0, 1),
         constrain_tool_calls=config.constrain_tool_calls,
         dtype=config.dtype,
+        model_version=version,
+        speculative=config.speculative,
         results=results,
     )
 

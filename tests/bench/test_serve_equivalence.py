@@ -29,6 +29,8 @@ def test_local_and_served_model_score_the_same_with_the_same_seed(bench_checkpoi
         served = run_benchmark(EngineConfig(model=url), tasks, config)
     assert served.model == url and local.model_version == served.model_version
     assert local.scores() == served.scores()
+    assert local.engine == {"backend": "local", "dtype": "float32", "speculative": "none"}
+    assert served.engine["backend"] == "openai"  # how the samples were decoded, in the JSON
     assert sum(s.tokens for s in local.samples) > 0
     # sampled, not greedy: different seeds gave different outputs somewhere
     assert len({(s.tokens, s.final_chars) for s in local.samples}) > 1

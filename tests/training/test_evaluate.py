@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from agent.model import load_checkpoint
 from training.evaluate import EvalConfig, TaskResult, evaluate_agent, pick_tasks
 from training.tasks.bugfix import bugfix_tasks
 from training.tasks.projects import make_project
@@ -32,6 +33,8 @@ def test_an_untrained_model_fails_the_task_and_the_report_says_why(tiny_checkpoi
     )
     report = evaluate_agent(str(tiny_checkpoint), [task], config)
     assert report.tasks == 1 and report.pass_at_1 == 0.0 and report.dtype == "float32"
+    assert report.model_version == load_checkpoint(tiny_checkpoint).version
+    assert report.speculative == "none"
     (result,) = report.results
     assert isinstance(result, TaskResult) and not result.passed
     assert result.stop_reason != "waiting" and result.seconds < 60

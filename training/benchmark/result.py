@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agent.stats import Interval, bootstrap, pass_at_k
@@ -83,6 +83,7 @@ class BenchmarkResult:
     tasks: list[TaskScore]
     samples: list[SampleResult]
     reused: int = 0  # samples taken from an earlier run (--resume); `seconds` excludes them
+    engine: dict[str, Any] = field(default_factory=dict)  # backend, dtype, drafts (when known)
 
     def task_scores(self, metric: str = "pass@1") -> dict[str, float]:
         """Task id -> score (pass@k, or a measure's mean); what a paired comparison needs."""
@@ -130,6 +131,7 @@ class BenchmarkResult:
             "config": self.config,
             "seconds": self.seconds,
             "reused_samples": self.reused,
+            "engine": self.engine,
             "shape": self.shape,
             "summary": intervals(self.summary["overall"]),
             "groups": {g: intervals(metrics) for g, metrics in self.summary.items()},
@@ -147,6 +149,7 @@ class BenchmarkResult:
             config=data["config"],
             seconds=data["seconds"],
             reused=data.get("reused_samples", 0),
+            engine=data.get("engine", {}),
             shape=data["shape"],
             summary={
                 g: {m: Interval(v["mean"], *v["ci95"]) if v else None for m, v in ms.items()}

@@ -135,8 +135,22 @@ def run_benchmark(
         config=asdict(config),
         seconds=round(time.monotonic() - t0, 2),
         reused=len(reused),
+        engine=_engine_settings(config_engine),
         shape=shape,
         summary=summary,
         tasks=scores,
         samples=samples,
     )
+
+
+def _engine_settings(engine: Any) -> dict[str, Any]:
+    """How the samples were decoded, when the benchmark opened the engine itself."""
+    from agent.engine import EngineConfig
+
+    if not isinstance(engine, EngineConfig):
+        return {}
+    return {
+        "backend": engine.backend,
+        "dtype": engine.dtype,
+        "speculative": engine.speculative.method,
+    }
