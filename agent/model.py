@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -572,10 +573,14 @@ def load_checkpoint(path: str | Path, device: str = "cpu", dtype: str = "float32
     return Checkpoint(trunk, tokenizer, heads, checkpoint_version(folder), str(folder))
 
 
+MERGED_KEPT = 3  # merged checkpoints the cache keeps (each is the whole model in float32)
+
+
 def merged_folder(folder: Path) -> Path:
     """A plain checkpoint folder for runtimes that load only those (vLLM): an adapter folder's
     adapter merged into its base, heads and lineage included, written once into the cache
-    (`merged/<digest of the adapter's files>`, atomically); any other folder as it is."""
+    (`merged/<digest of the adapter's files>`, atomically); any other folder as it is. The
+    cache keeps the MERGED_KEPT most recently used ones."""
     if not is_adapter(folder):  # before any import: vLLM's environment has no telemetry deps
         return folder
     import shutil
@@ -587,6 +592,7 @@ def merged_folder(folder: Path) -> Path:
         digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes())
     out = cache_home() / "merged" / digest.hexdigest()[:16]
     if (out / "flywheel.json").exists():
+        os.utime(out)  # recently used: kept
         return out
     checkpoint = load_checkpoint(folder)
     tmp = out.parent / f".{out.name}.tmp"
@@ -595,6 +601,9 @@ def merged_folder(folder: Path) -> Path:
     save_checkpoint(tmp, checkpoint.trunk, checkpoint.tokenizer, checkpoint.heads, meta)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
+    done = [d for d in out.parent.iterdir() if (d / "flywheel.json").exists()]
+    for old in sorted(done, key=lambda d: d.stat().st_mtime, reverse=True)[MERGED_KEPT:]:
+        shutil.rmtree(old, ignore_errors=True)  # a runtime that has it open keeps its files
     return out
 
 

@@ -173,6 +173,27 @@ def test_an_adapter_merges_once_into_a_plain_folder_for_vllm(
     assert merged_folder(Path(tiny_checkpoint)) == Path(tiny_checkpoint)
 
 
+def test_the_merged_cache_keeps_the_most_recently_used(tmp_path, monkeypatch, tiny_checkpoint):
+    import os
+
+    import agent.model as model
+
+    monkeypatch.setenv("FLYWHEEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(model, "MERGED_KEPT", 2)
+    adapter = _lora_adapter(tmp_path, tiny_checkpoint)
+    folders = []
+    for i in range(3):  # three adapter versions (their lineage differs), each used in turn
+        meta = json.loads((adapter / "flywheel.json").read_text())
+        (adapter / "flywheel.json").write_text(json.dumps({**meta, "version": f"v{i}"}))
+        folders.append(model.merged_folder(adapter))
+        os.utime(folders[-1], (1000 + i, 1000 + i))  # distinct use times, in order
+        if i == 1:  # the first is used again after the second: the second is now the oldest
+            (adapter / "flywheel.json").write_text(json.dumps({**meta, "version": "v0"}))
+            assert model.merged_folder(adapter) == folders[0]
+            os.utime(folders[0], (1001.5, 1001.5))
+    assert folders[0].exists() and not folders[1].exists() and folders[2].exists()
+
+
 def test_a_checkpoint_without_chat_template_is_refused(tmp_path, tiny_checkpoint):
     folder = tmp_path / "ckpt"
     shutil.copytree(tiny_checkpoint, folder)
