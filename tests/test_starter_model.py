@@ -44,3 +44,15 @@ def test_starter_answers_a_task_with_a_tool_call_that_parses():
     assert not completion.tool_call_errors, completion.text
     assert completion.tool_calls, completion.text
     assert all(call.name in TOOLS for call in completion.tool_calls)
+
+
+def test_training_that_continues_the_shipped_adapter_saves_one_that_loads(tmp_path):
+    """The shipped adapter names its base by name; what training saves from it names the base's
+    version (a stage started from `default`, as the cycle and RL do)."""
+    from agent.model import save_checkpoint
+    from training.adapters import load_adapter_for_training
+
+    trunk, tokenizer = load_adapter_for_training(STARTER_DIR, "cpu")
+    saved = save_checkpoint(tmp_path / "continued", trunk, tokenizer, meta={"version": "x"})
+    assert json.loads((saved / "flywheel.json").read_text())["base"] == base_version()
+    assert load_checkpoint(saved).trunk.config.hidden_size == 576

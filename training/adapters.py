@@ -51,7 +51,12 @@ def load_adapter_for_training(folder: Path, device: str):
     base = adapter_base(folder)
     trunk = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32).to(device)
     tokenizer = AutoTokenizer.from_pretrained(str(base))
-    return PeftModel.from_pretrained(trunk, str(folder), is_trainable=True), tokenizer
+    model = PeftModel.from_pretrained(trunk, str(folder), is_trainable=True)
+    # A shipped adapter names its base by name only (starter.ship); the adapter this training
+    # saves must name the folder it was loaded on, so that its flywheel.json records the base's
+    # version (agent.model.save_checkpoint) and it loads again.
+    model.peft_config["default"].base_model_name_or_path = str(base)
+    return model, tokenizer
 
 
 def is_peft(model) -> bool:
