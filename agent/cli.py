@@ -26,7 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "bench": (
         "",
-        "benchmarks: engine (decoding speed), lsp (completion latency), agent (tasks), infill",
+        "benchmarks: engine (decoding speed), lsp (completion latency), agent (tasks), infill, "
+        "passkey",
     ),
     "models": (
         "agent.models_cli",
@@ -50,6 +51,7 @@ GROUPS: dict[str, dict[str, tuple[str, str]]] = {
         "lsp": ("lsp.bench", "inline-completion latency through the server vs the engine"),
         "agent": ("training.benchmark", "agent tasks through the harness: pass@k with CIs"),
         "infill": ("training.infill", "single-line infilling on HumanEval (inline completion)"),
+        "passkey": ("training.passkey", "passkey retrieval in long prompts (context length)"),
     },
 }
 
