@@ -157,7 +157,7 @@ def main(argv: list[str]) -> int:
         if args.stage == "rl":
             return _rl(args)
         if args.stage == "eval":
-            return _eval(args)
+            return _eval(args, argv)
         return _stage(args)
     except (RecipeError, ValueError, RuntimeError, FileNotFoundError, EngineError) as exc:
         print(f"flywheel train {args.stage}: {exc}", file=sys.stderr)
@@ -229,7 +229,7 @@ def _starter(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval(args: argparse.Namespace) -> int:
+def _eval(args: argparse.Namespace, argv: list[str]) -> int:
     from training.evaluate import EvalConfig, evaluate_agent
 
     config = EvalConfig(
@@ -253,6 +253,7 @@ def _eval(args: argparse.Namespace) -> int:
         print(json.dumps({k: v for k, v in reports[-1].items() if k != "results"}, indent=2))
     if args.json:
         out = reports[0] if len(reports) == 1 else {"config": asdict(config), "models": reports}
+        out = {"command": "flywheel train " + " ".join(argv), **out}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
     return 0

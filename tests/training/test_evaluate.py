@@ -52,3 +52,17 @@ def test_bad_config_is_refused():
         EvalConfig(split="dev")
     with pytest.raises(ValueError, match="dtype must be one of float32"):
         EvalConfig(dtype="int4")
+
+
+def test_the_command_line_report_says_how_it_was_made(tiny_checkpoint, task, tmp_path):
+    from dataclasses import asdict
+
+    from training.cli import main
+
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(asdict(task)) + "\n")
+    out = tmp_path / "eval.json"
+    argv = ["eval", "--model", str(tiny_checkpoint), "--tasks", str(tmp_path), "--split", "all"]
+    argv += ["--max-steps", "1", "--max-wall-s", "5", "--json", str(out)]
+    assert main(argv) == 0
+    report = json.loads(out.read_text())
+    assert report["command"] == "flywheel train " + " ".join(argv) and report["tasks"] == 1
