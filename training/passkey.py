@@ -154,7 +154,15 @@ def main(argv: list[str]) -> int:
         print("flywheel bench passkey: need --samples >= 1 and lengths >= 64", file=sys.stderr)
         return 2
     try:
-        report = run(args.model, lengths, args.samples, args.rope, args.rope_factor, args.seed)
+        report = run(
+            args.model,
+            lengths,
+            args.samples,
+            args.rope,
+            args.rope_factor,
+            args.seed,
+            log=lambda line: print(line, flush=True),  # each sample takes a while at 16k
+        )
     except EngineError as exc:
         print(f"flywheel bench passkey: {exc}", file=sys.stderr)
         return 1
