@@ -2,12 +2,15 @@
 
     flywheel bench passkey --model base --length 4096 --length 16384 --samples 10 --json pk.json
     flywheel bench passkey --model base --length 16384 --rope yarn --rope-factor 2   # no training
+    flywheel bench passkey --model base --length 16384 --loss-data runs/x/corpus      # + loss
 
 Each sample is the usual passkey prompt (Mohtashami and Jaggi, 2023): a line that says a pass
 key is hidden, filler sentences repeated up to `length` tokens, one sentence with a random
 5-digit key at a depth spread evenly over the samples (from near the start to near the end),
 and the question "What is the pass key? The pass key is". Greedy decoding of 8 tokens; a sample
-passes when they contain the key. Reported per length: passes, and the depths that failed.
+passes when they contain the key. Reported per length: passes, and the depths that failed; with
+`--loss-data` (a corpus from `flywheel train data`), also the mean next-token loss over
+`--loss-windows` held-out windows of that length.
 
 The model runs through `transformers` directly (one forward pass over the prompt), not the
 engine: the engine refuses prompts beyond the model's declared context, and measuring what
@@ -15,8 +18,7 @@ happens there is the point. `--rope`/`--rope-factor` rescale the positions of th
 first (`training.stages.set_rope_scaling`), to compare a training-free extension with a trained
 one (a checkpoint whose config already carries its scaling).
 
-What it does not do: held-out loss at a length (the long-context stage reports that while it
-trains), or tasks harder than retrieval.
+What it does not do: tasks harder than retrieval.
 """
 
 from __future__ import annotations
@@ -70,12 +72,16 @@ def run(
     factor: float = 2.0,
     seed: int = 0,
     log=print,
+    loss_data: str | None = None,
+    loss_windows: int = 2,
 ) -> dict:
-    """{model, rope, lengths: {length: {passed, samples, failed_depths}}, samples: [...]}."""
+    """{model, rope, lengths: {length: {passed, samples, failed_depths[, heldout_loss]}},
+    samples: [...]}."""
     import torch
 
     from agent.model import load_checkpoint
-    from training.stages import set_rope_scaling
+    from training.data import PackedTokens
+    from training.stages import heldout_loss, set_rope_scaling
 
     checkpoint = load_checkpoint(model)
     trunk, tokenizer = checkpoint.trunk.eval(), checkpoint.tokenizer
@@ -120,6 +126,11 @@ def run(
             "samples": len(mine),
             "failed_depths": [s.depth for s in mine if not s.passed],
         }
+        if loss_data:
+            heldout = PackedTokens(loss_data, "heldout")
+            loss = heldout_loss(trunk, heldout, length, loss_windows, 1, torch.device("cpu"))
+            by_length[str(length)]["heldout_loss"] = round(loss, 4)
+            log(f"{length:>6} held-out loss {loss:.4f} ({loss_windows} windows)")
     return {
         "model": model,
         "version": checkpoint.version,
@@ -141,11 +152,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rope-factor", type=float, default=2.0)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--loss-data", help="corpus folder: also the held-out loss per length")
+    parser.add_argument("--loss-windows", type=int, default=2, help="held-out windows per length")
     parser.add_argument("--json", help="write the report here")
     args = parser.parse_args(argv)
     import torch
 
     from agent.engine.request import EngineError
+    from training.data import CorpusError
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -162,13 +176,16 @@ def main(argv: list[str]) -> int:
             args.rope_factor,
             args.seed,
             log=lambda line: print(line, flush=True),  # each sample takes a while at 16k
+            loss_data=args.loss_data,
+            loss_windows=args.loss_windows,
         )
-    except EngineError as exc:
+    except (EngineError, CorpusError) as exc:
         print(f"flywheel bench passkey: {exc}", file=sys.stderr)
         return 1
-    print(f"\n{'length':>8} {'passed':>8}")
+    print(f"\n{'length':>8} {'passed':>8} {'held-out loss':>14}")
     for length, row in report["lengths"].items():
-        print(f"{length:>8} {row['passed']:>4}/{row['samples']:<3}")
+        loss = f"{row['heldout_loss']:.4f}" if "heldout_loss" in row else "-"
+        print(f"{length:>8} {row['passed']:>4}/{row['samples']:<3} {loss:>14}")
     if args.json:
         report["command"] = "flywheel bench passkey " + " ".join(argv)
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")

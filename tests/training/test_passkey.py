@@ -18,11 +18,15 @@ def test_the_prompt_has_the_key_once_at_its_depth_and_about_its_length(tokenizer
         assert abs(at - depth) < 0.1
 
 
-def test_the_report_counts_each_length_and_names_the_failed_depths(tiny_checkpoint, tmp_path):
+def test_the_report_counts_each_length_and_names_the_failed_depths(
+    tiny_checkpoint, corpus, tmp_path
+):
     out = tmp_path / "pk.json"
     argv = ["--model", str(tiny_checkpoint), "--length", "96", "--length", "160"]
+    argv += ["--loss-data", str(corpus), "--loss-windows", "1"]
     assert main([*argv, "--samples", "2", "--rope", "yarn", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
+    assert all(row["heldout_loss"] > 0 for row in report["lengths"].values())
     assert set(report["lengths"]) == {"96", "160"} and len(report["samples"]) == 4
     for row in report["lengths"].values():  # a random tiny model retrieves nothing
         assert row["samples"] == 2 and len(row["failed_depths"]) == 2 - row["passed"]
@@ -30,6 +34,9 @@ def test_the_report_counts_each_length_and_names_the_failed_depths(tiny_checkpoi
     assert report["command"].startswith("flywheel bench passkey --model")
 
 
-def test_bad_arguments_are_one_line(capsys):
+def test_bad_arguments_are_one_line(capsys, tiny_checkpoint):
     assert main(["--samples", "0"]) == 2
     assert "need --samples >= 1" in capsys.readouterr().err
+    argv = ["--model", str(tiny_checkpoint), "--loss-data", "/nonexistent", "--length", "96"]
+    assert main([*argv, "--samples", "1"]) == 1
+    assert "not a built corpus" in capsys.readouterr().err
