@@ -116,14 +116,19 @@ class LocalEngine:
         self._lock = PriorityLock()
         self._swap_lock = threading.Lock()  # one swap at a time
         self._draft: LoadedModel | None = None
-        if model is None:
-            model = self._call(LoadedModel.load, config.model, config.device, config.dtype)
-        self._with_prefix_cache(model)
-        if self.spec.method == "draft":
-            self._draft = draft or self._call(
-                LoadedModel.load, self.spec.draft_model, config.device, config.dtype
-            )
-        self._check(model)
+        try:
+            if model is None:
+                model = self._call(LoadedModel.load, config.model, config.device, config.dtype)
+            self._with_prefix_cache(model)
+            if self.spec.method == "draft":
+                self._draft = draft or self._call(
+                    LoadedModel.load, self.spec.draft_model, config.device, config.dtype
+                )
+            self._check(model)
+        except BaseException:
+            if self._loop is not None:  # no engine: its thread (and torch's team on it) ends
+                self._loop.close()
+            raise
         self._model = model
 
     # -- the Engine protocol -------------------------------------------------------------

@@ -180,3 +180,15 @@ def test_an_own_thread_engine_loads_and_runs_the_model_only_on_its_thread(
             engine.close()
             outputs[own] = results
         assert outputs[True] == outputs[False]
+
+
+def test_an_engine_that_fails_to_load_leaves_no_thread_behind(tmp_path):
+    def loops() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "flywheel-engine-loop"}
+
+    before = loops()
+    with pytest.raises(EngineError):
+        LocalEngine(EngineConfig(model=str(tmp_path / "missing"), own_thread=True))
+    for thread in loops() - before:
+        thread.join(60)
+    assert loops() <= before
