@@ -83,6 +83,7 @@ def run(
     from training.data import PackedTokens
     from training.stages import heldout_loss, set_rope_scaling
 
+    heldout = PackedTokens(loss_data, "heldout") if loss_data else None  # a bad folder: now
     checkpoint = load_checkpoint(model)
     trunk, tokenizer = checkpoint.trunk.eval(), checkpoint.tokenizer
     declared = int(trunk.config.max_position_embeddings)
@@ -126,8 +127,7 @@ def run(
             "samples": len(mine),
             "failed_depths": [s.depth for s in mine if not s.passed],
         }
-        if loss_data:
-            heldout = PackedTokens(loss_data, "heldout")
+        if heldout is not None:
             loss = heldout_loss(trunk, heldout, length, loss_windows, 1, torch.device("cpu"))
             by_length[str(length)]["heldout_loss"] = round(loss, 4)
             log(f"{length:>6} held-out loss {loss:.4f} ({loss_windows} windows)")
