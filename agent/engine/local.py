@@ -111,9 +111,9 @@ class LocalEngine:
         """Load `config.model` (and the draft model), or use models already in memory."""
         self.config = config
         self.spec = config.speculative
-        # the thread every torch operation runs on, or a lock around every forward call
+        # the thread every torch operation runs on, or else a lock around every forward call
         self._loop = EngineLoop() if config.own_thread else None
-        self._lock = PriorityLock()
+        self._lock = PriorityLock() if self._loop is None else None
         self._swap_lock = threading.Lock()  # one swap at a time
         self._draft: LoadedModel | None = None
         try:
@@ -185,7 +185,7 @@ class LocalEngine:
         return nullcontext() if self._loop is not None else self._lock.hold(lane)
 
     def _urgent(self, lane: str) -> bool:
-        scheduler = self._loop if self._loop is not None else self._lock
+        scheduler = self._loop or self._lock
         return scheduler.urgent_within(lane, URGENT_WINDOW_S)
 
     # -- set-up --------------------------------------------------------------------------
