@@ -2,7 +2,7 @@
 
 One process loads the model twice, float32 and int8, and compares:
 - forward ms over a warm KV cache by number of new rows, with the int8 product forced for every
-  row count (where `Int8Linear.MAX_INT8_ROWS`, the int8/float32 crossover, comes from);
+  row count (int8 must stay ahead up to `Int8Linear.MAX_INT8_ROWS`, a batched step's most rows);
 - one decode step and one verify step over 4 drafts (`flywheel bench engine`'s `step_costs`);
 - greedy decoding of held-out agent prompts (the prompt before each conversation's first
   assistant turn): decode tokens/s (after the first token) and whether int8 writes the same

@@ -37,7 +37,12 @@ reference to the weights it started on, so `swap` never disturbs it.
 Cancellation (`Request.cancel`) is checked before every forward pass: the request ends within one
 decode or verify step with finish reason "cancelled" (no exception).
 
-Not here: paged attention, batching across requests, CUDA graphs.
+Batching across requests: every trunk forward pass is a `Forward` step that the request's
+generator yields. On the engine's thread the loop runs the waiting decode and verify steps of a
+lane's requests (on the same weights) in one pass (batched.py: their tokens concatenated through
+the linear layers, attention per request on its own cache); on callers' threads each runs alone.
+
+Not here: paged attention, CUDA graphs.
 """
 
 from __future__ import annotations
@@ -54,8 +59,10 @@ import torch
 
 from agent.chat_format import parse_assistant
 from agent.engine import Stream
+from agent.engine.batched import Forward
 from agent.engine.config import EngineConfig
-from agent.engine.loop import STEP, EngineLoop
+from agent.engine.kv_cache import reuse_freed_memory
+from agent.engine.loop import STEP, EngineLoop, Step
 from agent.engine.model_runner import LoadedModel
 from agent.engine.prefix_cache import PrefixCache, restore
 from agent.engine.priority import PriorityLock
@@ -113,6 +120,8 @@ class LocalEngine:
         self.spec = config.speculative
         # the thread every torch operation runs on, or else a lock around every forward call
         self._loop = EngineLoop() if config.own_thread else None
+        if config.own_thread:  # a server: requests come and go all day
+            reuse_freed_memory()
         self._lock = PriorityLock() if self._loop is None else None
         self._swap_lock = threading.Lock()  # one swap at a time
         self._draft: LoadedModel | None = None
@@ -148,7 +157,7 @@ class LocalEngine:
         job = self._prepare(request, self._model)  # bad input raises here, before any output
         if self._loop is not None:
             return Stream(self._loop.stream(self._run(job), request.priority))
-        return Stream(_without_steps(self._run(job)))
+        return Stream(_without_steps(self._run(job), self._hold, request.priority))
 
     def swap(self, model: str) -> str:
         with self._swap_lock:
@@ -246,7 +255,8 @@ class LocalEngine:
     # -- decoding ------------------------------------------------------------------------
 
     def _run(self, job: Job) -> Generator[Delta, None, Result]:
-        """The request's deltas, and `STEP` at the step boundaries that emitted none."""
+        """The request's deltas, and the trunk forward passes it needs (`Forward` steps) for
+        whoever drives it to run: the loop batches them across requests."""
         params, model = job.params, job.model
         metrics = RequestMetrics(prompt_tokens=len(job.prompt_ids))
         outputs = [
@@ -279,7 +289,7 @@ class LocalEngine:
     def _prefill(self, job: Job, metrics: RequestMetrics) -> Generator[object, None, tuple]:
         """Cache, last-position logits [1, vocab], hidden states [1, m, hidden] of the m
         positions computed (the prompt after its cached prefix), and the cached length;
-        yields `STEP` after each chunk."""
+        yields each chunk's `Forward`."""
         model, ids = job.model, job.prompt_ids
         # Leave at least one position to compute (its logits start decoding), and MTP heads the
         # hidden states of their attention window.
@@ -287,7 +297,8 @@ class LocalEngine:
         prefixes = model.prefix_cache if self.config.prefix_cache_mb else None
         lane = job.request.priority
         with self._hold(lane), torch.inference_mode():
-            cache = model.new_cache()
+            # room for the prompt, the output and one verify step's drafts past its end
+            cache = model.new_cache(len(ids) + job.params.max_tokens + self.spec.max_draft_tokens)
             start, entry = 0, None
             if prefixes is not None:
                 start, entry = prefixes.lookup(ids, limit)
@@ -299,11 +310,11 @@ class LocalEngine:
         while at < len(ids):
             size = YIELDING_CHUNK if self._urgent(lane) else PREFILL_CHUNK
             chunk = torch.tensor([ids[at : at + size]], device=model.device)
-            with self._hold(lane), torch.inference_mode():
-                logits, hidden = model.forward(chunk, cache, last_only=True)
+            step = Forward(model, chunk, cache, last_only=True)
+            yield step
+            logits, hidden = step.result()
             hiddens.append(hidden)
             at += size
-            yield STEP
         with torch.inference_mode():
             hidden = torch.cat(hiddens, dim=1) if len(hiddens) > 1 else hiddens[0]
             if prefixes is not None:
@@ -345,14 +356,15 @@ class LocalEngine:
             yield from _deltas(outputs[s] for s in rows)
             if not keep:
                 return
-            with self._hold(job.request.priority), torch.inference_mode():
+            with torch.inference_mode():
                 if len(keep) < len(rows):
                     index = torch.tensor(keep, device=model.device)
                     cache.batch_select_indices(index)
                     tokens = tokens[index]
                     rows = [rows[r] for r in keep]
-                logits = model.forward(tokens[:, None], cache)[0][:, -1]
-            yield STEP
+            step = Forward(model, tokens[:, None], cache)
+            yield step
+            logits = step.result()[0][:, -1]
 
     def _decode_speculative(self, job: Job, outputs: list[SampleOutput], metrics, started):
         """The samples one after another, each from a copy of the shared prefill."""
@@ -372,9 +384,8 @@ class LocalEngine:
                 if job.request.cancelled:
                     yield from _finish(outputs[i:], "cancelled")
                     return
-                seq.step()
+                yield from seq.step()
                 yield from _deltas([output])
-                yield STEP
 
 
 class SpeculativeSequence:
@@ -408,11 +419,18 @@ class SpeculativeSequence:
         self.proposer.observe(hidden)
         self.add([int(token[0])], None if logprob is None else logprob.tolist())
 
-    def step(self) -> bool:
-        """Propose drafts, verify them, append what survives; True when the sample stopped."""
+    def step(self) -> Generator[Forward, None, bool]:
+        """Propose drafts, verify them (yields the target's forward pass over them), append what
+        survives; returns True when the sample stopped."""
         with self.engine._hold(self.job.request.priority), torch.inference_mode():
             draft = self.propose()
-            emitted, logprobs, accepted, hidden = self.verify(draft)
+        ids = [[self.tokens[-1], *draft.token_ids]]
+        forward = Forward(
+            self.job.model, torch.tensor(ids, device=self.job.model.device), self.cache
+        )
+        yield forward
+        with self.engine._hold(self.job.request.priority), torch.inference_mode():
+            emitted, logprobs, accepted, hidden = self.verify(draft, *forward.result())
             self.append(draft, accepted, hidden)
         return self.add(emitted, logprobs)
 
@@ -421,13 +439,14 @@ class SpeculativeSequence:
         k = min(self.k, remaining - 1)  # the verify step always adds one token of its own
         return self.proposer.propose(self.tokens, k) if k > 0 else Draft([])
 
-    def verify(self, draft: Draft) -> tuple[list[int], list[float] | None, int, torch.Tensor]:
-        """One target forward over [last token, drafts] and the rejection sampler."""
+    def verify(
+        self, draft: Draft, logits: torch.Tensor, hidden: torch.Tensor
+    ) -> tuple[list[int], list[float] | None, int, torch.Tensor]:
+        """The rejection sampler over the target's forward pass over [last token, drafts]:
+        logits [1, k + 1, vocab], hidden [1, k + 1, hidden]."""
         model, params = self.job.model, self.job.params
-        ids = torch.tensor([[self.tokens[-1], *draft.token_ids]], device=model.device)
-        logits, hidden = model.forward(ids, self.cache)
         logits = logits[0]  # [k + 1, vocab]
-        draft_ids = ids[0, 1:]  # [k]
+        draft_ids = torch.tensor(draft.token_ids, dtype=torch.long, device=model.device)  # [k]
         if self.grammar:  # position j's constraint: the state after the first j drafts
             logits, state = logits.clone(), self.grammar.copy()
             for j in range(len(logits)):
@@ -486,12 +505,16 @@ def _grammar(request: Request, model: LoadedModel) -> ToolGrammar | None:
     return model.grammars[key]
 
 
-def _without_steps(run: Generator) -> Generator[Delta, None, Result]:
-    """A request's deltas, run on the caller's thread (no loop to hand `STEP` to)."""
+def _without_steps(run: Generator, hold, lane: str) -> Generator[Delta, None, Result]:
+    """A request's deltas, run on the caller's thread (no loop to hand `STEP` to); its steps
+    run alone, under the priority lock."""
     try:
         while True:
             item = next(run)
-            if item is not STEP:
+            if isinstance(item, Step):
+                with hold(lane):
+                    type(item).run_batch([item])
+            elif item is not STEP:
                 yield item
     except StopIteration as stop:
         return stop.value

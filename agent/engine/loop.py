@@ -14,6 +14,13 @@ within a lane to the request that arrived first, so a request's steps run back t
 session) until a more urgent one arrives: an editor's completion waits for at most one step of an
 agent turn. A caller that stops reading (closes its stream) cancels its request.
 
+Batching: a generator may yield a `Step` (a trunk forward pass: batched.Forward) instead of
+running it. The loop then runs the most urgent request's step together with the waiting steps of
+the other requests in its lane that share its `key` (the same weights), up to BATCH_ROWS token
+rows, in one `run_batch`: four editors' completions decode in one pass. A large step (a prefill
+chunk) runs alone, and steps of other lanes never ride along: an agent's row would make an
+editor's step slower.
+
     loop = EngineLoop()
     model = loop.call(LoadedModel.load, "default")  # loaded on the loop's thread too
     for delta in loop.stream(generator, lane="interactive"):
@@ -39,6 +46,29 @@ T = TypeVar("T")
 # What a request's generator yields at a step boundary that produced no output (a prefill
 # chunk, or a step whose tokens do not complete a character yet): the loop may switch there.
 STEP = object()
+_ENDED = object()  # what `_next` returns when the generator has ended
+# The most token rows one batched step takes: past it, a step runs alone (a prefill chunk).
+BATCH_ROWS = 32
+
+
+class Step:
+    """Work a request's generator hands to the loop to run, alone or batched with other
+    requests' steps; the generator reads its result when it resumes."""
+
+    @property
+    def key(self) -> object:
+        """Steps with equal keys may run in one batch."""
+        raise NotImplementedError
+
+    @property
+    def rows(self) -> int:
+        """Token rows it adds to a batch."""
+        raise NotImplementedError
+
+    @classmethod
+    def run_batch(cls, steps: list[Step]) -> None:
+        """Run every step (equal keys) and keep each one's result or error; never raises."""
+        raise NotImplementedError
 
 
 @dataclass(order=True)
@@ -48,6 +78,8 @@ class _Task:
     generator: Generator[Any, None, Any] = field(compare=False)
     out: queue.SimpleQueue = field(compare=False, default_factory=queue.SimpleQueue)
     abandoned: bool = field(compare=False, default=False)
+    batchable: bool = field(compare=False, default=True)  # may be stepped to join a batch
+    step: Step | None = field(compare=False, default=None)  # yielded, waiting to run
 
 
 class EngineLoop:
@@ -67,10 +99,12 @@ class EngineLoop:
         """Whether the caller is the loop's own thread."""
         return threading.current_thread() is self._thread
 
-    def stream(self, generator: Generator[Any, None, T], lane: str = "normal"):
-        """Run `generator` on the loop; yields what it yields (but `STEP`), returns what it
-        returns, raises what it raises. Closing the returned generator abandons the task."""
-        task = _Task(lane_rank(lane), next(self._tickets), generator)
+    def stream(self, generator: Generator[Any, None, T], lane: str = "normal", batchable=True):
+        """Run `generator` on the loop; yields what it yields (but `STEP` and `Step`s), returns
+        what it returns, raises what it raises. Closing the returned generator abandons the
+        task. Only `batchable` generators are stepped ahead of their turn to join a batch: their
+        work between two steps is light."""
+        task = _Task(lane_rank(lane), next(self._tickets), generator, batchable=batchable)
         with self._condition:
             if self._closed:
                 generator.close()
@@ -89,7 +123,7 @@ class EngineLoop:
             return fn(*args)
             yield  # a generator function that returns at once
 
-        relay = self.stream(once(), lane)
+        relay = self.stream(once(), lane, batchable=False)
         try:
             while True:
                 next(relay)
@@ -143,25 +177,70 @@ class EngineLoop:
                     self._condition.wait()
                 if not self._tasks:  # closed, nothing left
                     return
-                task = self._tasks[0]
-                if task.abandoned:
-                    self._tasks.pop(0)
-            if task.abandoned:
-                task.generator.close()  # its cleanup runs here, on the loop's thread
-                continue
-            try:
-                item = next(task.generator)
-            except StopIteration as stop:
-                self._drop(task)
-                task.out.put(("return", stop.value))
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller, who raises it
-                self._drop(task)
-                task.out.put(("raise", exc))
+                tasks = list(self._tasks)
+            head = tasks[0]
+            if head.abandoned:
+                self._abandon(head)
+            elif head.step is None:
+                self._next(head)
             else:
-                if item is not STEP:
-                    task.out.put(("item", item))
+                batch = self._batch(head, tasks[1:])
+                type(batch[0].step).run_batch([task.step for task in batch])
+                for task in batch:
+                    task.step = None
             with self._condition:
-                self._ran[task.rank] = time.monotonic()
+                self._ran[head.rank] = time.monotonic()
+
+    def _batch(self, head: _Task, others: list[_Task]) -> list[_Task]:
+        """What runs next in `head`'s lane: a large step (a prefill chunk) alone, the first come
+        first, so that new requests join the decoding ones soon; else every small step with
+        `head`'s key, first come first, up to BATCH_ROWS rows."""
+        waiting = [head]
+        for task in others:
+            if task.rank != head.rank:  # sorted by lane: the rest are less urgent
+                break
+            if task.abandoned or not task.batchable:
+                continue
+            if task.step is None:
+                self._advance(task)  # its own work up to its next step
+            if task.step is not None and task.step.key is head.step.key:
+                waiting.append(task)
+        large = [task for task in waiting if task.step.rows > BATCH_ROWS]
+        if large:
+            return large[:1]
+        batch, rows = [], 0
+        for task in waiting:
+            if rows + task.step.rows <= BATCH_ROWS:
+                batch.append(task)
+                rows += task.step.rows
+        return batch
+
+    def _advance(self, task: _Task) -> None:
+        """Run the task's generator up to its next `Step` or its end."""
+        while task.step is None and self._next(task) is not _ENDED:
+            pass
+
+    def _next(self, task: _Task) -> object:
+        """One item of the task's generator: relayed, kept (a `Step`), or its end."""
+        try:
+            item = next(task.generator)
+        except StopIteration as stop:
+            self._drop(task)
+            task.out.put(("return", stop.value))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, who raises it
+            self._drop(task)
+            task.out.put(("raise", exc))
+        else:
+            if isinstance(item, Step):
+                task.step = item
+            elif item is not STEP:
+                task.out.put(("item", item))
+            return item
+        return _ENDED
+
+    def _abandon(self, task: _Task) -> None:
+        self._drop(task)
+        task.generator.close()  # its cleanup runs here, on the loop's thread
 
     def _drop(self, task: _Task) -> None:
         with self._condition:

@@ -1,8 +1,10 @@
 """A loaded checkpoint and its forward pass with a KV cache: what the local engine calls the model.
 
 `LoadedModel.forward` runs the trunk over new tokens with a `transformers` `DynamicCache` and
-returns logits and the trunk's final normed hidden states (h_0, what the MTP heads read). The
-cache is rolled back with `DynamicCache.crop(-n)` after rejected draft tokens.
+returns logits and the trunk's final normed hidden states (h_0, what the MTP heads read);
+`forward_parts` does it for several requests, each on its own cache, in one pass (batched.py).
+The cache (kv_cache.py, or `DynamicCache` for trunks batched.py does not run) is rolled back
+with `crop(-n)` after rejected draft tokens.
 
 On the CPU, every `nn.Linear` of the trunk and heads becomes a `FewRowsLinear`: the same
 weights, with a product for 1..16 rows (a decode or verify step, an MTP head over a few new
@@ -23,6 +25,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from agent.engine.batched import Part, forward_parts, supports_ragged
+from agent.engine.kv_cache import KVCache
+from agent.engine.loop import BATCH_ROWS
 from agent.engine.prefix_cache import PrefixCache
 from agent.model import Checkpoint, load_checkpoint
 from agent.tokenizer import CHAR_TO_BYTE
@@ -35,6 +40,7 @@ class LoadedModel:
     checkpoint: Checkpoint
     token_bytes: list[bytes]  # [vocab] the exact bytes each token id stands for
     cache_kw: str  # the trunk's name for the cache argument ("cache" or "past_key_values")
+    ragged: bool = False  # batched.py runs its forward passes (one or several requests)
     prefix_cache: PrefixCache | None = None  # prompt prefixes computed on these weights
     grammars: dict[str, Any] = field(default_factory=dict)  # tool set -> ToolGrammar (or None)
 
@@ -87,9 +93,13 @@ class LoadedModel:
                     use_int8_linear(module)
         params = inspect.signature(type(checkpoint.trunk.model).forward).parameters
         cache_kw = "cache" if "cache" in params else "past_key_values"
-        return cls(checkpoint, token_bytes, cache_kw)
+        return cls(checkpoint, token_bytes, cache_kw, ragged=supports_ragged(checkpoint.trunk))
 
-    def new_cache(self):
+    def new_cache(self, capacity: int = 0):
+        """An empty KV cache for `forward`, with room for `capacity` positions where it can
+        reserve them (kv_cache.py)."""
+        if self.ragged:
+            return KVCache(self.trunk.config.num_hidden_layers, capacity)
         from transformers import DynamicCache
 
         return DynamicCache(config=self.trunk.config)
@@ -103,10 +113,22 @@ class LoadedModel:
         returns (logits [rows, m or 1, vocab], hidden [rows, m, hidden]); with last_only the
         logits are computed for the last position only (prefill).
         """
-        out = self.trunk.model(input_ids=input_ids, use_cache=True, **{self.cache_kw: cache})
-        hidden = out.last_hidden_state  # [rows, m, hidden] h_0, normed
-        logits = self.trunk.lm_head(hidden[:, -1:] if last_only else hidden)
-        return logits, hidden
+        return self.forward_parts([Part(input_ids, cache, last_only)])[0]
+
+    def forward_parts(self, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """`forward` of several requests, each on its own cache: one pass where the trunk
+        allows (batched.py), else one after another."""
+        if self.ragged:
+            return forward_parts(self.trunk, parts)
+        results = []
+        for part in parts:
+            kw = {self.cache_kw: part.cache}
+            out = self.trunk.model(input_ids=part.ids, use_cache=True, **kw)
+            hidden = out.last_hidden_state  # [rows, m, hidden] h_0, normed
+            results.append(
+                (self.trunk.lm_head(hidden[:, -1:] if part.last_only else hidden), hidden)
+            )
+        return results
 
 
 class FewRowsLinear(nn.Linear):
@@ -121,7 +143,8 @@ class FewRowsLinear(nn.Linear):
     through `nn.functional.linear` unchanged.
     """
 
-    MAX_ROWS = 16
+    # A batched step (loop.BATCH_ROWS rows at most) takes the path its steps take alone.
+    MAX_ROWS = BATCH_ROWS
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
@@ -158,7 +181,9 @@ class Int8Linear(FewRowsLinear):
     never see them, and they do not follow later changes to `weight`.
     """
 
-    MAX_INT8_ROWS = 12  # the int8/float32 crossover on a CPU: benchmarks/int8.py measures it
+    # int8 stays ahead of float32 well past this on a CPU (benchmarks/int8.py measures the rows);
+    # a batched step (loop.BATCH_ROWS rows at most) takes the path its steps take alone
+    MAX_INT8_ROWS = BATCH_ROWS
     int8_weight: torch.Tensor  # [out, in] int8
     int8_scales: torch.Tensor  # [out] bf16
 

@@ -3,8 +3,8 @@
 An agent re-sends its whole conversation every turn, an RL group sends one prompt several times,
 and an editor asks for completions in the same file again and again: most of each prompt was
 prefilled before. After a prefill, the engine stores the prompt's per-layer keys and values
-(references to the tensors the cache already holds: a DynamicCache grows by concatenation, so
-they are never written again). Before a prefill, it looks for the stored prompt sharing the
+(views of the tensors the request's cache holds: a cache only ever writes positions past its
+prompt, so those are never written again; an entry counts the whole tensors it keeps alive). Before a prefill, it looks for the stored prompt sharing the
 longest token prefix with the new one, starts the new cache from those keys and values, and runs
 the trunk over the rest only.
 
@@ -97,7 +97,7 @@ class PrefixCache:
             if keys is None or keys.shape[0] != 1 or keys.shape[-2] < len(tokens):
                 return  # not a one-row cache covering the prompt: nothing safe to keep
             layers.append((keys[..., : len(tokens), :], values[..., : len(tokens), :]))
-        nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
+        nbytes = sum(k.untyped_storage().nbytes() + v.untyped_storage().nbytes() for k, v in layers)
         if nbytes > self.max_bytes:
             return
         key = tuple(tokens)

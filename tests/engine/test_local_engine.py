@@ -18,6 +18,7 @@ from agent.engine import (
     open_engine,
 )
 from agent.engine.local import LocalEngine, SpeculativeSequence
+from agent.engine.loop import Step
 from agent.engine.sample_output import SampleOutput
 from agent.engine.sampling import target_probs
 from tests.conftest import make_checkpoint
@@ -41,7 +42,7 @@ def test_kv_cache_after_rejections_equals_a_fresh_prefill(lively_checkpoint):
     seq = SpeculativeSequence(engine, job, output, cache, metrics)
     seq.start(logits, hidden[0], cached)
     for _ in range(6):
-        seq.step()
+        _returned(seq.step())
     assert metrics.drafts_accepted < metrics.drafts_proposed  # there were rejections
     model = job.model
     with torch.inference_mode():
@@ -52,10 +53,12 @@ def test_kv_cache_after_rejections_equals_a_fresh_prefill(lively_checkpoint):
 
 
 def _returned(steps):
-    """What a generator returns, its steps (prefill chunks) run."""
+    """What a generator returns, each forward pass it yields run alone."""
     try:
         while True:
-            next(steps)
+            item = next(steps)
+            if isinstance(item, Step):
+                type(item).run_batch([item])
     except StopIteration as stop:
         return stop.value
 

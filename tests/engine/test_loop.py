@@ -141,7 +141,7 @@ def test_an_own_thread_engine_loads_and_runs_the_model_only_on_its_thread(
     """Same outputs as an engine on the caller's thread, for plain and speculative decoding,
     with every load and forward call on the engine's thread."""
     threads: list[str] = []
-    load, forward = LoadedModel.load.__func__, LoadedModel.forward
+    load, forward = LoadedModel.load.__func__, LoadedModel.forward_parts
 
     def recording_load(cls, *args, **kwargs):
         threads.append(threading.current_thread().name)
@@ -152,7 +152,7 @@ def test_an_own_thread_engine_loads_and_runs_the_model_only_on_its_thread(
         return forward(self, *args, **kwargs)
 
     monkeypatch.setattr(LoadedModel, "load", classmethod(recording_load))
-    monkeypatch.setattr(LoadedModel, "forward", recording_forward)
+    monkeypatch.setattr(LoadedModel, "forward_parts", recording_forward)
     prompts = ["def add(a, b):", "class Stack:\n    def push(self, item):", "import os\n"]
     for method in ("none", "ngram"):
         spec = SpeculativeConfig(method)

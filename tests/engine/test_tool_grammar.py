@@ -92,15 +92,17 @@ def _marker_loving(engine, tokenizer, bias: float = 30.0):
     """Make the engine's model favour the call markers at every position (a hostile model)."""
     model = engine._model
     markers = tokenizer.convert_tokens_to_ids([TOOL_CALL, TOOL_CALL_END, ARG])
-    forward = model.forward
+    forward_parts = model.forward_parts
 
-    def biased(input_ids, cache, last_only=False):
-        logits, hidden = forward(input_ids, cache, last_only)
-        logits = logits.clone()
-        logits[..., markers] += bias
-        return logits, hidden
+    def biased(parts):
+        results = []
+        for logits, hidden in forward_parts(parts):
+            logits = logits.clone()
+            logits[..., markers] += bias
+            results.append((logits, hidden))
+        return results
 
-    model.forward = biased
+    model.forward_parts = biased
 
 
 def _turn(engine, constrain: bool) -> tuple[list, list[str]]:

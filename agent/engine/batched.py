@@ -1,0 +1,160 @@
+"""The trunk's forward pass over several requests at once, each on its own KV cache.
+
+Why: on a CPU a decode step is bound by reading the weights, and reading them once for four rows
+costs about what it costs for one. So `forward_parts` runs the new tokens of every part (a
+request's decode row, its verify step over drafts, a prefill chunk) concatenated into one
+sequence through the linear layers, and only attention runs part by part, each on its own cache,
+positions and causal mask. No padding and no copy of any cache: parts differ in context length
+and in new tokens. This is the flattened batch of vLLM's scheduler without its paged attention
+(every request keeps its `DynamicCache`).
+
+The engine runs every trunk forward through here, alone or batched, so a request's numbers do
+not depend on which others shared its step (but for the rounding of a different row count in
+the matrix products, which `tests/engine/test_batched.py` checks does not change greedy output).
+
+Written out for the Llama decoder (Llama and Qwen2, what `agent.model` builds and the base is);
+any other trunk runs one part at a time through its own forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from agent.engine.loop import Step
+
+RAGGED_MODEL_TYPES = ("llama", "qwen2")
+
+
+@dataclass
+class Part:
+    """One request's new tokens in a batched forward pass."""
+
+    ids: torch.Tensor  # [rows, m] tokens after those in `cache` (rows share the cache's length)
+    cache: object  # its DynamicCache, extended by m positions
+    last_only: bool = False  # logits for the last position only (prefill)
+
+
+def supports_ragged(trunk) -> bool:
+    """Whether `forward_parts` can run this trunk (else each part runs through its own forward)."""
+    config = trunk.config
+    return config.model_type in RAGGED_MODEL_TYPES and not getattr(
+        config, "use_sliding_window", False
+    )
+
+
+def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(logits [rows, m or 1, vocab], hidden [rows, m, hidden]) of every part, in one pass.
+
+    hidden is the trunk's final normed hidden state (what the MTP heads read); every part's
+    cache grows by its m new positions.
+    """
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    body = trunk.model
+    shapes = [tuple(part.ids.shape) for part in parts]
+    flat = torch.cat([part.ids.reshape(-1) for part in parts])  # [T]
+    device = flat.device
+    positions = torch.cat(
+        [
+            (part.cache.get_seq_length() + torch.arange(m, device=device)).repeat(rows)
+            for part, (rows, m) in zip(parts, shapes, strict=True)
+        ]
+    )
+    x = body.embed_tokens(flat)[None]  # [1, T, hidden]
+    cos, sin = body.rotary_emb(x, positions[None])
+    masks = [_causal(m, part.cache, device) for part, (_, m) in zip(parts, shapes, strict=True)]
+    for layer in body.layers[: trunk.config.num_hidden_layers]:
+        attn = layer.self_attn
+        h = layer.input_layernorm(x)
+        q = attn.q_proj(h).view(1, flat.numel(), -1, attn.head_dim).transpose(1, 2)
+        k = attn.k_proj(h).view(1, flat.numel(), -1, attn.head_dim).transpose(1, 2)
+        v = attn.v_proj(h).view(1, flat.numel(), -1, attn.head_dim).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)  # [1, heads, T, head_dim]
+        outputs, at = [], 0
+        for part, (rows, m), mask in zip(parts, shapes, masks, strict=True):
+            span = slice(at, at + rows * m)
+            at += rows * m
+            q_i, k_i, v_i = (_rows(t[0, :, span], rows, m) for t in (q, k, v))
+            k_i, v_i = part.cache.update(k_i, v_i, attn.layer_idx)  # [rows, kv heads, past+m, hd]
+            out = nn.functional.scaled_dot_product_attention(
+                q_i, k_i, v_i, attn_mask=mask, scale=attn.scaling, enable_gqa=True
+            )  # [rows, heads, m, head_dim]
+            outputs.append(out.transpose(1, 2).reshape(rows * m, -1))
+        x = x + attn.o_proj(torch.cat(outputs)[None])
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    hidden = body.norm(x)[0]  # [T, hidden]
+    return _split_logits(trunk, hidden, parts, shapes)
+
+
+def _rows(t: torch.Tensor, rows: int, m: int) -> torch.Tensor:
+    """[heads, rows*m, head_dim] -> [rows, heads, m, head_dim]."""
+    return t.reshape(t.shape[0], rows, m, t.shape[-1]).transpose(0, 1)
+
+
+def _causal(m: int, cache, device) -> torch.Tensor | None:
+    """A part's mask: one new position sees everything; several see the cache and each other
+    up to themselves."""
+    if m == 1:
+        return None
+    total = cache.get_seq_length() + m
+    return torch.ones(m, total, dtype=torch.bool, device=device).tril(total - m)
+
+
+def _split_logits(trunk, hidden, parts, shapes):
+    """lm_head once over every position some part needs logits for, then split per part."""
+    wanted, spans, at = [], [], 0
+    for part, (rows, m) in zip(parts, shapes, strict=True):
+        states = hidden[at : at + rows * m].view(rows, m, -1)
+        at += rows * m
+        wanted.append((states[:, -1:] if part.last_only else states).reshape(-1, states.shape[-1]))
+        spans.append(states)
+    logits = trunk.lm_head(torch.cat(wanted))  # [positions wanted, vocab]
+    results, at = [], 0
+    for part, states in zip(parts, spans, strict=True):
+        rows, m = states.shape[:2]
+        n = rows * (1 if part.last_only else m)
+        results.append((logits[at : at + n].view(rows, n // rows, -1), states))
+        at += n
+    return results
+
+
+class Forward(Step):
+    """A request's trunk forward pass, yielded by its generator to whatever runs its steps: the
+    engine's loop runs those of several requests on the same weights in one pass (`run_batch`),
+    a caller's thread runs it alone. The generator reads `result()` when it resumes."""
+
+    def __init__(self, model, ids: torch.Tensor, cache, last_only: bool = False) -> None:
+        self.model = model  # a LoadedModel
+        self.part = Part(ids, cache, last_only)
+        self._result: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def key(self) -> object:
+        return self.model
+
+    @property
+    def rows(self) -> int:
+        return self.part.ids.numel()
+
+    @classmethod
+    def run_batch(cls, steps: list[Forward]) -> None:
+        try:
+            with torch.inference_mode():
+                results = steps[0].model.forward_parts([step.part for step in steps])
+        except Exception as exc:  # noqa: BLE001 - every request of the batch raises it
+            for step in steps:
+                step._error = exc
+        else:
+            for step, result in zip(steps, results, strict=True):
+                step._result = result
+
+    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [rows, m or 1, vocab], hidden [rows, m, hidden]), or the pass's error."""
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None, "the step has not run"
+        return self._result

@@ -1,0 +1,232 @@
+"""Batching across requests: the ragged forward pass (batched.py) and the loop that batches."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
+from agent.engine.batched import Part, forward_parts, supports_ragged
+from agent.engine.local import LocalEngine
+from agent.engine.loop import BATCH_ROWS, STEP, EngineLoop, Step
+from agent.engine.model_runner import LoadedModel
+from agent.model import build_trunk
+
+PROMPTS = [
+    "def add(a, b):",
+    "class Stack:\n    def push(self, item):",
+    "import os\n",
+    "for i in range(10):\n    print(",
+]
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_parts_of_any_shape_match_each_request_run_through_the_trunk_alone(family):
+    from transformers import DynamicCache
+
+    trunk = build_trunk("test", vocab_size=512, seed=3, family=family).eval()
+    assert supports_ragged(trunk)
+    torch.manual_seed(0)
+    # (rows, context, new): a decode row, a group of two rows, a verify step, a prefill chunk
+    shapes = [(1, 9, 1), (2, 5, 1), (1, 17, 5), (1, 3, 12)]
+    contexts = [torch.randint(0, 512, (rows, n)) for rows, n, _ in shapes]
+    news = [torch.randint(0, 512, (rows, m)) for rows, _, m in shapes]
+    with torch.inference_mode():
+        caches = [DynamicCache(config=trunk.config) for _ in shapes]
+        forward_parts(
+            trunk,
+            [Part(c, cache, last_only=True) for c, cache in zip(contexts, caches, strict=True)],
+        )
+        got = forward_parts(trunk, [Part(n, cache) for n, cache in zip(news, caches, strict=True)])
+        for context, new, cache, (logits, hidden) in zip(contexts, news, caches, got, strict=True):
+            whole = trunk(torch.cat([context, new], dim=1), output_hidden_states=True)
+            m = new.shape[1]
+            torch.testing.assert_close(logits, whole.logits[:, -m:], atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(
+                hidden, whole.hidden_states[-1][:, -m:], atol=1e-4, rtol=1e-4
+            )
+            assert cache.get_seq_length() == context.shape[1] + m
+
+
+class _Fake(Step):
+    """A step that records which batch it ran in."""
+
+    def __init__(self, name: str, rows: int, key: object, runs: list) -> None:
+        self.name, self._rows, self._key, self.runs = name, rows, key, runs
+
+    @property
+    def key(self) -> object:
+        return self._key
+
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    @classmethod
+    def run_batch(cls, steps: list[Step]) -> None:
+        steps[0].runs.append(sorted(step.name for step in steps))
+
+
+def _steps(name: str, rows: list[int], runs: list, key: object = "weights"):
+    for size in rows:
+        yield _Fake(name, size, key, runs)
+    return name
+
+
+def _drain(relay) -> object:
+    try:
+        while True:
+            next(relay)
+    except StopIteration as stop:
+        return stop.value
+
+
+def _queued(loop: EngineLoop, streams) -> list:
+    """Open every stream while the loop is busy, so that all are waiting when it looks."""
+    gate = threading.Event()
+    busy = threading.Event()
+
+    def hold():
+        busy.set()
+        gate.wait(30)
+
+    blocker = threading.Thread(target=loop.call, args=(hold,), kwargs={"lane": "interactive"})
+    blocker.start()
+    busy.wait(30)
+    relays = [loop.stream(generator, lane) for generator, lane in streams]
+    gate.set()
+    blocker.join()
+    return relays
+
+
+def test_small_steps_of_one_lane_run_together_and_large_ones_alone_first():
+    loop, runs = EngineLoop(), []
+    relays = _queued(
+        loop,
+        [
+            (_steps("a", [1, 1, 1], runs), "interactive"),
+            (_steps("b", [1, 1], runs), "interactive"),
+            (_steps("c", [100, 1], runs), "interactive"),  # a prefill chunk, then decoding
+            (_steps("other-weights", [1], runs, key="other"), "interactive"),
+            (_steps("agent", [1, 1], runs), "normal"),
+        ],
+    )
+    assert [_drain(relay) for relay in relays] == ["a", "b", "c", "other-weights", "agent"]
+    loop.close()
+    assert runs == [
+        ["c"],  # large: alone, before the small steps waiting with it
+        ["a", "b", "c"],
+        ["a", "b"],
+        ["a"],
+        ["other-weights"],  # its own weights: never in another batch
+        ["agent"],  # a less urgent lane never rides along with an editor's steps
+        ["agent"],
+    ]
+
+
+def test_a_batch_takes_at_most_batch_rows():
+    loop, runs = EngineLoop(), []
+    half = BATCH_ROWS // 2
+    relays = _queued(loop, [(_steps(name, [half], runs), "normal") for name in "xyz"])
+    for relay in relays:
+        _drain(relay)
+    loop.close()
+    assert runs == [["x", "y"], ["z"]]
+
+
+def test_a_step_yielded_after_a_boundary_still_joins_the_batch():
+    loop, runs = EngineLoop(), []
+
+    def slow(name):
+        yield STEP  # work between steps that is a switching point of its own
+        yield _Fake(name, 1, "weights", runs)
+
+    relays = _queued(loop, [(slow("p"), "normal"), (slow("q"), "normal")])
+    for relay in relays:
+        _drain(relay)
+    loop.close()
+    assert runs == [["p", "q"]]
+
+
+@pytest.mark.parametrize("method", ["none", "ngram"])
+def test_requests_batched_on_the_engine_thread_write_what_each_writes_alone(
+    tiny_checkpoint, monkeypatch, method
+):
+    spec = SpeculativeConfig(method)
+    params = SamplingParams(max_tokens=16, temperature=0)
+    alone_engine = LocalEngine(EngineConfig(model=str(tiny_checkpoint), speculative=spec))
+    alone = [
+        alone_engine.generate(Request(prompt=p, params=params)).completions[0].token_ids
+        for p in PROMPTS
+    ]
+    sizes: list[int] = []
+    forward_parts_ = LoadedModel.forward_parts
+
+    def recording(self, parts):
+        sizes.append(len(parts))
+        return forward_parts_(self, parts)
+
+    monkeypatch.setattr(LoadedModel, "forward_parts", recording)
+    config = EngineConfig(model=str(tiny_checkpoint), speculative=spec, own_thread=True)
+    engine = LocalEngine(config)
+    requests = [Request(prompt=p, params=params, priority="interactive") for p in PROMPTS]
+    streams = _queued_requests(engine, requests)
+    together = [stream.finish().completions[0].token_ids for stream in streams]
+    engine.close()
+    assert together == alone
+    assert max(sizes) == len(PROMPTS)  # all four decoded in one pass
+
+
+def test_requests_cancelled_or_abandoned_mid_batch_leave_the_others_as_they_were(
+    tiny_checkpoint,
+):
+    params = SamplingParams(max_tokens=24, temperature=0)
+    engine = LocalEngine(EngineConfig(model=str(tiny_checkpoint), own_thread=True))
+    alone = [engine.generate(Request(prompt=p, params=params)).completions[0] for p in PROMPTS]
+    requests = [Request(prompt=p, params=params, cancel=threading.Event()) for p in PROMPTS]
+    streams = _queued_requests(engine, requests)
+    next(streams[1])  # decoding has started: cancel one request, stop reading another
+    requests[1].cancel.set()
+    next(streams[2])
+    streams[2].close()
+    results = {i: streams[i].finish().completions[0] for i in (0, 1, 3)}
+    engine.close()
+    assert results[1].finish_reason == "cancelled"
+    assert len(results[1].token_ids) < len(alone[1].token_ids)
+    for i in (0, 3):
+        assert results[i].token_ids == alone[i].token_ids
+
+
+def _queued_requests(engine: LocalEngine, requests: list[Request]) -> list:
+    """Every request's stream, opened while the engine's loop is busy."""
+    gate, busy = threading.Event(), threading.Event()
+
+    def hold():
+        busy.set()
+        gate.wait(30)
+
+    blocker = threading.Thread(target=engine._loop.call, args=(hold,))
+    blocker.start()
+    busy.wait(30)
+    streams = [engine.stream(request) for request in requests]
+    gate.set()
+    blocker.join()
+    return streams
+
+
+@pytest.mark.base
+@pytest.mark.parametrize("method", ["none", "ngram+mtp"])
+def test_the_default_model_batched_writes_what_it_writes_alone(method):
+    """The product's engine (int8, its drafts) on the real weights: batching changes no token."""
+    spec = SpeculativeConfig(method)
+    config = EngineConfig(model="default", dtype="int8", speculative=spec, own_thread=True)
+    engine = LocalEngine(config)
+    params = SamplingParams(max_tokens=24, temperature=0)
+    requests = [Request(prompt=p, params=params, priority="interactive") for p in PROMPTS]
+    alone = [engine.generate(request).completions[0].token_ids for request in requests]
+    streams = _queued_requests(engine, requests)
+    together = [stream.finish().completions[0].token_ids for stream in streams]
+    engine.close()
+    assert together == alone
