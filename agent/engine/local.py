@@ -8,9 +8,9 @@ How a request runs:
 1. `_prepare` validates and tokenizes it (text, bytes, token ids, or chat messages rendered with
    the tokenizer's chat template) and clips `max_tokens` to what fits in the context: a prompt
    that leaves no room for one output token is refused with `BadRequest`.
-2. Prefill: one forward pass over the prompt fills a `DynamicCache`; it starts from the longest
-   prefix already computed on the same weights (prefix_cache.py), so a conversation's next turn
-   or a group's next sample prefills only what is new (`RequestMetrics.cached_tokens`).
+2. Prefill: forward passes over the prompt fill a KV cache (kv_cache.py); it starts from the
+   longest prefix already computed on the same weights (prefix_cache.py), so a conversation's
+   next turn or a group's next sample prefills only what is new (`RequestMetrics.cached_tokens`).
 3. Decoding, one of:
    - plain (`SpeculativeConfig.method == "none"`): the n samples are n rows of one batch sharing
      the prefill (the cache is repeated n times); rows leave the batch as they finish;

@@ -88,7 +88,7 @@ class PrefixCache:
             return best, found
 
     def store(self, tokens: list[int], cache) -> None:
-        """Remember the keys/values `cache` (a one-row DynamicCache) holds for `tokens`."""
+        """Remember the keys/values `cache` (a one-row KV cache) holds for `tokens`."""
         if self.max_bytes <= 0 or len(tokens) < MIN_MATCH:
             return
         layers = []
@@ -123,6 +123,6 @@ class PrefixCache:
 
 
 def restore(cache, entry: Entry, length: int) -> None:
-    """Fill an empty DynamicCache with the first `length` positions of `entry`."""
+    """Fill an empty KV cache with the first `length` positions of `entry`."""
     for i, (keys, values) in enumerate(entry.layers):
         cache.update(keys[..., :length, :], values[..., :length, :], i)
