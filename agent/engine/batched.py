@@ -158,3 +158,27 @@ class Forward(Step):
             raise self._error
         assert self._result is not None, "the step has not run"
         return self._result
+
+
+class Admission(Step):
+    """A request about to prefill a prompt of `rows` > loop.BATCH_ROWS tokens. Running it does
+    nothing: it makes the request wait for its turn among its lane's prefills (large steps go one
+    at a time, first come first), so that its prefix-cache lookup, made after it, sees what the
+    requests before it stored. The samples of an RL group, or turns sent together, then prefill their shared prompt
+    once instead of each computing it at the same time."""
+
+    def __init__(self, model, rows: int) -> None:
+        self.model = model
+        self._rows = rows
+
+    @property
+    def key(self) -> object:
+        return (Admission, self.model)
+
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    @classmethod
+    def run_batch(cls, steps: list[Admission]) -> None:
+        pass

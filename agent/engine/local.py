@@ -59,10 +59,10 @@ import torch
 
 from agent.chat_format import parse_assistant
 from agent.engine import Stream
-from agent.engine.batched import Forward
+from agent.engine.batched import Admission, Forward
 from agent.engine.config import EngineConfig
 from agent.engine.kv_cache import reuse_freed_memory
-from agent.engine.loop import STEP, EngineLoop, Step
+from agent.engine.loop import BATCH_ROWS, STEP, EngineLoop, Step
 from agent.engine.model_runner import LoadedModel
 from agent.engine.prefix_cache import PrefixCache, restore
 from agent.engine.priority import PriorityLock
@@ -296,6 +296,8 @@ class LocalEngine:
         limit = len(ids) - 1 - (MTP_WINDOW if self.spec.uses_heads else 0)
         prefixes = model.prefix_cache if self.config.prefix_cache_mb else None
         lane = job.request.priority
+        if prefixes is not None and len(ids) > BATCH_ROWS:  # shorter: one small batched step
+            yield Admission(model, len(ids))  # look up after the prefills that came before
         with self._hold(lane), torch.inference_mode():
             # room for the prompt, the output and one verify step's drafts past its end
             cache = model.new_cache(len(ids) + job.params.max_tokens + self.spec.max_draft_tokens)

@@ -203,14 +203,14 @@ class EngineLoop:
                 continue
             if task.step is None:
                 self._advance(task)  # its own work up to its next step
-            if task.step is not None and task.step.key is head.step.key:
+            if task.step is not None:
                 waiting.append(task)
         large = [task for task in waiting if task.step.rows > BATCH_ROWS]
         if large:
             return large[:1]
         batch, rows = [], 0
         for task in waiting:
-            if rows + task.step.rows <= BATCH_ROWS:
+            if task.step.key == head.step.key and rows + task.step.rows <= BATCH_ROWS:
                 batch.append(task)
                 rows += task.step.rows
         return batch

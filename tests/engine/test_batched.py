@@ -199,6 +199,23 @@ def test_requests_cancelled_or_abandoned_mid_batch_leave_the_others_as_they_were
         assert results[i].token_ids == alone[i].token_ids
 
 
+def test_requests_sent_together_with_one_prompt_prefill_it_once(tiny_checkpoint):
+    """The samples of a group arrive at once: the first prefills, the others start from its
+    cached prefix (each request looks up when its turn to prefill comes)."""
+    engine = LocalEngine(EngineConfig(model=str(tiny_checkpoint), own_thread=True))
+    prompt = "\n".join(PROMPTS) * 8
+    requests = [
+        Request(prompt=prompt, params=SamplingParams(max_tokens=4, temperature=1.0, seed=i))
+        for i in range(4)
+    ]
+    results = [stream.finish() for stream in _queued_requests(engine, requests)]
+    engine.close()
+    prompt_tokens = results[0].metrics.prompt_tokens
+    assert prompt_tokens > BATCH_ROWS  # a prefill that runs as a step of its own
+    assert results[0].metrics.cached_tokens == 0
+    assert all(r.metrics.cached_tokens >= prompt_tokens - 2 for r in results[1:])
+
+
 def _queued_requests(engine: LocalEngine, requests: list[Request]) -> list:
     """Every request's stream, opened while the engine's loop is busy."""
     gate, busy = threading.Event(), threading.Event()

@@ -3,6 +3,7 @@ harness environment records real turns; unusable tasks are refused (issue 7)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,34 @@ def test_harness_rollout_records_the_engines_turns(long_checkpoint, tokenizer):
     assert traj.truncated == (
         traj.stop_reason == "max_steps" or traj.turns[-1].finish_reason == "length"
     )
+
+
+def test_a_groups_samples_run_at_once_and_come_back_in_order():
+    """A barrier only all three samples together can pass: run one after another, they fail."""
+    env = HarnessEnv("unused")
+    barrier = threading.Barrier(3, timeout=60)
+
+    def one(engine, tokenizer, task, sample, seed):
+        barrier.wait()
+        return (sample, seed)
+
+    env.one = one
+    assert env.rollout(None, None, _tiny_task(), 3, seed=10) == [(0, 10), (1, 11), (2, 12)]
+
+
+def test_a_group_rolls_out_concurrently_on_an_engine_with_its_own_thread(
+    long_checkpoint, tokenizer
+):
+    config = EngineConfig(model=str(long_checkpoint), backend="local", own_thread=True)
+    engine = open_engine(config)
+    env = HarnessEnv("unused", max_turns=2, turn_max_tokens=12, temperature=1.0, wall_s=60)
+    group = env.rollout(engine, tokenizer, _tiny_task(), 2, seed=7)
+    engine.close()
+    assert [traj.sample for traj in group] == [0, 1]
+    for traj in group:
+        assert traj.error == "", traj.error
+        assert traj.stop_reason != "engine_error", traj.signals["stop_detail"]
+        assert 1 <= len(traj.turns) <= 2
 
 
 def test_recording_engine_keeps_the_sampled_ids(tiny_checkpoint, tokenizer):

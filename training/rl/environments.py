@@ -8,7 +8,8 @@ An environment is a small picklable object with three methods, called in the rol
 
 `HarnessEnv` is the product itself: for each sample a fresh copy of the task's workspace, the real
 `agent.harness.Harness` (same tools, limits and sandbox as `flywheel run`; seed = seed + sample,
-the recipe's temperature), then the test files are restored from the task (a model must not pass
+the recipe's temperature; a group's samples run at once, each on a thread of its own, so that an
+engine on its own thread decodes their turns in one batched pass), then the test files are restored from the task (a model must not pass
 by editing the tests) and the task's verifying command decides `passed`. The engine is wrapped in
 `RecordingEngine`, which records each model turn: the prompt token ids as the engine tokenized
 them (checked against the engine's own prompt token count), the output ids exactly as sampled
@@ -35,6 +36,7 @@ import hashlib
 import json
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -265,6 +267,9 @@ class HarnessEnv:
     temperature: float = 1.0
     wall_s: float = 120.0  # the harness's running-time limit per rollout
     limit: int = 0  # at most this many training tasks
+    # A group's samples run at once (each its own thread): an engine on its own thread batches
+    # their steps (agent/engine/loop.py). Off: one after another.
+    concurrent: bool = True
 
     def tasks(self, split: str) -> list:
         tasks = load_rl_tasks(self.tasks_path, split)
@@ -285,7 +290,14 @@ class HarnessEnv:
         return ""
 
     def rollout(self, engine, tokenizer, task, group_size: int, seed: int) -> list[Trajectory]:
-        return [self.one(engine, tokenizer, task, i, seed + i) for i in range(group_size)]
+        if not self.concurrent or group_size == 1:
+            return [self.one(engine, tokenizer, task, i, seed + i) for i in range(group_size)]
+        with ThreadPoolExecutor(group_size, thread_name_prefix="rollout-sample") as pool:
+            samples = [
+                pool.submit(self.one, engine, tokenizer, task, i, seed + i)
+                for i in range(group_size)
+            ]
+            return [sample.result() for sample in samples]
 
     def one(self, engine, tokenizer, task, sample: int, seed: int) -> Trajectory:
         from agent.harness import HarnessConfig

@@ -54,7 +54,10 @@ class RolloutWorker:
             torch.set_num_threads(threads)
         self.env = env
         self.id = worker_id
-        self.engine = open_engine(EngineConfig(model=model_path, backend="local", device=device))
+        # on its own thread: a group's samples (and the inline runtime's workers) call at once,
+        # and the engine batches their steps
+        config = EngineConfig(model=model_path, backend="local", device=device, own_thread=True)
+        self.engine = open_engine(config)
         self._tokenizer = None
         self._model_path = model_path
 
