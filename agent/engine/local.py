@@ -90,6 +90,7 @@ PREFILL_CHUNK = 512  # prompt tokens per prefill forward pass (the lock is free 
 # waits for a short chunk, not a long one (a chunk's cost grows with the context before it).
 YIELDING_CHUNK = 64
 URGENT_WINDOW_S = 10.0
+RESERVED_OUTPUT = 1024  # output positions a request's KV cache holds from the start, at most
 
 
 @dataclass
@@ -299,8 +300,10 @@ class LocalEngine:
         if prefixes is not None and len(ids) > BATCH_ROWS:  # shorter: one small batched step
             yield Admission(model, len(ids))  # look up after the prefills that came before
         with self._hold(lane), torch.inference_mode():
-            # room for the prompt, the output and one verify step's drafts past its end
-            cache = model.new_cache(len(ids) + job.params.max_tokens + self.spec.max_draft_tokens)
+            # room for the prompt, the output (up to RESERVED_OUTPUT: past that it grows) and one
+            # verify step's drafts past its end
+            output = min(job.params.max_tokens, RESERVED_OUTPUT) + self.spec.max_draft_tokens
+            cache = model.new_cache(len(ids) + output)
             start, entry = 0, None
             if prefixes is not None:
                 start, entry = prefixes.lookup(ids, limit)

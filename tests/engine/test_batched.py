@@ -13,6 +13,7 @@ from agent.engine.local import LocalEngine
 from agent.engine.loop import BATCH_ROWS, STEP, EngineLoop, Step
 from agent.engine.model_runner import LoadedModel
 from agent.model import build_trunk
+from tests.engine.test_loop import _drain
 
 PROMPTS = [
     "def add(a, b):",
@@ -73,14 +74,6 @@ def _steps(name: str, rows: list[int], runs: list, key: object = "weights"):
     for size in rows:
         yield _Fake(name, size, key, runs)
     return name
-
-
-def _drain(relay) -> object:
-    try:
-        while True:
-            next(relay)
-    except StopIteration as stop:
-        return stop.value
 
 
 def _queued(loop: EngineLoop, streams) -> list:
