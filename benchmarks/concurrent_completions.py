@@ -1,14 +1,13 @@
 """Benchmark: k editor completions sent at once, with the engine on its own thread or not.
 
-`flywheel bench engine`'s *concurrent completions* workload (agent/engine/bench_serving.py) runs
-in the bench's own process, whose main thread has run torch work already; there, k caller threads
-each grow an OpenMP team (`benchmarks/omp_threads.py`). This runs the same workload in a fresh
-process per case, on the local engine as a server opens it:
+Each case runs in a fresh process (`bench_serving.concurrent_completions_fresh`, what `flywheel
+bench engine`'s *concurrent completions* workload runs too, with the engine on its own thread):
 
 - `own-thread`: `EngineConfig(own_thread=True)` (what `flywheel lsp` and `flywheel serve` use):
-  the weights load and every step runs on the engine's thread; the callers only wait;
+  the weights load and every step runs on the engine's thread, whose loop batches the requests'
+  steps; the callers only wait;
 - `callers-threads`: the engine without its thread: each request runs on its caller's thread,
-  one priority lock around every forward call.
+  one priority lock around every forward call, each step alone.
 
 Each prints the p50 latency of one completion alone and of k sent together (16 greedy tokens
 each, on k distinct prompts of the same length: the last *free* prompt of `flywheel bench
@@ -24,31 +23,10 @@ import argparse
 import datetime
 import json
 import platform
-import subprocess
 import sys
 from pathlib import Path
 
 CASES = ("callers-threads", "own-thread")
-
-CHILD = r"""
-import json, sys, types
-import torch
-from agent.engine import EngineConfig
-from agent.engine.bench import workloads
-from agent.engine.bench_serving import concurrent_completions
-from agent.engine.local import LocalEngine
-from agent.model import checkpoint_folder, tokenizer_folder
-from transformers import AutoTokenizer
-
-case, model, dtype, k, repeats, threads = sys.argv[1:7]
-torch.set_num_threads(int(threads))
-engine = LocalEngine(EngineConfig(model=model, dtype=dtype, own_thread=case == "own-thread"))
-tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder(checkpoint_folder(model))))
-free = [item for item in workloads(tokenizer) if item["workload"] == "free"][-1]
-args = types.SimpleNamespace(concurrent=int(k), repeats=int(repeats))
-print(json.dumps(concurrent_completions(engine, free["prompt_ids"], args)))
-engine.close()
-"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,16 +40,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
 
+    from transformers import AutoTokenizer
+
+    from agent.engine.bench import workloads
+    from agent.engine.bench_serving import concurrent_completions_fresh
+    from agent.model import checkpoint_folder, tokenizer_folder
+
+    folder = checkpoint_folder(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder(folder)))
+    free = [item for item in workloads(tokenizer) if item["workload"] == "free"][-1]
     runs: dict[str, list[dict]] = {case: [] for case in CASES}
     for round_ in range(args.rounds):
         for case in CASES:
-            command = [sys.executable, "-c", CHILD, case, args.model, args.dtype]
-            command += [str(args.concurrent), str(args.repeats), str(args.threads)]
-            done = subprocess.run(command, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                print(done.stderr[-2000:], file=sys.stderr)
-                return 1
-            result = json.loads(done.stdout.strip().splitlines()[-1])
+            result = concurrent_completions_fresh(
+                args.model,
+                args.dtype,
+                free["prompt_ids"],
+                args.concurrent,
+                args.repeats,
+                args.threads,
+                own_thread=case == "own-thread",
+            )
             runs[case].append(result)
             print(
                 f"round {round_ + 1} {case:16} alone p50 {result['alone_p50_ms']:7.0f} ms   "

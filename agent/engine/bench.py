@@ -342,7 +342,7 @@ def run(args, tmp: Path) -> dict:
     decode_ms, verify_ms = step_costs(target, items[-1]["prompt_ids"], args)
     heads = mtp_targets(target, rows, items[-1]["prompt_ids"], decode_ms, args) if heads else {}
     cached = LocalEngine(EngineConfig(model=model_path, dtype=args.dtype), target, draft)
-    serving = serving_targets(cached, engines["plain"], target, items, args)
+    serving = serving_targets(cached, engines["plain"], target, model_path, items, args)
     ratio_a = plain_tps / hf_tps
     ratio_b = verify_ms / decode_ms
     return dict(

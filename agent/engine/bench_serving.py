@@ -9,11 +9,12 @@ Three workloads, each on the engine's own loaded weights, each with the engine i
   with the prefix cache warm from the first turn, against the same prompt prefilled cold: time to
   first token, target <= 0.2x.
 - *concurrent completions*: k editor completions (priority "interactive") sent at once from k
-  threads, against each alone: p50 latency, target <= 1.5x. The engine runs one request's steps
-  at a time (no batching across requests), so this measures how far that is from the target.
-  Here the requests run on their callers' threads, in a process whose main thread ran torch
-  work; `benchmarks/concurrent_completions.py` runs the same workload in fresh processes, with
-  the engine on its own thread as servers open it (`EngineConfig.own_thread`).
+  threads, against each alone: p50 latency, target <= 1.5x. It runs in a fresh process
+  (`concurrent_completions_fresh`) on an engine opened as servers open it, on its own thread
+  (`EngineConfig.own_thread`), whose loop batches the requests' steps. In this process, whose
+  main thread ran torch work, every caller thread would grow an OpenMP team of its own and be
+  slowed by the others (`benchmarks/omp_threads.py`); `benchmarks/concurrent_completions.py`
+  compares that path too.
 
 Timings interleave the compared sides and keep the best (or median) of `repeats`, like the rest
 of `flywheel bench engine`; only ratios within one run are compared.
@@ -21,7 +22,10 @@ of `flywheel bench engine`; only ratios within one run are compared.
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
+import sys
 import threading
 import time
 
@@ -30,10 +34,10 @@ AGENT_TURN_TARGET = 0.2
 CONCURRENT_TARGET = 1.5
 
 
-def serving_targets(engine, cold_engine, model, items: list[dict], args) -> dict:
+def serving_targets(engine, cold_engine, model, model_path: str, items: list[dict], args) -> dict:
     """{rl_group, agent_turn, concurrent_completions}: each a dict with its ratio, its target
     and whether it passed. `engine` (plain decoding) has the prefix cache on, `cold_engine` (the
-    same weights, `model`) off. The agent turn continues the chat-shaped *apply* prompt with a
+    same weights, `model`, loaded from `model_path`) off. The agent turn continues the chat-shaped *apply* prompt with a
     tool result (a piece of the file); the others use the last *free* prompt."""
     apply = next(item for item in items if item["workload"] == "apply")
     free = [item for item in items if item["workload"] == "free"][-1]
@@ -41,7 +45,9 @@ def serving_targets(engine, cold_engine, model, items: list[dict], args) -> dict
     return dict(
         rl_group=rl_group(engine, free["prompt_ids"], args),
         agent_turn=agent_turn(engine, cold_engine, model, apply["prompt_ids"], tool_result, args),
-        concurrent_completions=concurrent_completions(engine, free["prompt_ids"], args),
+        concurrent_completions=concurrent_completions_fresh(
+            model_path, args.dtype, free["prompt_ids"], args.concurrent, args.repeats, args.threads
+        ),
     )
 
 
@@ -160,3 +166,53 @@ def concurrent_completions(engine, prompt_ids: list[int], args) -> dict:
 
 def _timed(complete, prompt: list[int], into: list[float], i: int) -> None:
     into[i] = complete(prompt)
+
+
+def concurrent_completions_fresh(
+    model: str,
+    dtype: str,
+    prompt_ids: list[int],
+    k: int,
+    repeats: int,
+    threads: int,
+    own_thread: bool = True,
+) -> dict:
+    """`concurrent_completions` in a fresh process: the engine on its own thread (a server's)
+    or, with `own_thread=False`, each request on its caller's thread."""
+    job = dict(
+        model=model, dtype=dtype, prompt_ids=prompt_ids, k=k, repeats=repeats, threads=threads
+    )
+    job["own_thread"] = own_thread
+    command = [sys.executable, "-m", "agent.engine.bench_serving"]
+    done = subprocess.run(
+        command, input=json.dumps(job), capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the concurrent completions process failed: {done.stderr[-1500:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _fresh_process() -> None:
+    """The process `concurrent_completions_fresh` starts: its job on stdin, its result out."""
+    import types
+
+    import torch
+
+    from agent.engine import EngineConfig
+    from agent.engine.local import LocalEngine
+
+    job = json.loads(sys.stdin.read())
+    if job["threads"]:
+        torch.set_num_threads(job["threads"])
+    config = EngineConfig(model=job["model"], dtype=job["dtype"], own_thread=job["own_thread"])
+    engine = LocalEngine(config)
+    args = types.SimpleNamespace(concurrent=job["k"], repeats=job["repeats"])
+    result = concurrent_completions(engine, job["prompt_ids"], args)
+    engine.close()
+    print(
+        json.dumps(dict(result, engine="own thread" if job["own_thread"] else "callers' threads"))
+    )
+
+
+if __name__ == "__main__":
+    _fresh_process()
