@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from agent.engine.loop import Step
+from agent.engine.loop import BATCH_ROWS, Step
 
 RAGGED_MODEL_TYPES = ("llama", "qwen2")
 
@@ -49,12 +49,21 @@ def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Te
     """(logits [rows, m or 1, vocab], hidden [rows, m, hidden]) of every part, in one pass.
 
     hidden is the trunk's final normed hidden state (what the MTP heads read); every part's
-    cache grows by its m new positions.
+    cache grows by its m new positions. Small parts (decode and verify steps, BATCH_ROWS rows in
+    all at most) go through each linear layer together, and a large one (a prefill chunk riding
+    with them) on its own: each takes the product it would take alone (`Int8Linear`,
+    `FewRowsLinear` choose by row count).
     """
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
+    order = sorted(range(len(parts)), key=lambda i: parts[i].ids.numel() > BATCH_ROWS)
+    if order != sorted(order):  # small parts first: the linear layers' segments are contiguous
+        results = forward_parts(trunk, [parts[i] for i in order])
+        return [results[order.index(i)] for i in range(len(parts))]
     body = trunk.model
     shapes = [tuple(part.ids.shape) for part in parts]
+    large = [part.ids.numel() > BATCH_ROWS for part in parts]
+    cuts = _segments([rows * m for rows, m in shapes], large)
     flat = torch.cat([part.ids.reshape(-1) for part in parts])  # [T]
     device = flat.device
     positions = torch.cat(
@@ -69,9 +78,10 @@ def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Te
     for layer in body.layers[: trunk.config.num_hidden_layers]:
         attn = layer.self_attn
         h = layer.input_layernorm(x)
-        q = attn.q_proj(h).view(1, flat.numel(), -1, attn.head_dim).transpose(1, 2)
-        k = attn.k_proj(h).view(1, flat.numel(), -1, attn.head_dim).transpose(1, 2)
-        v = attn.v_proj(h).view(1, flat.numel(), -1, attn.head_dim).transpose(1, 2)
+        q, k, v = (
+            _each(proj, h, cuts).view(1, flat.numel(), -1, attn.head_dim).transpose(1, 2)
+            for proj in (attn.q_proj, attn.k_proj, attn.v_proj)
+        )
         q, k = apply_rotary_pos_emb(q, k, cos, sin)  # [1, heads, T, head_dim]
         outputs, at = [], 0
         for part, (rows, m), mask in zip(parts, shapes, masks, strict=True):
@@ -83,10 +93,29 @@ def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Te
                 q_i, k_i, v_i, attn_mask=mask, scale=attn.scaling, enable_gqa=True
             )  # [rows, heads, m, head_dim]
             outputs.append(out.transpose(1, 2).reshape(rows * m, -1))
-        x = x + attn.o_proj(torch.cat(outputs)[None])
-        x = x + layer.mlp(layer.post_attention_layernorm(x))
+        x = x + _each(attn.o_proj, torch.cat(outputs)[None], cuts)
+        x = x + _each(layer.mlp, layer.post_attention_layernorm(x), cuts)
     hidden = body.norm(x)[0]  # [T, hidden]
-    return _split_logits(trunk, hidden, parts, shapes)
+    return _split_logits(trunk, hidden, parts, shapes, large)
+
+
+def _segments(sizes: list[int], large: list[bool]) -> list[tuple[int, int]]:
+    """Row ranges of the flattened parts (of `sizes` rows, the small ones first) that go through
+    a linear layer together: all the small parts, then each large one alone."""
+    small = sum(n for n, big in zip(sizes, large, strict=True) if not big)
+    cuts, at = ([(0, small)] if small else []), small
+    for n, big in zip(sizes, large, strict=True):
+        if big:
+            cuts.append((at, at + n))
+            at += n
+    return cuts
+
+
+def _each(module: nn.Module, x: torch.Tensor, cuts: list[tuple[int, int]]) -> torch.Tensor:
+    """`module` over x [1, T, features], segment by segment."""
+    if len(cuts) == 1:
+        return module(x)
+    return torch.cat([module(x[:, a:b]) for a, b in cuts], dim=1)
 
 
 def _rows(t: torch.Tensor, rows: int, m: int) -> torch.Tensor:
@@ -103,7 +132,7 @@ def _causal(m: int, cache, device) -> torch.Tensor | None:
     return torch.ones(m, total, dtype=torch.bool, device=device).tril(total - m)
 
 
-def _split_logits(trunk, hidden, parts, shapes):
+def _split_logits(trunk, hidden, parts, shapes, large):
     """lm_head once over every position some part needs logits for, then split per part."""
     wanted, spans, at = [], [], 0
     for part, (rows, m) in zip(parts, shapes, strict=True):
@@ -111,7 +140,8 @@ def _split_logits(trunk, hidden, parts, shapes):
         at += rows * m
         wanted.append((states[:, -1:] if part.last_only else states).reshape(-1, states.shape[-1]))
         spans.append(states)
-    logits = trunk.lm_head(torch.cat(wanted))  # [positions wanted, vocab]
+    segments = _segments([len(w) for w in wanted], large)
+    logits = _each(trunk.lm_head, torch.cat(wanted)[None], segments)[0]  # [positions, vocab]
     results, at = [], 0
     for part, states in zip(parts, spans, strict=True):
         rows, m = states.shape[:2]

@@ -18,8 +18,9 @@ Batching: a generator may yield a `Step` (a trunk forward pass: batched.Forward)
 running it. The loop then runs the most urgent request's step together with the waiting steps of
 the other requests in its lane that share its `key` (the same weights), up to BATCH_ROWS token
 rows, in one `run_batch`: four editors' completions decode in one pass. A large step (a prefill
-chunk) runs alone, and steps of other lanes never ride along: an agent's row would make an
-editor's step slower.
+chunk) goes first, one at a time, and the small steps ride along with it (batched.py runs each
+through the product it would take alone); steps of other lanes never ride along: an agent's
+row would make an editor's step slower.
 
     loop = EngineLoop()
     model = loop.call(LoadedModel.load, "default")  # loaded on the loop's thread too
@@ -47,7 +48,8 @@ T = TypeVar("T")
 # chunk, or a step whose tokens do not complete a character yet): the loop may switch there.
 STEP = object()
 _ENDED = object()  # what `_next` returns when the generator has ended
-# The most token rows one batched step takes: past it, a step runs alone (a prefill chunk).
+# The most token rows of small steps (decode, verify) one batch takes; a larger step (a prefill
+# chunk) is large: one per batch, the small ones riding along.
 BATCH_ROWS = 32
 
 
@@ -192,9 +194,9 @@ class EngineLoop:
                 self._ran[head.rank] = time.monotonic()
 
     def _batch(self, head: _Task, others: list[_Task]) -> list[_Task]:
-        """What runs next in `head`'s lane: a large step (a prefill chunk) alone, the first come
-        first, so that new requests join the decoding ones soon; else every small step with
-        `head`'s key, first come first, up to BATCH_ROWS rows."""
+        """What runs next in `head`'s lane: the first large step (a prefill chunk) if any, so
+        that new requests join the decoding ones soon, and with it (or else) the small steps
+        with its key, first come first, up to BATCH_ROWS rows in all."""
         waiting = [head]
         for task in others:
             if task.rank != head.rank:  # sorted by lane: the rest are less urgent
@@ -206,13 +208,14 @@ class EngineLoop:
             if task.step is not None:
                 waiting.append(task)
         large = [task for task in waiting if task.step.rows > BATCH_ROWS]
-        if large:
-            return large[:1]
-        batch, rows = [], 0
+        first = large[0] if large else head
+        batch, rows = [first] if large else [], 0
         for task in waiting:
-            if task.step.key == head.step.key and rows + task.step.rows <= BATCH_ROWS:
+            step = task.step
+            small = step.rows <= BATCH_ROWS and step.key == first.step.key
+            if small and rows + step.rows <= BATCH_ROWS:
                 batch.append(task)
-                rows += task.step.rows
+                rows += step.rows
         return batch
 
     def _advance(self, task: _Task) -> None:

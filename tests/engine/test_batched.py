@@ -94,7 +94,7 @@ def _queued(loop: EngineLoop, streams) -> list:
     return relays
 
 
-def test_small_steps_of_one_lane_run_together_and_large_ones_alone_first():
+def test_small_steps_of_one_lane_run_together_and_ride_with_the_first_large_one():
     loop, runs = EngineLoop(), []
     relays = _queued(
         loop,
@@ -109,9 +109,8 @@ def test_small_steps_of_one_lane_run_together_and_large_ones_alone_first():
     assert [_drain(relay) for relay in relays] == ["a", "b", "c", "other-weights", "agent"]
     loop.close()
     assert runs == [
-        ["c"],  # large: alone, before the small steps waiting with it
+        ["a", "b", "c"],  # c's large step first, the small ones riding along
         ["a", "b", "c"],
-        ["a", "b"],
         ["a"],
         ["other-weights"],  # its own weights: never in another batch
         ["agent"],  # a less urgent lane never rides along with an editor's steps
@@ -149,27 +148,30 @@ def test_requests_batched_on_the_engine_thread_write_what_each_writes_alone(
 ):
     spec = SpeculativeConfig(method)
     params = SamplingParams(max_tokens=16, temperature=0)
+    prompts = [*PROMPTS, "\n".join(PROMPTS) * 4]  # the last one's prefill is a large step
     alone_engine = LocalEngine(EngineConfig(model=str(tiny_checkpoint), speculative=spec))
     alone = [
         alone_engine.generate(Request(prompt=p, params=params)).completions[0].token_ids
-        for p in PROMPTS
+        for p in prompts
     ]
-    sizes: list[int] = []
+    passes: list[list[int]] = []  # the token rows of every part, per pass
     forward_parts_ = LoadedModel.forward_parts
 
     def recording(self, parts):
-        sizes.append(len(parts))
+        passes.append([part.ids.numel() for part in parts])
         return forward_parts_(self, parts)
 
     monkeypatch.setattr(LoadedModel, "forward_parts", recording)
     config = EngineConfig(model=str(tiny_checkpoint), speculative=spec, own_thread=True)
     engine = LocalEngine(config)
-    requests = [Request(prompt=p, params=params, priority="interactive") for p in PROMPTS]
+    requests = [Request(prompt=p, params=params, priority="interactive") for p in prompts]
     streams = _queued_requests(engine, requests)
     together = [stream.finish().completions[0].token_ids for stream in streams]
     engine.close()
     assert together == alone
-    assert max(sizes) == len(PROMPTS)  # all four decoded in one pass
+    assert max(len(rows) for rows in passes) == len(prompts)  # all five decoded in one pass
+    # the large prefill went through with small steps riding along
+    assert any(len(rows) > 1 and max(rows) > BATCH_ROWS for rows in passes)
 
 
 def test_requests_cancelled_or_abandoned_mid_batch_leave_the_others_as_they_were(
