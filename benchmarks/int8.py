@@ -32,7 +32,7 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-ROWS = (1, 2, 4, 8, 12, 16, 24, 32)
+ROWS = (1, 2, 4, 8, 12, 16, 24, 32, 48)
 
 
 @contextlib.contextmanager
