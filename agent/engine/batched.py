@@ -1,12 +1,12 @@
 """The trunk's forward pass over several requests at once, each on its own KV cache.
 
-Why: on a CPU a decode step is bound by reading the weights, and reading them once for four rows
-costs about what it costs for one. So `forward_parts` runs the new tokens of every part (a
+Why: on a CPU a decode step is bound by reading the weights, and reading them once for several
+rows costs little more than for one. So `forward_parts` runs the new tokens of every part (a
 request's decode row, its verify step over drafts, a prefill chunk) concatenated into one
 sequence through the linear layers, and only attention runs part by part, each on its own cache,
 positions and causal mask. No padding and no copy of any cache: parts differ in context length
 and in new tokens. This is the flattened batch of vLLM's scheduler without its paged attention
-(every request keeps its `DynamicCache`).
+(every request keeps its own KV cache, kv_cache.py).
 
 The engine runs every trunk forward through here, alone or batched, so a request's numbers do
 not depend on which others shared its step (but for the rounding of a different row count in

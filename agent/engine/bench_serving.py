@@ -179,10 +179,8 @@ def concurrent_completions_fresh(
 ) -> dict:
     """`concurrent_completions` in a fresh process: the engine on its own thread (a server's)
     or, with `own_thread=False`, each request on its caller's thread."""
-    job = dict(
-        model=model, dtype=dtype, prompt_ids=prompt_ids, k=k, repeats=repeats, threads=threads
-    )
-    job["own_thread"] = own_thread
+    job = dict(model=model, dtype=dtype, prompt_ids=prompt_ids, k=k, repeats=repeats)
+    job.update(threads=threads, own_thread=own_thread)
     command = [sys.executable, "-m", "agent.engine.bench_serving"]
     done = subprocess.run(
         command, input=json.dumps(job), capture_output=True, text=True, check=False

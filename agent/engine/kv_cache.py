@@ -1,8 +1,8 @@
 """A request's KV cache in buffers with room to grow: a decode step writes one position in place.
 
 Why: `transformers`' `DynamicCache` grows by concatenation, so every decode step copies the
-whole cache of every layer, as much memory traffic as attention reading it: at a few thousand
-tokens of context that is a quarter of a step on a CPU. `KVCache` allocates each layer's keys
+whole cache of every layer, as much memory traffic as attention reading it, and more of it the
+longer the context. `KVCache` allocates each layer's keys
 and values once, for the length the engine expects (prompt + max tokens), and writes new
 positions into them; it grows (by half again) only past that. Attention reads views of the
 filled part.
@@ -107,9 +107,9 @@ def reuse_freed_memory(threshold: int = 256 << 20) -> bool:
 
     Why: every request allocates KV buffers and activations of a few hundred KB to a few MB and
     frees them when it ends. glibc serves blocks that large with fresh `mmap`s and unmaps them on
-    free, so each request touches new pages, and a page fault costs microseconds in a VM: a burst
-    of requests spends as long faulting as decoding. Above the thresholds set here, memory is
-    reused from the heap instead. Process-wide; True where it applied (glibc only).
+    free, so each request faults in new pages, which is slow in a virtual machine. Blocks under
+    `threshold` now come from the heap and are reused. Process-wide; True where it applied (glibc
+    only).
     """
     global _reusing
     if _reusing:

@@ -62,7 +62,7 @@ from agent.engine import Stream
 from agent.engine.batched import Admission, Forward
 from agent.engine.config import EngineConfig
 from agent.engine.kv_cache import reuse_freed_memory
-from agent.engine.loop import BATCH_ROWS, STEP, EngineLoop, Step
+from agent.engine.loop import BATCH_ROWS, EngineLoop, Step
 from agent.engine.model_runner import LoadedModel
 from agent.engine.prefix_cache import PrefixCache, restore
 from agent.engine.priority import PriorityLock
@@ -158,7 +158,7 @@ class LocalEngine:
         job = self._prepare(request, self._model)  # bad input raises here, before any output
         if self._loop is not None:
             return Stream(self._loop.stream(self._run(job), request.priority))
-        return Stream(_without_steps(self._run(job), self._hold, request.priority))
+        return Stream(_on_callers_thread(self._run(job), self._hold, request.priority))
 
     def swap(self, model: str) -> str:
         with self._swap_lock:
@@ -510,16 +510,16 @@ def _grammar(request: Request, model: LoadedModel) -> ToolGrammar | None:
     return model.grammars[key]
 
 
-def _without_steps(run: Generator, hold, lane: str) -> Generator[Delta, None, Result]:
-    """A request's deltas, run on the caller's thread (no loop to hand `STEP` to); its steps
-    run alone, under the priority lock."""
+def _on_callers_thread(run: Generator, hold, lane: str) -> Generator[Delta, None, Result]:
+    """A request's deltas, run on the caller's thread (no loop): each of its steps runs alone,
+    under the priority lock."""
     try:
         while True:
             item = next(run)
             if isinstance(item, Step):
                 with hold(lane):
                     type(item).run_batch([item])
-            elif item is not STEP:
+            else:
                 yield item
     except StopIteration as stop:
         return stop.value

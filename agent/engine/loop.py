@@ -44,8 +44,8 @@ from agent.engine.request import EngineError
 
 T = TypeVar("T")
 
-# What a request's generator yields at a step boundary that produced no output (a prefill
-# chunk, or a step whose tokens do not complete a character yet): the loop may switch there.
+# What a generator that runs its own work (no `Step`s) yields at a boundary: the loop may switch
+# there. The engine's request generators yield `Step`s instead.
 STEP = object()
 _ENDED = object()  # what `_next` returns when the generator has ended
 # The most token rows of small steps (decode, verify) one batch takes; a larger step (a prefill
