@@ -298,3 +298,26 @@ def test_pretrain_with_copy_rows_reports_copy_accuracy(tmp_path, corpus):
     assert evals and all(0.0 <= r["copy_acc"] <= 1.0 for r in evals)
     with pytest.raises(Exception, match="copy_fraction"):
         tiny("pretrain", out, data=str(corpus), copy_fraction=1.5)
+
+
+def test_a_bf16_recipe_trains_in_float32_where_bf16_kernels_are_missing(
+    tmp_path, corpus, monkeypatch, capsys
+):
+    """An AVX2-only CPU multiplies bfloat16 on a single-threaded fallback: the loop says so and
+    trains in float32 instead (the same recipe runs fast on CPUs with and without the kernels)."""
+    import training.loop as loop
+
+    seen = []
+    real_autocast = torch.autocast
+
+    def autocast(device_type, dtype=None, enabled=True):
+        seen.append(enabled)
+        return real_autocast(device_type, dtype=dtype, enabled=enabled)
+
+    monkeypatch.setattr(loop.torch, "autocast", autocast)
+    monkeypatch.setattr(loop, "bf16_is_fast", lambda device: False)
+    recipe = tiny("pretrain", tmp_path / "run", data=str(corpus), steps=2, precision="bf16")
+    train(recipe, progress=False)
+    assert seen == [False]
+    assert "no bfloat16 matrix kernels; training in float32" in capsys.readouterr().out
+    assert isinstance(loop.bf16_is_fast(torch.device("cpu")), bool)

@@ -67,7 +67,7 @@ def write_recovery(tasks: list[Task], out: str | Path, seed: int = 0, workers: i
     part = out / "recovery.jsonl.part"
     count = 0
     with part.open("w") as f:
-        for row in in_order(_recovery_row, [(task, seed) for task in tasks], workers):
+        for row in in_order(recovery_row, [(task, seed) for task in tasks], workers):
             if row is not None:
                 f.write(json.dumps(row) + "\n")
                 count += 1
@@ -75,7 +75,7 @@ def write_recovery(tasks: list[Task], out: str | Path, seed: int = 0, workers: i
     return count
 
 
-def _recovery_row(job: tuple[Task, int]) -> dict | None:
+def recovery_row(job: tuple[Task, int]) -> dict | None:
     """One task's recovery trajectory: the mistakes in a random order, the first that the task
     allows (None when it allows none)."""
     task, seed = job

@@ -335,5 +335,6 @@ def _answer(task: Task, rng: random.Random) -> str:
         "edit/add_parameter": f"`{notes.get('function')}` takes `{notes.get('parameter')}=1`",
         "edit/add_import": f"added the {notes.get('variant')} import and its constant",
         "edit/remove_function": f"removed `{notes.get('function')}`",
+        "rewrite/body": f"wrote the body of `{notes.get('function')}`",
     }[task.family]
     return rng.choice(_ANSWERS["edit"]).format(summary=summary, files=", ".join(task.solution))
