@@ -3,15 +3,11 @@
     base   SmolLM2-135M-Instruct from its wheel, converted once (agent/base.py)
     tasks  synthetic tasks + oracle trajectories in the harness's own format (training/tasks/),
            and recovery trajectories (tasks/recovery.jsonl)
-    real   the real-code set (training/real_tasks.py, into real/) and the oracle's plain and
-           recovery trajectories on its train split (tasks/real_*.jsonl, training/tasks/real.py)
     sft    a LoRA adapter (plus the special tokens' rows) on the base, trained on the
            trajectories (training/recipes/sft.toml), then a short continuation in which the
            new tokens' rows learn fast (sft_tokens.toml), then more SFT in a new order with
            both learning (sft_more.toml), then a second pass over the data (sft_epoch2.toml),
-           then recovery: trajectories whose first edit fails, then the fix (sft_recover.toml),
-           then real code: trajectories on the real-code set's train split beside the synthetic
-           recovery ones (sft_real.toml)
+           then recovery: trajectories whose first edit fails, then the fix (sft_recover.toml)
     mtp    2 MTP heads self-distilled from the SFT'd model, trunk frozen, over a 4,096-token
            draft vocabulary (mtp_starter.toml), on stdlib code, the train trajectories and the
            apply examples (mtp_text/)
@@ -51,7 +47,7 @@ from pathlib import Path
 from agent.registry import file_sha256
 
 RECIPES = Path(__file__).resolve().parent / "recipes"
-STAGE_ORDER = ("sft", "sft_tokens", "sft_more", "sft_epoch2", "sft_recover", "sft_real")
+STAGE_ORDER = ("sft", "sft_tokens", "sft_more", "sft_epoch2", "sft_recover")
 MTP_RECIPE = "mtp_starter"  # the MTP heads, distilled from the last stage's model
 MTP_CODE_BYTES = 12_000_000  # stdlib code in the heads' corpus (about half; the rest: trajectories)
 MAX_SHIPPED_MB = 25.0  # the package's budget for the starter's folder
@@ -107,7 +103,6 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
     from training.recipe import load_recipe
     from training.tasks.dataset import export, load_tasks, write_recovery
     from training.tasks.generation import default_workers, generate_tasks
-    from training.tasks.real import FILES as REAL_FILES
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -138,11 +133,6 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
         log(f"[starter] tasks: recovery trajectories -> {tasks_dir / 'recovery.jsonl'}")
         write_recovery(load_tasks(tasks_dir), tasks_dir, config.seed, default_workers())
     mark("tasks", start)
-
-    start = time.monotonic()
-    if not all((tasks_dir / name).exists() for name in REAL_FILES):
-        real_set(config, workers=default_workers(), log=log)
-    mark("real", start)
 
     for stage in STAGE_ORDER:
         start = time.monotonic()
@@ -189,23 +179,6 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
     final = finish(config, evaluation, timings, time.monotonic() - t0)
     log(f"[starter] model written to {final} in {time.monotonic() - t0:.0f}s")
     return final
-
-
-def real_set(config: StarterConfig, workers: int, log: Callable[[str], None]) -> None:
-    """OUT/real (the real-code tasks; a few functions in quick mode) and the oracle's
-    trajectories on its train split in OUT/tasks."""
-    from training.real_tasks import build, probe_table, read_rows, write_set
-    from training.tasks.real import training_tasks, write_trajectories
-
-    real = Path(config.out) / "real"
-    if not (real / "tasks.jsonl").exists():
-        only = sorted(probe_table())[:3] if config.quick else None
-        log(f"[starter] real: real-code tasks -> {real}")
-        write_set(real, *build(config.seed, only, workers))
-    counts = write_trajectories(
-        training_tasks(read_rows(real)), Path(config.out) / "tasks", config.seed, workers
-    )
-    log("[starter] real: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
 
 
 def _stage_summary(folder: Path) -> dict:
@@ -309,8 +282,6 @@ def finish(config: StarterConfig, evaluation: dict | None, timings: dict, second
         "tasks_manifest_sha256": file_sha256(out / "tasks" / "manifest.json"),
         "trajectories_sha256": file_sha256(out / "tasks" / "trajectories.jsonl"),
         "recovery_sha256": file_sha256(out / "tasks" / "recovery.jsonl"),
-        "real_manifest_sha256": file_sha256(out / "real" / "manifest.json"),
-        "real_manifest": json.loads((out / "real" / "manifest.json").read_text())["tasks"],
         "tasks": json.loads((out / "tasks" / "manifest.json").read_text())["counts"],
     }
     meta = {

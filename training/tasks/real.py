@@ -6,7 +6,8 @@ synthetic family instead of reading the bug. The real-code set puts the same bug
 function bodies to write (`rewrite/body`), into real functions of the standard library and the
 installed packages, each with its own unittest file. Its train split (whole packages, never the
 held-out ones) becomes `Task`s here, so the oracle (oracle.py) writes trajectories for them and
-SFT sees real code beside the synthetic projects.
+SFT sees real code beside the synthetic projects (training/recipes/sft_real.toml, an
+experiment: not a step of `flywheel train starter`, see that recipe).
 
     python -m training.tasks.real --real runs/real --out runs/starter/tasks
         -> real_trajectories.jsonl, real_recovery.jsonl (written whole; the counts are printed)
