@@ -397,7 +397,10 @@ def train(recipe: Recipe, resume: bool = True, progress: bool = True) -> Path:
     if bf16 and not bf16_is_fast(runtime.device):
         bf16 = False
         if runtime.main:
-            print(f"{recipe.name}: this CPU has no bfloat16 matrix kernels; training in float32")
+            kind = runtime.device.type
+            print(
+                f"{recipe.name}: no fast bfloat16 matrix kernels on this {kind}; training in float32"
+            )
     autocast = torch.autocast(runtime.device.type, dtype=torch.bfloat16, enabled=bf16)
     last_eval: dict = {}
     status = "failed"
