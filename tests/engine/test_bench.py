@@ -6,6 +6,7 @@ import json
 import shutil
 
 from agent.engine.bench import main
+from tests.engine.test_bench_peers import make_fake_python
 
 
 def test_bench_engine_writes_rows_for_both_workloads(tmp_path, tiny_checkpoint, capsys):
@@ -17,6 +18,9 @@ def test_bench_engine_writes_rows_for_both_workloads(tmp_path, tiny_checkpoint, 
     args = ["--model", str(model), "--max-tokens", "12", "--apply-max-tokens", "24"]
     args += ["--repeats", "1", "--step-samples", "3", "--threads", "1", "--json", str(out)]
     args += ["--group-size", "3", "--concurrent", "2"]
+    # external peers: vLLM's stands in as a fake subprocess, llama.cpp's environment is missing
+    args += ["--peers", "hf,vllm,llamacpp", "--vllm-python", str(make_fake_python(tmp_path))]
+    args += ["--llamacpp-python", str(tmp_path / "missing" / "bin" / "python")]
     assert main(args) == 0
     report = json.loads(out.read_text())
     assert report["settings"]["apply_max_tokens"] == 24
@@ -24,7 +28,12 @@ def test_bench_engine_writes_rows_for_both_workloads(tmp_path, tiny_checkpoint, 
     for workload in ("apply", "free"):
         for method in ("plain", "ngram", "mtp", "ngram+mtp", "hf-greedy", "hf-prompt-lookup"):
             assert (workload, method) in methods
-    assert all(r["identical_to_plain"] for r in report["rows"])
+        assert {(workload, "vllm"), (workload, "vllm-ngram")} <= methods
+    ours = [r for r in report["rows"] if not r["method"].startswith("vllm")]
+    assert all(r["identical_to_plain"] and r["same_share"] == 1.0 for r in ours)
+    peers = {p["method"]: p for p in report["peers"]}
+    assert peers["vllm"]["status"] == "ran" and peers["vllm-ngram"]["version"] == "fake 1.0"
+    assert peers["llamacpp"]["status"] == peers["llamacpp-lookup"]["status"] == "skipped"
     targets = report["targets"]
     assert {"plain_vs_hf_greedy", "verify4_vs_decode_step"} <= set(targets)
     assert targets["mtp_head_cost"]["head_step_ms"] > 0 and targets["mtp_head_cost"]["heads"] == 2
@@ -36,7 +45,8 @@ def test_bench_engine_writes_rows_for_both_workloads(tmp_path, tiny_checkpoint, 
     assert all(
         targets[k]["ratio"] > 0 for k in ("rl_group", "agent_turn", "concurrent_completions")
     )
-    assert "apply" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "apply" in printed and "llamacpp-lookup: skipped: no llamacpp environment" in printed
     apply = [r for r in report["rows"] if r["workload"] == "apply"]
     assert all(0.0 <= r["similarity_to_expected"] <= 1.0 for r in apply)
     assert all(r["similarity_to_expected"] is None for r in report["rows"] if r not in apply)
