@@ -27,6 +27,10 @@ the correctness fields it knows (passed, pass, correct, resolved, score, reward)
 
 The bootstrap is agent/stats.py's, the one the benchmark's intervals use.
 
+Before any score, a candidate made for another base is rejected, with both names
+(`agent.model.base_of`: the trunk's shape and vocabulary, or an adapter's missing base): its
+scores could not make it a replacement, and clients loading it would fail or answer nonsense.
+
 What it does not do: run benchmarks (training/cycle.py, training/benchmark/) or promote
 (agent/registry.py records the decision; the caller promotes when it is accepted).
 
@@ -272,6 +276,12 @@ def gate_promotion(registry, candidate: str, config: GateConfig | None = None) -
     also scored on. Raises GateError when that cannot be decided (no result, no shared task set).
     """
     cid = registry.resolve(candidate)
+    current = registry.promoted()
+    if current == cid:
+        raise GateError(f"{cid} is already the promoted version")
+    other = _other_base(registry, cid, current) if current is not None else None
+    if other:
+        return Decision(False, [other], cid, current)
     mine = registry.benchmarks(cid)
     if not mine:
         raise GateError(
@@ -279,13 +289,10 @@ def gate_promotion(registry, candidate: str, config: GateConfig | None = None) -
             f"(flywheel bench agent ... --json R.json; flywheel models attach {cid} R.json) "
             "or promote with --force"
         )
-    current = registry.promoted()
     if current is None:
         return Decision(
             True, ["accepted: no version is promoted yet, nothing to compare"], cid, None
         )
-    if current == cid:
-        raise GateError(f"{cid} is already the promoted version")
     theirs = {r.get("task_set"): r for r in registry.benchmarks(current)}
     for result in reversed(mine):
         if result.get("task_set") in theirs:
@@ -295,4 +302,26 @@ def gate_promotion(registry, candidate: str, config: GateConfig | None = None) -
         f"the promoted version {current} was not benchmarked on the task set of {cid}'s results "
         f"({', '.join(str(r.get('task_set')) for r in mine)}; {current} has: {sets}): benchmark "
         f"both on the same tasks (flywheel cycle does), or promote with --force"
+    )
+
+
+def _other_base(registry, cid: str, current: str) -> str | None:
+    """Why `cid` cannot replace `current` whatever its scores: it runs on another base (another
+    trunk shape or vocabulary, or an adapter for a base this install lacks); None when they match."""
+    from agent.engine.request import EngineError
+    from agent.model import base_of
+
+    try:
+        theirs = base_of(registry.folder(current))
+    except EngineError as exc:
+        raise GateError(f"the promoted version {current} cannot be read: {exc}") from None
+    try:
+        mine = base_of(registry.folder(cid))
+    except EngineError as exc:
+        return f"rejected: {cid} was made for another base: {exc}"
+    if mine == theirs:
+        return None
+    return (
+        f"rejected: {cid} was made for another base ({mine}) than the promoted {current} "
+        f"({theirs}): train the candidate from {current}"
     )

@@ -519,6 +519,24 @@ def adapter_base(folder: Path) -> Path:
     )
 
 
+def base_of(folder: Path) -> str:
+    """What a checkpoint or adapter folder runs on, as one line: its trunk's shape and vocabulary
+    (an adapter's: its base's, checked as `adapter_base` checks it, so an adapter made for a base
+    this install lacks raises EngineError naming both). Two versions can replace each other only
+    when these agree (agent/gate.py). Two bases of one shape and vocabulary look alike here."""
+    folder = Path(folder)
+    trunk = adapter_base(folder) if is_adapter(folder) else folder
+    try:
+        c = json.loads((trunk / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise EngineError(f"cannot read {trunk / 'config.json'}: {exc}") from None
+    return (
+        f"{c.get('model_type')} of {c.get('num_hidden_layers')} layers x {c.get('hidden_size')}, "
+        f"{c.get('num_attention_heads')}/{c.get('num_key_value_heads')} heads, "
+        f"vocabulary {c.get('vocab_size')}"
+    )
+
+
 def tokenizer_folder(folder: Path) -> Path:
     """Where a checkpoint folder's tokenizer is: its own, or (an adapter without one) its base's."""
     if (folder / "tokenizer_config.json").exists() or not is_adapter(folder):

@@ -97,3 +97,28 @@ def test_refusals(registry, tiny_checkpoint):
     registry.attach_benchmark(v2, rows([1, 1]))
     with pytest.raises(GateError, match="not benchmarked on the task set"):
         gate_promotion(registry, v2)
+
+
+def test_a_candidate_for_another_base_is_rejected_with_both_names(
+    registry, tiny_checkpoint, tmp_path, tokenizer
+):
+    from tests.conftest import make_checkpoint
+
+    v1 = registry.add(tiny_checkpoint)
+    registry.promote(v1, forced=True)
+    bigger = registry.add(make_checkpoint(tmp_path / "3m", tokenizer, seed=0, size="3m"))
+    registry.attach_benchmark(bigger, rows([1, 1]))  # scores never save it
+    decision = gate_promotion(registry, bigger)
+    assert not decision.accepted and not decision.comparisons
+    (reason,) = decision.reasons
+    assert reason.startswith(f"rejected: {bigger} was made for another base (llama of 4 layers")
+    assert f"than the promoted {v1} (llama of 2 layers x 64" in reason
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"base_model_name_or_path": "/nowhere"}')
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights")
+    (adapter / "flywheel.json").write_text('{"base": "another-base@0123"}')
+    decision = gate_promotion(registry, registry.add(adapter))
+    assert not decision.accepted
+    assert "trained on base 'another-base@0123', but this install's base is" in decision.reasons[0]
