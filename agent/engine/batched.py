@@ -10,7 +10,9 @@ and in new tokens. This is the flattened batch of vLLM's scheduler without its p
 
 The engine runs every trunk forward through here, alone or batched, so a request's numbers do
 not depend on which others shared its step (but for the rounding of a different row count in
-the matrix products, which `tests/engine/test_batched.py` checks does not change greedy output).
+float32 matrix products, which `tests/engine/test_batched.py` checks does not change greedy
+output; int8 products are per row). A decode or verify step's positions each attend alone
+(`_attend`), so a verify step computes what plain decoding's steps would, bit for bit.
 
 Written out for the Llama decoder (Llama and Qwen2, what `agent.model` builds and the base is);
 any other trunk runs one part at a time through its own forward.
@@ -74,7 +76,11 @@ def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Te
     )
     x = body.embed_tokens(flat)[None]  # [1, T, hidden]
     cos, sin = body.rotary_emb(x, positions[None])
-    masks = [_causal(m, part.cache, device) for part, (_, m) in zip(parts, shapes, strict=True)]
+    # A small part's positions each attend alone, as a decode step would (see `_attend`).
+    masks = [
+        None if not big else _causal(m, part.cache, device)
+        for part, (_, m), big in zip(parts, shapes, large, strict=True)
+    ]
     for layer in body.layers[: trunk.config.num_hidden_layers]:
         attn = layer.self_attn
         h = layer.input_layernorm(x)
@@ -89,9 +95,7 @@ def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Te
             at += rows * m
             q_i, k_i, v_i = (_rows(t[0, :, span], rows, m) for t in (q, k, v))
             k_i, v_i = part.cache.update(k_i, v_i, attn.layer_idx)  # [rows, kv heads, past+m, hd]
-            out = nn.functional.scaled_dot_product_attention(
-                q_i, k_i, v_i, attn_mask=mask, scale=attn.scaling, enable_gqa=True
-            )  # [rows, heads, m, head_dim]
+            out = _attend(q_i, k_i, v_i, mask, attn.scaling)  # [rows, heads, m, head_dim]
             outputs.append(out.transpose(1, 2).reshape(rows * m, -1))
         x = x + _each(attn.o_proj, torch.cat(outputs)[None], cuts)
         x = x + _each(layer.mlp, layer.post_attention_layernorm(x), cuts)
@@ -121,6 +125,31 @@ def _each(module: nn.Module, x: torch.Tensor, cuts: list[tuple[int, int]]) -> to
 def _rows(t: torch.Tensor, rows: int, m: int) -> torch.Tensor:
     """[heads, rows*m, head_dim] -> [rows, heads, m, head_dim]."""
     return t.reshape(t.shape[0], rows, m, t.shape[-1]).transpose(0, 1)
+
+
+def _attend(q, k, v, mask, scale: float) -> torch.Tensor:
+    """Attention of q [rows, heads, m, hd] over k, v [rows, kv heads, past + m, hd].
+
+    With a mask (a prefill chunk): one causal call. Without: each new position in a call of its
+    own over the keys up to itself, exactly the call a decode step at that position makes. A
+    multi-row causal call rounds differently from a one-row call (the kernel's products change
+    with the row count), and under int8 (bf16 outputs of the linear layers) such a difference
+    can flip a greedy token; this way a verify step's rows are bit for bit the decode steps of
+    plain decoding, and speculative decoding writes plain's tokens at any precision.
+    """
+    sdpa = nn.functional.scaled_dot_product_attention
+    m = q.shape[-2]
+    if mask is not None or m == 1:
+        return sdpa(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+    past = k.shape[-2] - m
+    return torch.cat(
+        [
+            sdpa(q[:, :, j : j + 1], k[:, :, : past + j + 1], v[:, :, : past + j + 1],
+                 scale=scale, enable_gqa=True)
+            for j in range(m)
+        ],
+        dim=2,
+    )  # fmt: skip
 
 
 def _causal(m: int, cache, device) -> torch.Tensor | None:

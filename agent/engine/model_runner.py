@@ -173,9 +173,9 @@ class Int8Linear(FewRowsLinear):
     quarter of the bytes and is much faster for a few rows (decode, verify), slower than float32
     BLAS for long inputs, which therefore keep the float32 weight (prefill). Weights are
     per-output-channel symmetric int8 with one bf16 scale each; activations stay float32 and
-    become bf16 only inside the int8 product. Lossy: outputs differ from float32, and the bf16
-    rounding can turn a near-tie either way, so under int8 speculative decoding need not write
-    plain decoding's tokens exactly (a verify step's attention rounds differently).
+    become bf16 only inside the int8 product. Lossy against float32, but each row's product does
+    not depend on the other rows, so a verify step's rows are plain decoding's steps bit for bit
+    (batched.py attends each of them alone) and speculative decoding writes plain's tokens.
 
     `int8_weight`/`int8_scales` are plain attributes, not buffers: the state dict and training
     never see them, and they do not follow later changes to `weight`.

@@ -242,3 +242,26 @@ def test_the_default_model_batched_writes_what_it_writes_alone(method):
     together = [stream.finish().completions[0].token_ids for stream in streams]
     engine.close()
     assert together == alone
+
+
+def test_under_int8_a_verify_step_computes_plain_decodings_steps_bit_for_bit():
+    """Speculative decoding is lossless only if a verify step's rows are what plain decoding's
+    one-row steps compute: at the same positions, the same logits to the last bit (the int8
+    products' bf16 outputs turn the least rounding difference into a possible flip of a greedy
+    token). int8 products are per row and each position attends alone; float32 BLAS products
+    round by row count, so there the equality is close, not exact."""
+    from agent.engine.kv_cache import KVCache
+    from agent.engine.model_runner import use_int8_linear
+
+    trunk = build_trunk("40m", vocab_size=512, seed=3).eval()  # the base's layer shapes
+    use_int8_linear(trunk)
+    torch.manual_seed(0)
+    prompt, new = torch.randint(0, 512, (1, 500)), torch.randint(0, 512, (1, 6))
+    layers = trunk.config.num_hidden_layers
+    with torch.inference_mode():
+        one, several = KVCache(layers), KVCache(layers)
+        forward_parts(trunk, [Part(prompt, one, last_only=True)])
+        forward_parts(trunk, [Part(prompt, several, last_only=True)])
+        steps = [forward_parts(trunk, [Part(new[:, j : j + 1], one)])[0][0] for j in range(6)]
+        ((verify, _),) = forward_parts(trunk, [Part(new, several)])
+    assert torch.equal(verify, torch.cat(steps, dim=1))
