@@ -11,8 +11,8 @@ and in new tokens. This is the flattened batch of vLLM's scheduler without its p
 The engine runs every trunk forward through here, alone or batched, so a request's numbers do
 not depend on which others shared its step (but for the rounding of a different row count in
 float32 matrix products, which `tests/engine/test_batched.py` checks does not change greedy
-output; int8 products are per row). A decode or verify step's positions each attend alone
-(`_attend`), so a verify step computes what plain decoding's steps would, bit for bit.
+output; int8 products are per row). With `SpeculativeConfig.exact` a verify step's positions
+each attend alone (`_attend`), so it computes what plain decoding's steps would, bit for bit.
 
 Written out for the Llama decoder (Llama and Qwen2, what `agent.model` builds and the base is);
 any other trunk runs one part at a time through its own forward.
@@ -37,6 +37,7 @@ class Part:
     ids: torch.Tensor  # [rows, m] tokens after those in `cache` (rows share the cache's length)
     cache: object  # its DynamicCache, extended by m positions
     last_only: bool = False  # logits for the last position only (prefill)
+    alone: bool = False  # each new position attends alone, as a decode step would (`_attend`)
 
 
 def supports_ragged(trunk) -> bool:
@@ -76,10 +77,9 @@ def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Te
     )
     x = body.embed_tokens(flat)[None]  # [1, T, hidden]
     cos, sin = body.rotary_emb(x, positions[None])
-    # A small part's positions each attend alone, as a decode step would (see `_attend`).
     masks = [
-        None if not big else _causal(m, part.cache, device)
-        for part, (_, m), big in zip(parts, shapes, large, strict=True)
+        None if part.alone else _causal(m, part.cache, device)
+        for part, (_, m) in zip(parts, shapes, strict=True)
     ]
     for layer in body.layers[: trunk.config.num_hidden_layers]:
         attn = layer.self_attn
@@ -130,12 +130,12 @@ def _rows(t: torch.Tensor, rows: int, m: int) -> torch.Tensor:
 def _attend(q, k, v, mask, scale: float) -> torch.Tensor:
     """Attention of q [rows, heads, m, hd] over k, v [rows, kv heads, past + m, hd].
 
-    With a mask (a prefill chunk): one causal call. Without: each new position in a call of its
-    own over the keys up to itself, exactly the call a decode step at that position makes. A
-    multi-row causal call rounds differently from a one-row call (the kernel's products change
-    with the row count), and under int8 (bf16 outputs of the linear layers) such a difference
-    can flip a greedy token; this way a verify step's rows are bit for bit the decode steps of
-    plain decoding, and speculative decoding writes plain's tokens at any precision.
+    With a mask (or one position): one causal call. Without (a part marked `alone`): each new
+    position in a call of its own over the keys up to itself, exactly the call a decode step at
+    that position makes. A multi-row causal call rounds differently from a one-row call (the
+    kernel's products change with the row count), and under int8 (bf16 outputs of the linear
+    layers) such a difference can flip a greedy token; alone, a verify step's rows are bit for
+    bit plain decoding's steps. The price: each position reads the KV cache again.
     """
     sdpa = nn.functional.scaled_dot_product_attention
     m = q.shape[-2]
@@ -185,9 +185,11 @@ class Forward(Step):
     engine's loop runs those of several requests on the same weights in one pass (`run_batch`),
     a caller's thread runs it alone. The generator reads `result()` when it resumes."""
 
-    def __init__(self, model, ids: torch.Tensor, cache, last_only: bool = False) -> None:
+    def __init__(
+        self, model, ids: torch.Tensor, cache, last_only: bool = False, alone: bool = False
+    ) -> None:
         self.model = model  # a LoadedModel
-        self.part = Part(ids, cache, last_only)
+        self.part = Part(ids, cache, last_only, alone)
         self._result: tuple[torch.Tensor, torch.Tensor] | None = None
         self._error: BaseException | None = None
 

@@ -116,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="longest adaptive draft, apply workload (ngram)",
     )
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per (prompt, method)")
+    parser.add_argument("--exact", action="store_true", help="verify steps bit for bit (exact)")
     parser.add_argument("--step-samples", type=int, default=60, help="forward calls timed for (b)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's)")
     parser.add_argument("--group-size", type=int, default=8, help="samples of the RL group")
@@ -266,6 +267,7 @@ def run(args, tmp: Path) -> dict:
             num_draft_tokens=args.num_draft,
             max_draft_tokens=max(8, args.num_draft),
             draft_model=draft_path if method == "draft" else None,
+            exact=args.exact,
         )
         engines[method] = LocalEngine(
             EngineConfig(model=model_path, dtype=args.dtype, speculative=spec, prefix_cache_mb=0),
@@ -282,6 +284,7 @@ def run(args, tmp: Path) -> dict:
                 method="ngram",
                 num_draft_tokens=args.num_draft,
                 max_draft_tokens=max(args.apply_max_draft, args.num_draft),
+                exact=args.exact,
             ),
         ),
         target,
@@ -410,6 +413,7 @@ def run(args, tmp: Path) -> dict:
             group_size=args.group_size,
             concurrent=args.concurrent,
             dtype=args.dtype,
+            exact=args.exact,
             peers=args.peers,
             timing="best of repeats per prompt, methods interleaved (external peers after them)",
             greedy=True,
@@ -525,6 +529,7 @@ def step_costs(model, prompt_ids: list[int], args) -> tuple[float, float]:
     """
     import torch
 
+    from agent.engine.batched import Part
     from agent.engine.rejection_sampler import verify_greedy
 
     cache = model.new_cache()
@@ -540,7 +545,7 @@ def step_costs(model, prompt_ids: list[int], args) -> tuple[float, float]:
             logits[:, -1].argmax(-1).tolist()
             cache.crop(-1)
             mid = time.perf_counter()
-            logits, _ = model.forward(five, cache)
+            logits, _ = model.forward_parts([Part(five, cache, alone=args.exact)])[0]
             verify_greedy(five[0, 1:], logits[0].argmax(-1))
             cache.crop(-5)
             end = time.perf_counter()

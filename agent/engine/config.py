@@ -27,6 +27,10 @@ class SpeculativeConfig:
     ngram_max: int = 4  # longest suffix n-gram matched by prompt lookup
     ngram_min: int = 1  # shortest suffix n-gram matched by prompt lookup
     draft_model: str | None = None  # checkpoint folder of the draft model (method "draft")
+    # verify steps compute plain decoding's steps bit for bit (each position attends alone, one
+    # KV read each): outputs identical to plain at any precision, verify steps dearer (off:
+    # identical but for near-ties under int8's rounding)
+    exact: bool = False
 
     @property
     def uses_heads(self) -> bool:

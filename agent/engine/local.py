@@ -431,7 +431,10 @@ class SpeculativeSequence:
             draft = self.propose()
         ids = [[self.tokens[-1], *draft.token_ids]]
         forward = Forward(
-            self.job.model, torch.tensor(ids, device=self.job.model.device), self.cache
+            self.job.model,
+            torch.tensor(ids, device=self.job.model.device),
+            self.cache,
+            alone=self.engine.spec.exact,
         )
         yield forward
         with self.engine._hold(self.job.request.priority), torch.inference_mode():

@@ -173,9 +173,11 @@ class Int8Linear(FewRowsLinear):
     quarter of the bytes and is much faster for a few rows (decode, verify), slower than float32
     BLAS for long inputs, which therefore keep the float32 weight (prefill). Weights are
     per-output-channel symmetric int8 with one bf16 scale each; activations stay float32 and
-    become bf16 only inside the int8 product. Lossy against float32, but each row's product does
-    not depend on the other rows, so a verify step's rows are plain decoding's steps bit for bit
-    (batched.py attends each of them alone) and speculative decoding writes plain's tokens.
+    become bf16 only inside the int8 product. Lossy against float32, and the bf16 rounding can
+    turn a near-tie either way. Each row's product does not depend on the other rows, so with
+    `SpeculativeConfig.exact` (each verify position attends alone, batched.py) speculative
+    decoding writes plain decoding's tokens bit for bit; without, a verify step's attention
+    rounds differently from a decode step's and may part from plain at a near-tie.
 
     `int8_weight`/`int8_scales` are plain attributes, not buffers: the state dict and training
     never see them, and they do not follow later changes to `weight`.

@@ -263,5 +263,24 @@ def test_under_int8_a_verify_step_computes_plain_decodings_steps_bit_for_bit():
         forward_parts(trunk, [Part(prompt, one, last_only=True)])
         forward_parts(trunk, [Part(prompt, several, last_only=True)])
         steps = [forward_parts(trunk, [Part(new[:, j : j + 1], one)])[0][0] for j in range(6)]
-        ((verify, _),) = forward_parts(trunk, [Part(new, several)])
+        ((verify, _),) = forward_parts(trunk, [Part(new, several, alone=True)])
     assert torch.equal(verify, torch.cat(steps, dim=1))
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_exact_speculation_marks_verify_steps_to_attend_alone(tiny_checkpoint, monkeypatch, exact):
+    import agent.engine.model_runner as runner
+
+    seen: list[bool] = []
+
+    def spy(trunk, parts):
+        seen.extend(p.alone for p in parts if p.ids.shape[1] > 1 and not p.last_only)
+        return forward_parts(trunk, parts)
+
+    monkeypatch.setattr(runner, "forward_parts", spy)
+    spec = SpeculativeConfig(method="ngram", exact=exact)
+    engine = LocalEngine(EngineConfig(model=str(tiny_checkpoint), speculative=spec))
+    params = SamplingParams(max_tokens=24, temperature=0, logprobs=False)
+    engine.generate(Request(prompt="a b a b a b a b a b", params=params))
+    engine.close()
+    assert seen and set(seen) == {exact}  # verify steps ran, each marked as asked
