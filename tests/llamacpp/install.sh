@@ -35,16 +35,9 @@ FLAGS+=" -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_BF16=OFF -DLLAVA_BUI
 export CMAKE_ARGS="${CMAKE_ARGS:-$FLAGS}"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 
-say() { echo "[install-llamacpp] $*"; }
-# pip, minus the warnings this machine's extra index locations print for every package.
-pip_() {
-    "$PY" -m pip "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
-    return "${PIPESTATUS[0]}"
-}
-fail() {
-    echo "[install-llamacpp] ERROR: $*" >&2
-    exit 1
-}
+NAME=llamacpp
+# shellcheck source=../install_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../install_common.sh"
 
 # In a subshell whose stderr is dropped: a build for another CPU dies of SIGILL, and the shell's
 # own "Illegal instruction" report would otherwise read like a failure of this script.

