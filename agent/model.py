@@ -591,6 +591,47 @@ def load_checkpoint(path: str | Path, device: str = "cpu", dtype: str = "float32
     return Checkpoint(trunk, tokenizer, heads, checkpoint_version(folder), str(folder))
 
 
+# A model folder may carry a fast-apply adapter in this subfolder: a LoRA adapter on the same
+# base, trained apart from the agent's (training/recipes/apply.toml), that the engine decodes
+# fast-apply requests with (`Request.apply`).
+APPLY_DIR = "apply"
+
+
+def load_apply_checkpoint(main: Checkpoint, device: str = "cpu", dtype: str = "float32"):
+    """The fast-apply model of a loaded checkpoint: its folder's apply/ adapter merged into the
+    base, drafting with the main model's MTP heads (they only propose; the trunk decides). None
+    when the folder has no apply/ adapter. An adapter whose tokenizer differs from the main
+    model's raises EngineError: its requests are rendered with the main tokenizer."""
+    folder = Path(main.path) / APPLY_DIR
+    if not is_adapter(folder):
+        return None
+    apply = load_checkpoint(folder, device=device, dtype=dtype)
+    if apply.tokenizer.get_vocab() != main.tokenizer.get_vocab():
+        raise EngineError(
+            f"the fast-apply adapter in {str(folder)!r} has another tokenizer than the model in "
+            f"{main.path!r}: retrain it on this model's base (flywheel train starter)"
+        )
+    heads = Path(main.path) / "mtp"
+    if apply.heads is None and (heads / "config.json").exists():
+        apply.heads = MTPHeads.load(heads, apply.trunk).to(device=device).eval()
+        apply.heads.to(dtype=getattr(torch, dtype))
+    return apply
+
+
+def carry_apply(source: str | Path, dest: str | Path) -> None:
+    """Copy the fast-apply adapter of the model folder `source` (if any) into `dest`, a model
+    trained from it: the adapter is on the base, apart from the weights training changed, so a
+    version the cycle or RL makes from the default keeps fast apply."""
+    import shutil
+
+    try:
+        folder = resolve_model(source) / APPLY_DIR
+    except EngineError:
+        return
+    if is_adapter(folder) and not (Path(dest) / APPLY_DIR).exists():
+        shutil.copytree(folder, Path(dest) / APPLY_DIR)
+
+
 MERGED_KEPT = 3  # merged checkpoints the cache keeps (each is the whole model in float32)
 
 

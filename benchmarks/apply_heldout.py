@@ -2,7 +2,8 @@
 
 Each example (training/code_apply.py, the rows with split "heldout": files of the standard
 library no training example came from) is an original file, an edit sketch and the whole updated
-file. Each model answers the engine's fast-apply conversation greedily, with n-gram drafts from
+file. Each model answers the engine's fast-apply conversation greedily (a fast-apply request: the
+model folder's apply/ adapter where it has one), with n-gram drafts from
 the original file (lossless: the output is plain greedy decoding's). Reported per model: how
 many answers are the expected file exactly, the mean difflib similarity to it, and output
 tokens/s.
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import difflib
 import json
 import platform
 import sys
@@ -35,47 +35,16 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
-    from agent.engine.local import LocalEngine
+    from training.evaluate import evaluate_apply
 
     torch.set_num_threads(args.threads)
-    rows = [json.loads(line) for line in Path(args.examples).read_text().splitlines() if line]
-    rows = [row for row in rows if row.get("split") == "heldout"][: args.limit]
-    if not rows:
-        print(f"no held-out examples in {args.examples}", file=sys.stderr)
-        return 1
     results = {}
     for model in args.model:
-        spec = SpeculativeConfig("ngram", max_draft_tokens=16)
-        engine = LocalEngine(EngineConfig(model=model, dtype=args.dtype, speculative=spec))
-        per_example, tokens, seconds = [], 0, 0.0
-        for row in rows:
-            *messages, answer = row["messages"]
-            original = messages[1]["content"]
-            expected = answer["content"]
-            # room for about twice the expected file (code runs 3-4 characters per token)
-            params = SamplingParams(temperature=0, max_tokens=len(expected) // 2 + 64)
-            result = engine.generate(
-                Request(messages=messages, speculation=original, params=params)
-            )
-            text = result.completions[0].text
-            similar = difflib.SequenceMatcher(None, text, expected, autojunk=False).ratio()
-            exact = text.strip() == expected.strip()
-            tokens += result.metrics.output_tokens
-            seconds += result.metrics.total_s
-            per_example.append(
-                {"family": row["family"], "exact": exact, "similarity": round(similar, 4)}
-            )
-            print(f"{model:32} {row['family']:24} {'exact' if exact else '     '} {similar:.3f}")
-        engine.close()
-        results[model] = {
-            "version": engine.model_version,
-            "exact": sum(e["exact"] for e in per_example),
-            "examples": len(per_example),
-            "mean_similarity": round(sum(e["similarity"] for e in per_example) / len(rows), 4),
-            "tokens_per_s": round(tokens / seconds, 1) if seconds else 0.0,
-            "per_example": per_example,
-        }
+        try:
+            results[model] = evaluate_apply(model, args.examples, args.limit, args.dtype)
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            return 1
     print(f"\n{'model':32} {'exact':>8} {'similarity':>11} {'tok/s':>7}")
     for model, r in results.items():
         exact = f"{r['exact']}/{r['examples']}"

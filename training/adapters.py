@@ -25,15 +25,16 @@ def special_token_ids(tokenizer) -> list[int]:
     return sorted(vocab[t] for t in SPECIAL_TOKENS if t in vocab)
 
 
-def attach_lora(trunk, tokenizer, rank: int, alpha: float, dropout: float):
-    """`trunk` wrapped in a fresh LoRA adapter (peft's PeftModel); only the adapter trains."""
+def attach_lora(trunk, tokenizer, rank: int, alpha: float, dropout: float, targets=()):
+    """`trunk` wrapped in a fresh LoRA adapter (peft's PeftModel) on `targets` (default: every
+    linear layer); only the adapter trains."""
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
         r=rank,
         lora_alpha=alpha or 2 * rank,
         lora_dropout=dropout,
-        target_modules=LORA_TARGETS,
+        target_modules=list(targets) or LORA_TARGETS,
         trainable_token_indices={"embed_tokens": special_token_ids(tokenizer)},
         bias="none",
     )

@@ -227,7 +227,7 @@ def export_model(
     """A loadable checkpoint folder (trunk + tokenizer [+ MTP heads] + flywheel.json)."""
     from transformers.utils import logging as hf_logging
 
-    from agent.model import save_checkpoint
+    from agent.model import carry_apply, save_checkpoint
 
     hf_logging.disable_progress_bar()
     meta = {
@@ -248,6 +248,8 @@ def export_model(
                 save_checkpoint(folder, job.trunk, job.tokenizer, job.heads, meta)
     elif runtime.main:
         save_checkpoint(folder, job.trunk, job.tokenizer, job.heads, meta)
+    if runtime.main and recipe.init:
+        carry_apply(recipe.init, folder)  # the init model's fast-apply adapter stays with it
 
 
 def _zero_stage(recipe: Recipe) -> int:

@@ -16,6 +16,8 @@ import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from training.adapters import LORA_TARGETS
+
 STAGES = ("pretrain", "long_context", "sft", "mtp")
 _SCALARS = {"int": int, "float": float, "str": str, "bool": bool}
 
@@ -70,6 +72,8 @@ class Recipe:
     # instead of every parameter; the stage saves an adapter folder (training/adapters.py)
     lora_alpha: float = 0.0  # LoRA scaling numerator; 0 = 2 * lora_rank
     lora_dropout: float = 0.0
+    lora_targets: list[str] = field(default_factory=list)  # linear layers the adapter adapts;
+    # empty = every one (training/adapters.py LORA_TARGETS)
     token_lr: float = 0.0  # peak learning rate of the new tokens' embedding rows; 0 = lr
     telemetry_db: str = ""  # record the run and its metrics in this telemetry database; "" = no
 
@@ -108,6 +112,9 @@ class Recipe:
             raise RecipeError(f"copy_fraction must be in [0, 1], not {self.copy_fraction}")
         if self.lora_rank < 0 or self.lora_dropout < 0:
             raise RecipeError("lora_rank and lora_dropout must be >= 0 (lora_rank 0: no adapter)")
+        unknown = sorted(set(self.lora_targets) - set(LORA_TARGETS))
+        if unknown:
+            raise RecipeError(f"lora_targets {unknown} are not layers; use some of {LORA_TARGETS}")
         if self.rope_factor < 1:
             raise RecipeError("rope_factor must be >= 1")
 

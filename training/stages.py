@@ -98,6 +98,7 @@ def _load_init(recipe: Recipe, device: torch.device):
                     recipe.lora_rank,
                     recipe.lora_alpha,
                     recipe.lora_dropout,
+                    recipe.lora_targets,
                 )
     except Exception as exc:
         raise StageError(f"cannot start {recipe.stage} from {recipe.init!r}: {exc}") from exc

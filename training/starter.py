@@ -11,8 +11,12 @@
     mtp    2 MTP heads self-distilled from the SFT'd model, trunk frozen, over a 4,096-token
            draft vocabulary (mtp_starter.toml), on stdlib code, the train trajectories and the
            apply examples (mtp_text/)
+    apply  a fast-apply adapter of its own on the base (apply.toml: LoRA on the attention's
+           query and value layers), on examples made from stdlib files (tasks/apply_code.jsonl,
+           training/code_apply.py); the engine decodes fast-apply requests with it
     eval   held-out tasks through the real harness (training/evaluate.py; each task's
-           conversation in eval-transcripts/) -> model/ (the last SFT adapter plus mtp/)
+           conversation in eval-transcripts/) -> model/ (the last SFT adapter plus mtp/ and
+           apply/)
 
 Every stage reads its recipe from training/recipes/; this module only points their paths into the
 run folder. Each step is skipped when its output already exists and training resumes from its
@@ -44,11 +48,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from agent.model import APPLY_DIR
 from agent.registry import file_sha256
 
 RECIPES = Path(__file__).resolve().parent / "recipes"
 STAGE_ORDER = ("sft", "sft_tokens", "sft_more", "sft_epoch2", "sft_recover")
 MTP_RECIPE = "mtp_starter"  # the MTP heads, distilled from the last stage's model
+APPLY_RECIPE = "apply"  # the fast-apply adapter, on the base
+APPLY_EXAMPLES = 2000  # fast-apply examples made from stdlib files
 MTP_CODE_BYTES = 12_000_000  # stdlib code in the heads' corpus (about half; the rest: trajectories)
 MAX_SHIPPED_MB = 25.0  # the package's budget for the starter's folder
 
@@ -152,6 +159,17 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
         train(recipe, resume=True, progress=True)
     mark("mtp", start)
 
+    start = time.monotonic()
+    recipe = load_recipe(RECIPES / f"{APPLY_RECIPE}.toml", apply_overrides(config))
+    if not (Path(recipe.out) / "model" / "flywheel.json").exists():
+        examples = Path(recipe.sft_data[0])
+        if not examples.exists():
+            log(f"[starter] apply: examples -> {examples}")
+            apply_examples(config, examples)
+        log(f"[starter] apply: {recipe.steps} steps of {recipe.batch_size}x{recipe.seq_len}")
+        train(recipe, resume=True, progress=True)
+    mark("apply", start)
+
     evaluation = None
     final_stage = str(out / STAGE_ORDER[-1] / "model")
     kept = json.loads((out / "eval.json").read_text()) if (out / "eval.json").exists() else None
@@ -176,9 +194,42 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
         evaluation = {k: v for k, v in report.to_dict().items() if k != "results"}
         mark("eval", start)
 
+    if evaluation is not None:
+        evaluation["apply"] = evaluate_apply_stage(config, mark, log)
+
     final = finish(config, evaluation, timings, time.monotonic() - t0)
     log(f"[starter] model written to {final} in {time.monotonic() - t0:.0f}s")
     return final
+
+
+APPLY_EVAL_EXAMPLES = 12  # held-out fast-apply examples the starter's evaluation runs
+
+
+def evaluate_apply_stage(config: StarterConfig, mark: Callable, log: Callable) -> dict:
+    """The fast-apply adapter on held-out files (training/evaluate.py `evaluate_apply`), kept in
+    OUT/eval-apply.json for a rerun of the same adapter."""
+    from agent.model import checkpoint_version
+    from training.evaluate import evaluate_apply
+
+    out = Path(config.out)
+    model = out / "apply" / "model"
+    kept = out / "eval-apply.json"
+    if kept.exists():
+        report = json.loads(kept.read_text())
+        if report.get("version") == checkpoint_version(model):
+            return report
+    start = time.monotonic()
+    limit = 1 if config.quick else APPLY_EVAL_EXAMPLES
+    examples = out / "tasks" / "apply_code.jsonl"
+    try:
+        report = evaluate_apply(str(model), examples, limit, log=lambda x: log(f"[starter] {x}"))
+    except ValueError as exc:  # quick mode's few examples may hold no file out
+        log(f"[starter] apply evaluation skipped: {exc}")
+        return {"skipped": str(exc)}
+    report.pop("per_example")
+    kept.write_text(json.dumps(report, indent=2) + "\n")
+    mark("eval_apply", start)
+    return report
 
 
 def _stage_summary(folder: Path) -> dict:
@@ -216,6 +267,31 @@ def mtp_overrides(config: StarterConfig) -> dict:
         extra.update(seq_len=64, batch_size=1, steps=2, eval_batches=1, draft_vocab=256)
         extra.update(log_every=1, eval_every=1000, save_every=1000)
     return extra
+
+
+def apply_overrides(config: StarterConfig) -> dict:
+    """The fast-apply recipe's paths inside the run folder (plus the quick sizes)."""
+    out = Path(config.out)
+    extra = {
+        "init": "base",
+        "sft_data": [str(out / "tasks" / "apply_code.jsonl")],
+        "out": str(out / "apply"),
+    }
+    if config.quick:
+        extra.update(seq_len=1024, batch_size=1, grad_accum=1, steps=2, eval_batches=1)
+        extra.update(log_every=1, eval_every=1000, save_every=1000)
+    return extra
+
+
+def apply_examples(config: StarterConfig, out: Path) -> dict:
+    """Fast-apply examples from the local standard library (training/code_apply.py)."""
+    import sysconfig
+
+    from training.code_apply import CodeApplyConfig, build
+
+    count = 40 if config.quick else APPLY_EXAMPLES
+    stdlib = sysconfig.get_paths()["stdlib"]
+    return build(CodeApplyConfig(sources=[stdlib], count=count, seed=config.seed), out)
 
 
 def mtp_corpus(config: StarterConfig) -> Path:
@@ -278,8 +354,15 @@ def finish(config: StarterConfig, evaluation: dict | None, timings: dict, second
         "overrides": mtp_overrides(config),
         "corpus_manifest_sha256": file_sha256(out / "mtp_text" / "corpus" / "manifest.json"),
     }
+    stages["apply"] = _stage_summary(out / "apply")
+    recipes["apply"] = {
+        "file": f"training/recipes/{APPLY_RECIPE}.toml",
+        "sha256": file_sha256(RECIPES / f"{APPLY_RECIPE}.toml"),
+        "overrides": apply_overrides(config),
+    }
     data = {
         "tasks_manifest_sha256": file_sha256(out / "tasks" / "manifest.json"),
+        "apply_examples_sha256": file_sha256(out / "tasks" / "apply_code.jsonl"),
         "trajectories_sha256": file_sha256(out / "tasks" / "trajectories.jsonl"),
         "recovery_sha256": file_sha256(out / "tasks" / "recovery.jsonl"),
         "tasks": json.loads((out / "tasks" / "manifest.json").read_text())["counts"],
@@ -308,6 +391,7 @@ def finish(config: StarterConfig, evaluation: dict | None, timings: dict, second
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(last, tmp)
     shutil.copytree(out / "mtp" / "model" / "mtp", tmp / "mtp")  # the heads, on the same trunk
+    shutil.copytree(out / "apply" / "model", tmp / APPLY_DIR)  # the fast-apply adapter
     (tmp / "flywheel.json").write_text(json.dumps(meta, indent=2) + "\n")
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
@@ -335,23 +419,42 @@ def compress_heads(folder: Path) -> None:
         save_file(pack_int4(read_heads_state(heads)), str(heads), metadata={"format": "pt"})
 
 
+def compress_apply(folder: Path) -> None:
+    """A model folder's fast-apply adapter in float16, in place (peft loads it back into the
+    float32 base and merges it there)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    weights = folder / APPLY_DIR / "adapter_model.safetensors"
+    if weights.exists():
+        state = {
+            k: v.to(torch.float16) if v.is_floating_point() else v
+            for k, v in load_file(str(weights)).items()
+        }
+        save_file(state, str(weights), metadata={"format": "pt"})
+
+
 def ship(model: Path, dest: Path, readme: str, log: Callable[[str], None] = print) -> dict:
-    """Copy `model` to `dest`, its MTP heads in int4 (`compress_heads`) when float32 is over
-    MAX_SHIPPED_MB. Returns what was done (dtype, size)."""
+    """Copy `model` to `dest`; while it is over MAX_SHIPPED_MB, its MTP heads in int4
+    (`compress_heads`), then its fast-apply adapter in float16 (`compress_apply`). Returns what
+    was done (dtype, size)."""
     from agent.base import BASE_NAME
 
     tmp = dest.parent / f".{dest.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(model, tmp)
-    config = tmp / "adapter_config.json"
-    if config.exists():  # name the base, not the folder it sat in on the training machine
-        values = json.loads(config.read_text())
-        values["base_model_name_or_path"] = BASE_NAME
-        config.write_text(json.dumps(values, indent=2) + "\n")
+    for config in (tmp / "adapter_config.json", tmp / APPLY_DIR / "adapter_config.json"):
+        if config.exists():  # name the base, not the folder it sat in on the training machine
+            values = json.loads(config.read_text())
+            values["base_model_name_or_path"] = BASE_NAME
+            config.write_text(json.dumps(values, indent=2) + "\n")
     info = {"dtype": "float32", "mb_float32": round(folder_mb(tmp), 2)}
     if info["mb_float32"] > MAX_SHIPPED_MB:
         compress_heads(tmp)
         info["dtype"] = "float32, MTP heads int4"
+    if folder_mb(tmp) > MAX_SHIPPED_MB and (tmp / APPLY_DIR).is_dir():
+        compress_apply(tmp)
+        info["dtype"] += ", fast-apply adapter float16"
     (tmp / "README.md").write_text(readme)
     info["mb"] = round(folder_mb(tmp), 2)
     backup = dest.parent / f".{dest.name}.old"
@@ -399,7 +502,9 @@ def model_card(model: Path) -> str:
         "",
         f"Base: `{meta.get('base')}`. Files: `adapter_config.json` and `adapter_model.safetensors`",
         "(peft), `mtp/` (two MTP heads that draft tokens for speculative decoding, and their",
-        "draft vocabulary), `flywheel.json` (version and lineage).",
+        "draft vocabulary), `apply/` (a fast-apply adapter of its own on the base: given a file",
+        "and an edit sketch it writes the whole updated file; the engine decodes fast-apply",
+        "requests with it), `flywheel.json` (version and lineage).",
         "",
         "## How it was trained (`flywheel train starter`, recipes in training/recipes/)",
         "",
@@ -431,6 +536,14 @@ def model_card(model: Path) -> str:
             ),
             f"Per family: {', '.join(f'{k} {v:.0%}' for k, v in ev.get('by_family', {}).items())}.",
         ]
+        applied = ev.get("apply") or {}
+        if applied.get("examples"):
+            lines += [
+                "",
+                f"Fast apply (`apply/`) on {applied['examples']} held-out stdlib files, greedy: "
+                f"{applied['exact']} written exactly, mean similarity to the expected file "
+                f"{applied['mean_similarity']:.2f}.",
+            ]
     else:
         lines.append("Not evaluated.")
     if ev and ev.get("pass_at_1", 0) < 0.3:

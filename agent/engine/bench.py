@@ -301,7 +301,12 @@ def run(args, tmp: Path) -> dict:
 
     def run_engine(method: str, item: dict) -> tuple[list[int], float, dict]:
         params = SamplingParams(temperature=0, max_tokens=item["max_tokens"], logprobs=False)
-        request = Request(prompt=item["prompt_ids"], speculation=item["speculation"], params=params)
+        request = Request(
+            prompt=item["prompt_ids"],
+            speculation=item["speculation"],
+            params=params,
+            apply=item["workload"] == "apply",  # the model's fast-apply adapter, if it has one
+        )
         if method == "ngram" and item["workload"] == "apply":
             method = "ngram-apply"
         result = engines[method].generate(request)
@@ -321,9 +326,10 @@ def run(args, tmp: Path) -> dict:
             kwargs["prompt_lookup_num_tokens"] = args.apply_max_draft if long else args.num_draft
         if peer == "hf-assisted":
             kwargs["assistant_model"] = draft.trunk
+        weights = target.for_apply() if item["workload"] == "apply" else target
         start = time.perf_counter()
-        with torch.inference_mode(), stock_linears(target.trunk, draft.trunk if draft else None):
-            out = target.trunk.generate(ids, **kwargs)
+        with torch.inference_mode(), stock_linears(weights.trunk, draft.trunk if draft else None):
+            out = weights.trunk.generate(ids, **kwargs)
         elapsed = time.perf_counter() - start
         return out[0, ids.shape[1] :].tolist(), elapsed, {}
 
@@ -393,6 +399,7 @@ def run(args, tmp: Path) -> dict:
             path="built in a temporary folder" if random_weights else model_path,
             version=target.checkpoint.version,
             parameters=sum(p.numel() for p in target.trunk.parameters()),
+            apply=target.for_apply().checkpoint.version,  # what decodes the apply workload
             draft=None
             if draft is None
             else ("random 3m" if random_weights and not args.draft_model else draft_path),

@@ -155,7 +155,11 @@ class LocalEngine:
         return self.stream(request).finish()
 
     def stream(self, request: Request) -> Stream:
-        job = self._prepare(request, self._model)  # bad input raises here, before any output
+        model = self._model
+        if request.apply:  # the fast-apply adapter's weights, loaded on first use
+            model = self._call(model.for_apply)
+            self._with_prefix_cache(model)
+        job = self._prepare(request, model)  # bad input raises here, before any output
         if self._loop is not None:
             return Stream(self._loop.stream(self._run(job), request.priority))
         return Stream(_on_callers_thread(self._run(job), self._hold, request.priority))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ from agent.engine.batched import Part, forward_parts, supports_ragged
 from agent.engine.kv_cache import KVCache
 from agent.engine.loop import BATCH_ROWS
 from agent.engine.prefix_cache import PrefixCache
-from agent.model import Checkpoint, load_checkpoint
+from agent.model import Checkpoint, load_apply_checkpoint, load_checkpoint
 from agent.tokenizer import CHAR_TO_BYTE
 
 log = logging.getLogger("flywheel.engine")
@@ -43,6 +44,9 @@ class LoadedModel:
     ragged: bool = False  # batched.py runs its forward passes (one or several requests)
     prefix_cache: PrefixCache | None = None  # prompt prefixes computed on these weights
     grammars: dict[str, Any] = field(default_factory=dict)  # tool set -> ToolGrammar (or None)
+    int8: bool = False  # decode-sized products in int8 (`Int8Linear`)
+    _apply: list = field(default_factory=list, repr=False)  # [fast-apply model] once loaded
+    _apply_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def trunk(self):
@@ -80,6 +84,7 @@ class LoadedModel:
         vocab = checkpoint.trunk.config.vocab_size
         known = decode_table(tokenizer)
         token_bytes = known[:vocab] + [b""] * max(0, vocab - len(known))
+        why_not = "int8 weights are for the CPU" if int8 else None
         if checkpoint.trunk.device.type == "cpu":
             heads = [checkpoint.heads] if checkpoint.heads is not None else []
             modules = [checkpoint.trunk, *heads]
@@ -93,7 +98,23 @@ class LoadedModel:
                     use_int8_linear(module)
         params = inspect.signature(type(checkpoint.trunk.model).forward).parameters
         cache_kw = "cache" if "cache" in params else "past_key_values"
-        return cls(checkpoint, token_bytes, cache_kw, ragged=supports_ragged(checkpoint.trunk))
+        ragged = supports_ragged(checkpoint.trunk)
+        return cls(checkpoint, token_bytes, cache_kw, ragged=ragged, int8=int8 and not why_not)
+
+    def for_apply(self) -> LoadedModel:
+        """The model that decodes fast-apply requests: the checkpoint's apply/ adapter
+        (agent.model.load_apply_checkpoint), loaded on first use with the same precision, or
+        this model itself when it has none."""
+        with self._apply_lock:
+            if not self._apply:
+                device, dtype = str(self.device), "float32" if self.int8 else self.dtype
+                apply = load_apply_checkpoint(self.checkpoint, device, dtype)
+                self._apply.append(self if apply is None else self.wrap(apply, int8=self.int8))
+            return self._apply[0]
+
+    @property
+    def dtype(self) -> str:
+        return str(self.trunk.dtype).removeprefix("torch.")
 
     def new_cache(self, capacity: int = 0):
         """An empty KV cache for `forward`, with room for `capacity` positions where it can

@@ -89,6 +89,9 @@ class Request:
     # Chat with tools: mask tokens that would break a tool call's grammar, so every call parses
     # (agent/engine/tool_grammar.py; local backend).
     constrain_tool_calls: bool = True
+    # A fast-apply request (agent/chat_format.py `apply_messages`): decoded by the model's
+    # fast-apply adapter where its folder has one (agent/model.py APPLY_DIR; local backend).
+    apply: bool = False
 
     def __post_init__(self) -> None:
         if self.priority not in LANES:

@@ -4,8 +4,9 @@ checked field by field.
 Every problem is a `BadRequest` whose message names the field and what is wrong with it (the app
 turns it into a 400). Fields OpenAI defines but the engine cannot honour (penalties, `logit_bias`,
 `echo`, `best_of`) are refused rather than ignored. Beyond OpenAI's fields: `speculation`,
-`top_k`, `stop_token_ids`, and `priority` (vLLM's: an integer, lower runs first; or one of the
-engine's lanes by name).
+`top_k`, `stop_token_ids`, `priority` (vLLM's: an integer, lower runs first; or one of the
+engine's lanes by name), and `apply` on chat (true: a fast-apply conversation, decoded by the
+model's fast-apply adapter where it has one).
 """
 
 import json
@@ -121,6 +122,13 @@ def _speculation(body: dict) -> str | None:
     return None if value is None else _text(value, "speculation")
 
 
+def _apply(body: dict) -> bool:
+    value = body.get("apply", False)
+    if not isinstance(value, bool):
+        raise BadRequest("`apply` must be true or false")
+    return value
+
+
 def _priority(body: dict) -> str:
     """The engine lane of `priority`: a lane's name, or vLLM's integer (< 0 interactive, 0
     normal, > 0 background)."""
@@ -218,4 +226,5 @@ def chat_request(body: dict, cancel: threading.Event) -> Request:
         cancel=cancel,
         request_id=f"chatcmpl-{uuid.uuid4().hex[:24]}",
         priority=_priority(body),
+        apply=_apply(body),
     )

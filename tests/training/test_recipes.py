@@ -50,6 +50,8 @@ def test_overrides_and_errors(tmp_path):
         load_recipe(RECIPES[0], {"stpes": 7})
     with pytest.raises(RecipeError, match="must be int"):
         load_recipe(RECIPES[0], {"steps": "many"})
+    with pytest.raises(RecipeError, match=r"lora_targets \['qproj'\] are not layers"):
+        load_recipe(RECIPES[0], {"lora_targets": ["q_proj", "qproj"]})
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "x"\nstage = "sft"\nout = "o"\n')
     with pytest.raises(RecipeError, match="set `init`"):

@@ -6,11 +6,13 @@ import json
 
 import pytest
 
-from agent.model import is_adapter, load_checkpoint
+from agent.model import is_adapter, load_apply_checkpoint, load_checkpoint
 from training.cli import main
 from training.starter import (
     STAGE_ORDER,
     StarterConfig,
+    apply_overrides,
+    compress_apply,
     compress_heads,
     model_card,
     mtp_overrides,
@@ -30,6 +32,9 @@ def test_stage_paths_point_into_the_run_folder(tmp_path):
     assert mtp["data"] == str(tmp_path / "mtp_text" / "corpus") and mtp["out"] == str(
         tmp_path / "mtp"
     )
+    apply = apply_overrides(config)  # the fast-apply adapter is its own, on the base
+    assert apply["init"] == "base" and apply["out"] == str(tmp_path / "apply")
+    assert apply["sft_data"] == [str(tmp_path / "tasks" / "apply_code.jsonl")]
 
 
 def test_compress_heads_stores_them_in_int4_and_leaves_the_trunk(tmp_path, tiny_checkpoint):
@@ -62,11 +67,30 @@ def test_quick_chain_writes_a_loadable_adapter_with_lineage(tmp_path):
     assert main(["starter", "--out", str(tmp_path), "--quick"]) == 0
     meta = json.loads((tmp_path / "model" / "flywheel.json").read_text())
     assert meta["version"].startswith("starter-") and meta["version"].endswith("-quick")
-    assert set(meta["recipes"]) == {*STAGE_ORDER, "mtp"} and meta["base"].startswith("smollm2")
+    assert set(meta["recipes"]) == {*STAGE_ORDER, "mtp", "apply"}
+    assert meta["base"].startswith("smollm2") and meta["data"]["apply_examples_sha256"]
     assert list((tmp_path / "eval-transcripts").glob("*.jsonl"))  # why each eval task went so
     assert meta["data"]["tasks_manifest_sha256"] and meta["evaluation"]["tasks"] >= 1
     assert is_adapter(tmp_path / "model")
     model = load_checkpoint(tmp_path / "model")
     assert model.trunk.config.hidden_size == 576 and len(model.heads.heads) == 2
+    assert is_adapter(tmp_path / "model" / "apply")  # the fast-apply adapter rides along
+    apply = load_apply_checkpoint(model)
+    assert apply.version != model.version and apply.heads is not None
     assert "## Reproduce" in model_card(tmp_path / "model")
     assert main(["starter", "--out", str(tmp_path), "--quick"]) == 0  # a rerun resumes: no-op
+
+
+def test_compress_apply_stores_the_apply_adapter_in_float16(tmp_path):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    weights = tmp_path / "apply" / "adapter_model.safetensors"
+    weights.parent.mkdir()
+    state = {"a.lora_A.weight": torch.randn(4, 8), "a.lora_B.weight": torch.randn(8, 4)}
+    save_file(state, str(weights))
+    compress_apply(tmp_path)
+    after = load_file(str(weights))
+    for name, weight in state.items():
+        assert after[name].dtype == torch.float16
+        assert torch.allclose(after[name].float(), weight, rtol=1e-3, atol=1e-4)

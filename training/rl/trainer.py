@@ -177,13 +177,14 @@ class Policy:
         """A loadable checkpoint folder, written beside `folder` and renamed into place."""
         from transformers.utils import logging as hf_logging
 
-        from agent.model import save_checkpoint
+        from agent.model import carry_apply, save_checkpoint
 
         hf_logging.disable_progress_bar()
         folder = Path(folder)
         tmp = folder.with_name(f".{folder.name}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         save_checkpoint(tmp, self.trunk, self.tokenizer, self.checkpoint.heads, meta)
+        carry_apply(self.checkpoint.path, tmp)  # the fast-apply adapter is on the base: it stays
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(tmp, folder)
         return folder
