@@ -18,12 +18,13 @@ names the flag.
 
 Sent beyond OpenAI's fields (servers that do not know them ignore them; flywheel serve and vLLM
 honour them): `top_k`, `speculation`, `stop_token_ids`, and `return_token_ids` (token ids of each
-chunk, for RL). What comes back is used when present: token ids (`token_ids`, or logprob tokens
-named `token_id:N`), logprobs, tool calls (assembled from their streamed pieces into
-`Completion.tool_calls`), usage, and flywheel's `metrics` (draft counters). Times (time to first
-token, total) are measured here, as the caller sees them. For chat, `Completion.text` is the
-message content: servers send tool calls apart from the text, while the local backend's text is
-the raw turn with its tool-call markup.
+chunk, for RL); and on chat `apply` for a fast-apply request (flywheel serve's extension). What
+comes back is used when present: token ids (`token_ids`, or logprob tokens named `token_id:N`),
+logprobs, tool calls (assembled from their streamed pieces into `Completion.tool_calls`), usage,
+and flywheel's `metrics` (draft counters). Times (time to first token, total) are measured here,
+as the caller sees them. For chat, `Completion.text` is the message content: servers send tool
+calls apart from the text, while the local backend's text is the raw turn with its tool-call
+markup.
 
 Not here: speculative decoding settings (the server owns them: `flywheel serve --speculative`),
 swapping weights (`swap` raises), batching several prompts into one HTTP request.
@@ -268,6 +269,8 @@ class OpenAIEngine:
             body["speculation"] = request.speculation
         if request.messages is not None:
             body["messages"] = request.messages
+            if request.apply:
+                body["apply"] = True
             if request.tools:
                 body["tools"] = request.tools
             if p.logprobs:

@@ -27,7 +27,8 @@ Speculative decoding (`SpeculativeConfig.method`), passed to vLLM as `speculativ
   loaded model (`agent.engine.vllm_draft`, which says what is exact and what is not), plus
   `hf_overrides` on the target; a checkpoint without heads is an EngineError.
 vLLM keeps the draft length fixed (`num_draft_tokens`, 1 for mtp; `adaptive` is ignored) and
-does not use a request's `speculation` text. Draft counters come from vLLM's per-request
+does not use a request's `speculation` text, nor a model folder's fast-apply adapter (an `apply`
+request runs on the model itself). Draft counters come from vLLM's per-request
 spec-decode metrics.
 
 Not here: `swap` builds a whole new `vllm.LLM` (tens of seconds on a CPU) and keeps the old one

@@ -1,7 +1,8 @@
 """Engine `Result`s and `Delta`s -> response bodies: whole responses, SSE chunks, error bodies.
 
 OpenAI's wire shapes, plus `metrics` (the engine's `RequestMetrics`) beside `usage`, the model
-version as `system_fingerprint`, and `token_ids` on each choice when the request asked with
+version as `system_fingerprint` (a stream's last chunks and a whole response name the weights
+that wrote it: a fast-apply chat's is the apply adapter's version), and `token_ids` on each choice when the request asked with
 `return_token_ids`. Logprob tokens are named `token_id:N` because the engine speaks token ids.
 Chat text is cut at the first tool call; the calls become `tool_calls`.
 """
@@ -128,7 +129,15 @@ class ResponseShape:
             choice["token_ids"] = c.token_ids
         return choice
 
+    def _finished(self, result: Result) -> None:
+        """The fingerprint from here on names the weights that wrote the result (a fast-apply
+        request is decoded by the model's apply adapter, which has a version of its own)."""
+        versions = {c.model_version for c in result.completions if c.model_version}
+        if len(versions) == 1:
+            self.version = versions.pop()
+
     def response(self, result: Result) -> dict[str, Any]:
+        self._finished(result)
         return {
             **self._envelope(chunk=False),
             "choices": [self._choice(c) for c in result.completions],
@@ -159,6 +168,7 @@ class ResponseShape:
             yield self._chunk(choice)
 
     def end(self, result: Result) -> Iterator[dict[str, Any]]:
+        self._finished(result)
         if self.chat:
             for c in result.completions:
                 delta: dict[str, Any] = {}

@@ -117,6 +117,35 @@ def test_the_served_api_marks_a_fast_apply_chat_with_apply():
         chat_request({**body, "apply": "yes"}, threading.Event())
 
 
+def test_a_served_model_decodes_a_client_s_apply_chat_with_its_apply_adapter(with_apply):
+    """OpenAIEngine sends `apply` on chat; flywheel serve routes it to the apply adapter."""
+    from agent.engine.openai_backend import OpenAIEngine
+    from tests.flywheel_server import running_server
+
+    messages = [{"role": "user", "content": ORIGINAL}]
+
+    def chat(engine, apply: bool):
+        params = SamplingParams(temperature=0, max_tokens=16)
+        return engine.generate(Request(messages=messages, params=params, apply=apply)).completions[
+            0
+        ]
+
+    local = LocalEngine(EngineConfig(model=str(with_apply)))
+    try:
+        with running_server(with_apply) as url:
+            served = OpenAIEngine(EngineConfig(model=url))
+            try:
+                applied, plain = chat(served, True), chat(served, False)
+            finally:
+                served.close()
+        assert applied.text == chat(local, True).text
+        assert plain.text == chat(local, False).text
+        assert applied.text != plain.text
+        assert applied.model_version == "tiny-apply"
+    finally:
+        local.close()
+
+
 def test_evaluate_apply_scores_held_out_examples_on_the_apply_adapter(tmp_path, with_apply):
     from agent.chat_format import apply_messages
     from training.evaluate import evaluate_apply
