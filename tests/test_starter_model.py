@@ -56,3 +56,52 @@ def test_training_that_continues_the_shipped_adapter_saves_one_that_loads(tmp_pa
     saved = save_checkpoint(tmp_path / "continued", trunk, tokenizer, meta={"version": "x"})
     assert json.loads((saved / "flywheel.json").read_text())["base"] == base_version()
     assert load_checkpoint(saved).trunk.config.hidden_size == 576
+
+
+ORIGINAL = '''"""Shopping-cart totals."""
+
+
+def subtotal(items):
+    return sum(item["price"] * item["quantity"] for item in items)
+
+
+def discount(total, percent):
+    if percent < 0 or percent > 100:
+        raise ValueError("percent must be between 0 and 100")
+    return total * percent / 100
+
+
+def total(items, percent=0):
+    gross = subtotal(items)
+    return round(gross - discount(gross, percent), 2)
+'''
+
+
+def test_starter_fast_apply_writes_the_updated_file_with_its_apply_adapter():
+    """The shipped apply/ adapter rewrites a file it never saw from an edit sketch (the agent's
+    own adapter answers such a request with a tool call instead)."""
+    import difflib
+
+    from agent.chat_format import apply_messages
+    from agent.model import APPLY_DIR
+
+    sketch = "def total(items, percent=0, shipping=0.0):\n    # ... existing code ...\n"
+    expected = ORIGINAL.replace(
+        "def total(items, percent=0):", "def total(items, percent=0, shipping=0.0):"
+    )
+    meta = json.loads((STARTER_DIR / APPLY_DIR / "flywheel.json").read_text())
+    engine = open_engine(EngineConfig(model="default"))
+    try:
+        params = SamplingParams(max_tokens=len(expected) // 2 + 64, temperature=0.0)
+        request = Request(
+            messages=apply_messages("cart.py", ORIGINAL, sketch),
+            speculation=ORIGINAL,
+            params=params,
+            apply=True,
+        )
+        completion = engine.generate(request).completions[0]
+    finally:
+        engine.close()
+    assert completion.model_version == meta["version"]
+    similarity = difflib.SequenceMatcher(None, completion.text, expected, autojunk=False).ratio()
+    assert similarity >= 0.9, completion.text
