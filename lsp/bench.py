@@ -112,7 +112,7 @@ async def _run(args: argparse.Namespace) -> dict:
 
     from agent.demo import INSTRUCTION, SAMPLE
     from agent.engine import Request, SamplingParams, open_engine
-    from lsp.completion import STOP, build_prompt
+    from lsp.completion import build_prompt, stop_strings
     from lsp.model_host import engine_config
     from lsp.protocol import TASK_STEP
     from lsp.settings import CompletionSettings, ModelSettings
@@ -132,7 +132,7 @@ async def _run(args: argparse.Namespace) -> dict:
                 max_tokens=settings.max_tokens,
                 temperature=args.temperature,
                 seed=args.seed,
-                stop=list(STOP),
+                stop=stop_strings(text[:offset], settings),
                 logprobs=False,
             ),
         )

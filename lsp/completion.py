@@ -18,8 +18,10 @@ The prompt is the text before the cursor (at most `max_prefix_chars`, preceded b
 naming it), token-healed at a line start (`heal`). With `prompt_style = "fim"` it is
 fill-in-the-middle (`agent.chat_format.render_fim`) with the text after the cursor (at most
 `max_suffix_chars`) as well, for models trained on those tokens; the shipped default is not,
-and writes far better code from the prefix alone (`flywheel bench infill` measures both). Its UTF-8 length is kept under the engine's context length minus the
-output budget: a byte-level BPE never makes more tokens than bytes.
+and writes far better code from the prefix alone (`flywheel bench infill` measures both). Its
+UTF-8 length is kept under the engine's context length minus the output budget: a byte-level
+BPE never makes more tokens than bytes. A suggestion typed into the middle of a line ends with
+that line (`stop_strings`, setting `multiline`).
 
 What it does not do: talk LSP (server.py converts to and from lsprotocol types) or write
 telemetry itself (it calls `record`, which the server binds to the session).
@@ -48,6 +50,21 @@ log = logging.getLogger("flywheel.lsp")
 
 LINE_COMMENT = {"python": "#", "shellscript": "#", "ruby": "#", "yaml": "#", "toml": "#", "r": "#"}
 STOP = ["\n\n\n"]  # a blank gap ends a suggestion; the model's end-of-text token does too
+BLOCK_OPENERS = (":", "{", "=>")  # a line ending so opens a block (so does a last word below)
+BLOCK_WORDS = ("do", "then", "else")
+
+
+def stop_strings(prefix: str, settings: CompletionSettings) -> list[str]:
+    """Where a suggestion at the end of `prefix` ends. With `multiline = "auto"`, as editors'
+    inline completion does: typed into the middle of a line (text before the cursor on its line
+    that opens no block) it ends with that line, which is what the user is writing and costs a
+    few tokens instead of the whole budget; on an empty line or after a block opener it may
+    span lines, up to a blank gap."""
+    line = prefix[prefix.rfind("\n") + 1 :].rstrip()
+    opens = line.endswith(BLOCK_OPENERS) or line.split()[-1:] in ([w] for w in BLOCK_WORDS)
+    if settings.multiline == "auto" and line.strip() and not opens:
+        return ["\n", *STOP]
+    return list(STOP)
 
 
 @dataclass
@@ -274,7 +291,7 @@ class CompletionService:
                     max_tokens=settings.max_tokens,
                     temperature=settings.temperature,
                     seed=settings.seed if settings.seed >= 0 else None,
-                    stop=list(STOP),
+                    stop=stop_strings(prefix, settings),
                     logprobs=False,
                 ),
                 cancel=me.cancel,

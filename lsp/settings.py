@@ -54,8 +54,12 @@ class CompletionSettings:
     # "fim": prefix and suffix with the fill-in-the-middle tokens (a model trained on them)
     cache_size: int = 64  # suggestions kept for repeated or typed-through contexts
     cache_ttl_s: float = 60.0  # how long a cached suggestion stays usable
+    multiline: str = "auto"  # "auto": a suggestion in the middle of a line ends with that line,
+    # one on an empty line or after a block opener may span lines; "always": lines never end it
 
     def __post_init__(self) -> None:
+        if self.multiline not in ("auto", "always"):
+            raise ValueError("completion.multiline must be 'auto' or 'always'")
         for name in ("debounce_ms", "max_prefix_chars", "max_suffix_chars", "max_neighbour_chars"):
             if getattr(self, name) < 0:
                 raise ValueError(f"completion.{name} must be >= 0")

@@ -19,9 +19,10 @@ the same weights: `hf-greedy` (`generate`, greedy) and `hf-prompt-lookup`
 (`generate(prompt_lookup_num_tokens=...)`), plus `hf-assisted` (`generate(assistant_model=...)`)
 when there is a draft model. Every row reports the weights it decoded with, tokens/s, its ratio
 to `plain` and to the matching peer, the mean acceptance length, and whether its tokens equal
-`plain`'s (if not, the share that does). The peers run on the engine's loaded weights as stock Hugging Face runs them:
-for their runs the engine's CPU product classes (`FewRowsLinear`, `Int8Linear`) are swapped back
-to `nn.Linear`, so with `--dtype int8` they decode with the float32 weights.
+`plain`'s (if not, the share that does). The peers run on the engine's loaded weights as stock
+Hugging Face runs them: for their runs the engine's CPU product classes (`FewRowsLinear`,
+`Int8Linear`) are swapped back to `nn.Linear`, so with `--dtype int8` they decode with the float32
+weights.
 
 External peers (`--peers hf,vllm,llamacpp`; the default is hf alone): `vllm`, `vllm-ngram`,
 `llamacpp` and `llamacpp-lookup`, each in a subprocess of its own environment, on the same prompts

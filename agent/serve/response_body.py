@@ -2,9 +2,10 @@
 
 OpenAI's wire shapes, plus `metrics` (the engine's `RequestMetrics`) beside `usage`, the model
 version as `system_fingerprint` (a stream's last chunks and a whole response name the weights
-that wrote it: a fast-apply chat's is the apply adapter's version), and `token_ids` on each choice when the request asked with
-`return_token_ids`. Logprob tokens are named `token_id:N` because the engine speaks token ids.
-Chat text is cut at the first tool call; the calls become `tool_calls`.
+that wrote it: a fast-apply chat's is the apply adapter's version), and `token_ids` on each
+choice when the request asked with `return_token_ids`. Logprob tokens are named `token_id:N`
+because the engine speaks token ids. Chat text is cut at the first tool call; the calls become
+`tool_calls`.
 """
 
 import time

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from lsprotocol import types
 
 from lsp.documents import offset_at, position_at
@@ -143,3 +144,18 @@ def test_model_settings_choose_the_engine_and_when_a_swap_is_enough(tmp_path, ti
     assert plain.speculative.method == "none" and _kind(plain) != _kind(local)
     s, warnings = parse_settings({"model": {"speculative": "fastest"}})
     assert s.model.speculative == "auto" and warnings  # not a choice: skipped and named
+
+
+def test_a_suggestion_in_the_middle_of_a_line_ends_with_the_line():
+    from lsp.completion import STOP, stop_strings
+    from lsp.settings import CompletionSettings
+
+    auto = CompletionSettings()
+    assert stop_strings("x = 1\ntotal = sum(", auto) == ["\n", *STOP]  # mid-line: this line
+    assert stop_strings("def handle(request, ", auto) == ["\n", *STOP]
+    for block in ("def f():\n    ", "def f():\n", "def f():", "if (x) {", "for x in y; do", ""):
+        assert stop_strings(block, auto) == STOP, block  # an empty line or a block: many lines
+    assert stop_strings("x = undo", auto) == ["\n", *STOP]  # a word ending in "do" opens nothing
+    assert stop_strings("total = sum(", CompletionSettings(multiline="always")) == STOP
+    with pytest.raises(ValueError, match="multiline must be 'auto' or 'always'"):
+        CompletionSettings(multiline="never")
