@@ -112,30 +112,9 @@ def test_full_disk_leaves_nothing_half_written(fake_wheel, monkeypatch):
 
 def _lora_adapter(tmp_path, checkpoint: Path) -> Path:
     """A LoRA adapter trained on `checkpoint` by the SFT stage, two steps."""
-    from training.loop import train
-    from training.recipe import Recipe
+    from tests.tiny_training import train_hello
 
-    rows = tmp_path / "sft.jsonl"
-    conversation = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
-    rows.write_text("\n".join(json.dumps({"messages": conversation}) for _ in range(4)))
-    recipe = Recipe(
-        name="lora",
-        stage="sft",
-        out=str(tmp_path / "run"),
-        init=str(checkpoint),
-        sft_data=[str(rows)],
-        lora_rank=4,
-        steps=2,
-        batch_size=2,
-        seq_len=64,
-        lr=1e-2,
-        device="cpu",
-        log_every=1,
-        eval_every=100,
-        save_every=100,
-    )
-    train(recipe, progress=False)
-    return tmp_path / "run" / "model"
+    return train_hello(tmp_path, checkpoint, lora_rank=4, steps=2, lr=1e-2)
 
 
 def test_an_adapter_merges_into_its_base_and_names_a_wrong_one(tmp_path, tiny_checkpoint):

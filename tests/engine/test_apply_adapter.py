@@ -174,28 +174,9 @@ def _train_only(tmp_path: Path) -> Path:
 def test_a_model_trained_from_one_with_an_apply_adapter_keeps_it(tmp_path, with_apply):
     """What the cycle and RL train from the default keeps its fast-apply adapter (it is on the
     base, apart from the weights they change)."""
-    from training.loop import train
-    from training.recipe import Recipe
+    from tests.tiny_training import train_hello
 
-    rows = tmp_path / "sft.jsonl"
-    conversation = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
-    rows.write_text("\n".join(json.dumps({"messages": conversation}) for _ in range(4)))
-    recipe = Recipe(
-        name="child",
-        stage="sft",
-        out=str(tmp_path / "run"),
-        init=str(with_apply),
-        sft_data=[str(rows)],
-        steps=1,
-        batch_size=2,
-        seq_len=64,
-        device="cpu",
-        log_every=1,
-        eval_every=100,
-        save_every=100,
-    )
-    train(recipe, progress=False)
-    child = tmp_path / "run" / "model"
+    child = train_hello(tmp_path, with_apply)
     assert (child / APPLY_DIR / "adapter_model.safetensors").read_bytes() == (
         with_apply / APPLY_DIR / "adapter_model.safetensors"
     ).read_bytes()
