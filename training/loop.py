@@ -482,10 +482,9 @@ def bf16_is_fast(device: torch.device) -> bool:
         return torch.cuda.is_bf16_supported()
     if device.type != "cpu":
         return True
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return torch.backends.cpu.get_cpu_capability() not in ("DEFAULT", "NO AVX", "AVX2")
+    from agent.engine.model_runner import bf16_matmul_is_fast
+
+    return bf16_matmul_is_fast()
 
 
 class _progress:

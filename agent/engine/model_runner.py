@@ -10,13 +10,15 @@ On the CPU, every `nn.Linear` of the trunk and heads becomes a `FewRowsLinear`: 
 weights, with a product for 1..16 rows (a decode or verify step, an MTP head over a few new
 positions) that runs faster on torch's CPU BLAS (see its docstring). Long inputs (prefill) run
 exactly as before. With dtype "int8" they become `Int8Linear` instead:
-decode-sized inputs use an int8 copy of the weights (lossy), prefill keeps float32.
+decode-sized inputs use an int8 copy of the weights (lossy); prefill keeps float32, or runs on a
+bfloat16 copy where the CPU multiplies bfloat16 fast (`bf16_matmul_is_fast`).
 
 Not thread-safe by itself: the engine holds its lock around every call.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import threading
@@ -192,7 +194,9 @@ class Int8Linear(FewRowsLinear):
 
     Why: decoding on a CPU reads every weight per step; torch's `_weight_int8pack_mm` reads a
     quarter of the bytes and is much faster for a few rows (decode, verify), slower than float32
-    BLAS for long inputs, which therefore keep the float32 weight (prefill). Weights are
+    BLAS for long inputs, which therefore keep the float32 weight (prefill). Where the CPU has
+    fast bfloat16 products (AVX-512 BF16 or AMX: about twice float32's speed on a prefill), long
+    inputs use a bfloat16 copy (`bf16_weight`) instead, for the same reason. Weights are
     per-output-channel symmetric int8 with one bf16 scale each; activations stay float32 and
     become bf16 only inside the int8 product. Lossy against float32, and the bf16 rounding can
     turn a near-tie either way. Each row's product does not depend on the other rows, so with
@@ -209,11 +213,15 @@ class Int8Linear(FewRowsLinear):
     MAX_INT8_ROWS = BATCH_ROWS
     int8_weight: torch.Tensor  # [out, in] int8
     int8_scales: torch.Tensor  # [out] bf16
+    bf16_weight: torch.Tensor | None  # [out, in] bf16 for long inputs; None: float32
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
         if not 0 < rows <= self.MAX_INT8_ROWS:
-            return super().forward(x)
+            if self.bf16_weight is None:
+                return super().forward(x)
+            y = nn.functional.linear(x.to(torch.bfloat16), self.bf16_weight).to(x.dtype)
+            return y if self.bias is None else y + self.bias
         x16 = x.reshape(rows, x.shape[-1]).to(torch.bfloat16).contiguous()
         y = torch.ops.aten._weight_int8pack_mm(x16, self.int8_weight, self.int8_scales).to(x.dtype)
         if self.bias is not None:
@@ -232,13 +240,28 @@ def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scales
 
 
-def use_int8_linear(module: nn.Module) -> None:
+def use_int8_linear(module: nn.Module, bf16_prefill: bool | None = None) -> None:
     """Give every `nn.Linear`/`FewRowsLinear` inside `module` whose input width the kernel takes
-    an int8 copy of its weight and make it an `Int8Linear`, in place (the rest keep float32)."""
+    an int8 copy of its weight and make it an `Int8Linear`, in place (the rest keep float32).
+    `bf16_prefill` (default: `bf16_matmul_is_fast()`) adds the bfloat16 copy for long inputs."""
+    if bf16_prefill is None:
+        bf16_prefill = bf16_matmul_is_fast()
     for child in module.modules():
         if type(child) in (nn.Linear, FewRowsLinear) and child.in_features % INT8_K_MULTIPLE == 0:
             child.int8_weight, child.int8_scales = quantize_int8(child.weight)
+            child.bf16_weight = child.weight.detach().to(torch.bfloat16) if bf16_prefill else None
             child.__class__ = Int8Linear
+
+
+@functools.cache
+def bf16_matmul_is_fast() -> bool:
+    """Whether this CPU multiplies bfloat16 matrices faster than float32 (oneDNN's bfloat16
+    kernels: AVX-512 BF16 or AMX). Without them torch runs bfloat16 products on a slow,
+    single-threaded fallback (AVX2-only CPUs, for instance)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return torch.backends.cpu.get_cpu_capability() not in ("DEFAULT", "NO AVX", "AVX2")
 
 
 def int8_unavailable() -> str | None:

@@ -1,4 +1,4 @@
-"""dtype "int8": int8 weights for decode-sized inputs, float32 for prefill, engine only."""
+"""dtype "int8": int8 weights for decode-sized inputs, float32 (or bf16) for prefill, engine only."""
 
 from __future__ import annotations
 
@@ -24,10 +24,12 @@ pytestmark = pytest.mark.skipif(
 PROMPT = "def parse(text):\n    return json.loads(text)\n\ndef parse("
 
 
-def int8_layer(in_features: int = 64, out_features: int = 48, bias: bool = True) -> nn.Linear:
+def int8_layer(
+    in_features: int = 64, out_features: int = 48, bias: bool = True, bf16_prefill: bool = False
+) -> nn.Linear:
     torch.manual_seed(0)
     layer = nn.Linear(in_features, out_features, bias=bias)
-    use_int8_linear(layer)
+    use_int8_linear(layer, bf16_prefill)
     return layer
 
 
@@ -53,13 +55,29 @@ def test_longer_inputs_use_the_float32_weight_exactly():
     assert torch.equal(layer(few), reference(few))
 
 
+def test_longer_inputs_use_a_bf16_weight_where_the_cpu_multiplies_bf16_fast():
+    layer = int8_layer(bf16_prefill=True)
+    x = torch.randn(2, 20, 64)  # 40 rows: prefill
+    weight = layer.weight.to(torch.bfloat16)
+    want = nn.functional.linear(x.to(torch.bfloat16), weight).float() + layer.bias
+    got = layer(x)
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+    exact = nn.functional.linear(x, layer.weight, layer.bias)
+    assert (got - exact).norm() <= 0.01 * exact.norm()
+    few = torch.randn(3, 64)  # decode-sized inputs still take the int8 product
+    assert torch.equal(layer(few), int8_layer(bf16_prefill=False)(few))
+
+
 def test_widths_the_kernel_cannot_take_stay_float32():
     layer = int8_layer(in_features=40)
     assert type(layer) is FewRowsLinear or type(layer) is nn.Linear
     assert not hasattr(layer, "int8_weight")
 
 
-def test_prefill_is_float32_and_decoding_int8(lively_checkpoint):
+def test_prefill_is_float32_and_decoding_int8(lively_checkpoint, monkeypatch):
+    from agent.engine import model_runner
+
+    monkeypatch.setattr(model_runner, "bf16_matmul_is_fast", lambda: False)
     exact = LoadedModel.load(str(lively_checkpoint))
     int8 = LoadedModel.load(str(lively_checkpoint), dtype="int8")
     assert type(int8.trunk.lm_head) is Int8Linear
