@@ -50,8 +50,8 @@ log = logging.getLogger("flywheel.lsp")
 
 LINE_COMMENT = {"python": "#", "shellscript": "#", "ruby": "#", "yaml": "#", "toml": "#", "r": "#"}
 STOP = ["\n\n\n"]  # a blank gap ends a suggestion; the model's end-of-text token does too
-BLOCK_OPENERS = (":", "{", "=>")  # a line ending so opens a block (so does a last word below)
-BLOCK_WORDS = ("do", "then", "else")
+BLOCK_OPENERS = (":", "{", "=>")  # a line ending so opens a block
+BLOCK_WORDS = {"do", "then", "else"}  # so does a line whose last word is one of these
 
 
 def stop_strings(prefix: str, settings: CompletionSettings) -> list[str]:
@@ -60,11 +60,11 @@ def stop_strings(prefix: str, settings: CompletionSettings) -> list[str]:
     that opens no block) it ends with that line, which is what the user is writing and costs a
     few tokens instead of the whole budget; on an empty line or after a block opener it may
     span lines, up to a blank gap."""
-    line = prefix[prefix.rfind("\n") + 1 :].rstrip()
-    opens = line.endswith(BLOCK_OPENERS) or line.split()[-1:] in ([w] for w in BLOCK_WORDS)
-    if settings.multiline == "auto" and line.strip() and not opens:
-        return ["\n", *STOP]
-    return list(STOP)
+    words = prefix[prefix.rfind("\n") + 1 :].split()
+    if settings.multiline == "always" or not words:
+        return list(STOP)
+    opens = words[-1].endswith(BLOCK_OPENERS) or words[-1] in BLOCK_WORDS
+    return list(STOP) if opens else ["\n", *STOP]
 
 
 @dataclass

@@ -195,8 +195,8 @@ class Int8Linear(FewRowsLinear):
     Why: decoding on a CPU reads every weight per step; torch's `_weight_int8pack_mm` reads a
     quarter of the bytes and is much faster for a few rows (decode, verify), slower than float32
     BLAS for long inputs, which therefore keep the float32 weight (prefill). Where the CPU has
-    fast bfloat16 products (AVX-512 BF16 or AMX: about twice float32's speed on a prefill), long
-    inputs use a bfloat16 copy (`bf16_weight`) instead, for the same reason. Weights are
+    fast bfloat16 products (AVX-512 BF16 or AMX), which beat float32 BLAS on long inputs, those
+    use a second, bfloat16 copy of the weight (`bf16_weight`) instead. Weights are
     per-output-channel symmetric int8 with one bf16 scale each; activations stay float32 and
     become bf16 only inside the int8 product. Lossy against float32, and the bf16 rounding can
     turn a near-tie either way. Each row's product does not depend on the other rows, so with
