@@ -29,6 +29,9 @@ import torch
 from torch import nn
 
 from agent.engine.batched import Part, forward_parts, supports_ragged
+from agent.engine.int8_kernel import K_MULTIPLE as INT8_KERNEL_K_MULTIPLE
+from agent.engine.int8_kernel import int8_mm
+from agent.engine.int8_kernel import unavailable as int8_kernel_unavailable
 from agent.engine.kv_cache import KVCache
 from agent.engine.loop import BATCH_ROWS
 from agent.engine.prefix_cache import PrefixCache
@@ -192,20 +195,20 @@ def use_few_rows_linear(module: nn.Module) -> None:
 class Int8Linear(FewRowsLinear):
     """`FewRowsLinear` that multiplies inputs of at most MAX_INT8_ROWS rows by int8 weights.
 
-    Why: decoding on a CPU reads every weight per step; torch's `_weight_int8pack_mm` reads a
-    quarter of the bytes and is much faster for a few rows (decode, verify), slower than float32
-    BLAS for long inputs, which therefore keep the float32 weight (prefill). Where the CPU has
-    fast bfloat16 products (AVX-512 BF16 or AMX), which beat float32 BLAS on long inputs, those
-    use a second, bfloat16 copy of the weight (`bf16_weight`) instead. Weights are
-    per-output-channel symmetric int8 with one bf16 scale each; activations stay float32 and
-    become bf16 only inside the int8 product. Lossy against float32, and the bf16 rounding can
-    turn a near-tie either way. Each row's product does not depend on the other rows, so with
-    `SpeculativeConfig.exact` (each verify position attends alone, batched.py) speculative
-    decoding writes plain decoding's tokens bit for bit; without, a verify step's attention
-    rounds differently from a decode step's and may part from plain at a near-tie.
+    Why: decoding on a CPU reads every weight per step; an int8 copy is a quarter of the bytes.
+    Few rows (decode, verify, a batched step) take Flywheel's kernel (`int8_kernel`, AVX-512
+    VNNI: int16 activations with a scale per row, exact integer sums) where the CPU and a C
+    compiler allow, else torch's `_weight_int8pack_mm` (bf16 activations). Long inputs (prefill)
+    keep the float32 weight, or, where the CPU has fast bfloat16 products (AVX-512 BF16 or AMX),
+    a second, bfloat16 copy (`bf16_weight`). Weights are per-output-channel symmetric int8 with
+    one bf16 scale each. Lossy against float32, and a near-tie can turn either way. Each row's
+    product does not depend on the other rows, so with `SpeculativeConfig.exact` (each verify
+    position attends alone, batched.py) speculative decoding writes plain decoding's tokens bit
+    for bit; without, a verify step's attention rounds differently from a decode step's and may
+    part from plain at a near-tie.
 
-    `int8_weight`/`int8_scales` are plain attributes, not buffers: the state dict and training
-    never see them, and they do not follow later changes to `weight`.
+    `int8_weight`/`int8_scales`/`kernel_scales` are plain attributes, not buffers: the state
+    dict and training never see them, and they do not follow later changes to `weight`.
     """
 
     # int8 stays ahead of float32 well past this on a CPU (benchmarks/int8.py measures the rows);
@@ -213,6 +216,7 @@ class Int8Linear(FewRowsLinear):
     MAX_INT8_ROWS = BATCH_ROWS
     int8_weight: torch.Tensor  # [out, in] int8
     int8_scales: torch.Tensor  # [out] bf16
+    kernel_scales: torch.Tensor | None  # [out] float32 for int8_kernel; None: torch's kernel
     bf16_weight: torch.Tensor | None  # [out, in] bf16 for long inputs; None: float32
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -222,8 +226,13 @@ class Int8Linear(FewRowsLinear):
                 return super().forward(x)
             y = nn.functional.linear(x.to(torch.bfloat16), self.bf16_weight).to(x.dtype)
             return y if self.bias is None else y + self.bias
-        x16 = x.reshape(rows, x.shape[-1]).to(torch.bfloat16).contiguous()
-        y = torch.ops.aten._weight_int8pack_mm(x16, self.int8_weight, self.int8_scales).to(x.dtype)
+        flat = x.reshape(rows, x.shape[-1])
+        if self.kernel_scales is not None:
+            y = int8_mm(flat.float(), self.int8_weight, self.kernel_scales).to(x.dtype)
+        else:
+            x16 = flat.to(torch.bfloat16).contiguous()
+            y = torch.ops.aten._weight_int8pack_mm(x16, self.int8_weight, self.int8_scales)
+            y = y.to(x.dtype)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], y.shape[-1])
@@ -240,16 +249,23 @@ def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scales
 
 
-def use_int8_linear(module: nn.Module, bf16_prefill: bool | None = None) -> None:
+def use_int8_linear(
+    module: nn.Module, bf16_prefill: bool | None = None, kernel: bool | None = None
+) -> None:
     """Give every `nn.Linear`/`FewRowsLinear` inside `module` whose input width the kernel takes
     an int8 copy of its weight and make it an `Int8Linear`, in place (the rest keep float32).
-    `bf16_prefill` (default: `bf16_matmul_is_fast()`) adds the bfloat16 copy for long inputs."""
+    `bf16_prefill` (default: `bf16_matmul_is_fast()`) adds the bfloat16 copy for long inputs;
+    `kernel` (default: where `int8_kernel` runs here) lets Flywheel's kernel take few rows."""
     if bf16_prefill is None:
         bf16_prefill = bf16_matmul_is_fast()
+    if kernel is None:
+        kernel = int8_kernel_unavailable() is None
     for child in module.modules():
         if type(child) in (nn.Linear, FewRowsLinear) and child.in_features % INT8_K_MULTIPLE == 0:
             child.int8_weight, child.int8_scales = quantize_int8(child.weight)
             child.bf16_weight = child.weight.detach().to(torch.bfloat16) if bf16_prefill else None
+            own = kernel and child.in_features % INT8_KERNEL_K_MULTIPLE == 0
+            child.kernel_scales = child.int8_scales.float() if own else None
             child.__class__ = Int8Linear
 
 
