@@ -11,8 +11,11 @@ and in new tokens. This is the flattened batch of vLLM's scheduler without its p
 The engine runs every trunk forward through here, alone or batched, so a request's numbers do
 not depend on which others shared its step (but for the rounding of a different row count in
 float32 matrix products, which `tests/engine/test_batched.py` checks does not change greedy
-output; int8 products are per row). With `SpeculativeConfig.exact` a verify step's positions
-each attend alone (`_attend`), so it computes what plain decoding's steps would, bit for bit.
+output; int8 products are per row). Where Flywheel's CPU kernels build (`cpu_kernels`), the
+decode-sized parts attend through `cpu_kernels.attend`, which computes every position alone in
+one call: a verify step then computes what plain decoding's steps would, bit for bit, whatever
+`SpeculativeConfig.exact` says. Elsewhere `exact` makes each of its positions attend in a torch
+call of its own (`_attend`) for the same guarantee.
 
 Written out for the Llama decoder (Llama and Qwen2, what `agent.model` builds and the base is);
 any other trunk runs one part at a time through its own forward.
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from agent.engine import cpu_kernels
 from agent.engine.loop import BATCH_ROWS, Step
 
 RAGGED_MODEL_TYPES = ("llama", "qwen2")
@@ -77,9 +81,10 @@ def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Te
     )
     x = body.embed_tokens(flat)[None]  # [1, T, hidden]
     cos, sin = body.rotary_emb(x, positions[None])
+    own = [not big and own_attention() for big in large]  # cpu_kernels.attend, per part
     masks = [
-        None if part.alone else _causal(m, part.cache, device)
-        for part, (_, m) in zip(parts, shapes, strict=True)
+        None if part.alone or mine else _causal(m, part.cache, device)
+        for part, (_, m), mine in zip(parts, shapes, own, strict=True)
     ]
     for layer in body.layers[: trunk.config.num_hidden_layers]:
         attn = layer.self_attn
@@ -90,17 +95,25 @@ def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Te
         )
         q, k = apply_rotary_pos_emb(q, k, cos, sin)  # [1, heads, T, head_dim]
         outputs, at = [], 0
-        for part, (rows, m), mask in zip(parts, shapes, masks, strict=True):
+        for part, (rows, m), mask, mine in zip(parts, shapes, masks, own, strict=True):
             span = slice(at, at + rows * m)
             at += rows * m
             q_i, k_i, v_i = (_rows(t[0, :, span], rows, m) for t in (q, k, v))
             k_i, v_i = part.cache.update(k_i, v_i, attn.layer_idx)  # [rows, kv heads, past+m, hd]
+            if mine and cpu_kernels.can_attend(q_i, k_i):
+                outputs.append(cpu_kernels.attend(q_i, k_i, v_i, attn.scaling).view(rows * m, -1))
+                continue
             out = _attend(q_i, k_i, v_i, mask, attn.scaling)  # [rows, heads, m, head_dim]
             outputs.append(out.transpose(1, 2).reshape(rows * m, -1))
         x = x + _each(attn.o_proj, torch.cat(outputs)[None], cuts)
         x = x + _each(layer.mlp, layer.post_attention_layernorm(x), cuts)
     hidden = body.norm(x)[0]  # [T, hidden]
     return _split_logits(trunk, hidden, parts, shapes, large)
+
+
+def own_attention() -> bool:
+    """Whether decode-sized parts attend through `cpu_kernels.attend` (where it builds)."""
+    return cpu_kernels.unavailable() is None
 
 
 def _segments(sizes: list[int], large: list[bool]) -> list[tuple[int, int]]:

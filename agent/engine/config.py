@@ -27,9 +27,9 @@ class SpeculativeConfig:
     ngram_max: int = 4  # longest suffix n-gram matched by prompt lookup
     ngram_min: int = 1  # shortest suffix n-gram matched by prompt lookup
     draft_model: str | None = None  # checkpoint folder of the draft model (method "draft")
-    # verify steps compute plain decoding's steps bit for bit (each position attends alone, one
-    # KV read each): outputs identical to plain at any precision, verify steps dearer (off:
-    # identical but for near-ties under int8's rounding)
+    # verify steps compute plain decoding's steps bit for bit: outputs identical to plain at any
+    # precision. Where cpu_kernels build, every verify step already does, at no cost; elsewhere
+    # each position attends in a call of its own (off: identical but for near-ties under int8)
     exact: bool = False
 
     @property
@@ -82,7 +82,7 @@ class EngineConfig:
             raise BadRequest(f"unknown dtype {self.dtype!r}; use {', '.join(DTYPES)}")
         if self.dtype == "int8" and (self.backend != "local" or self.device.split(":")[0] != "cpu"):
             raise BadRequest(
-                "dtype int8 is the local backend's CPU option (torch's int8 kernels); "
+                "dtype int8 is the local backend's CPU option (CPU int8 kernels); "
                 f"not for backend {self.backend!r} on device {self.device!r}"
             )
 

@@ -29,9 +29,9 @@ import torch
 from torch import nn
 
 from agent.engine.batched import Part, forward_parts, supports_ragged
-from agent.engine.int8_kernel import K_MULTIPLE as INT8_KERNEL_K_MULTIPLE
-from agent.engine.int8_kernel import int8_mm
-from agent.engine.int8_kernel import unavailable as int8_kernel_unavailable
+from agent.engine.cpu_kernels import K_MULTIPLE as INT8_KERNEL_K_MULTIPLE
+from agent.engine.cpu_kernels import int8_mm
+from agent.engine.cpu_kernels import unavailable as int8_kernel_unavailable
 from agent.engine.kv_cache import KVCache
 from agent.engine.loop import BATCH_ROWS
 from agent.engine.prefix_cache import PrefixCache
@@ -196,7 +196,7 @@ class Int8Linear(FewRowsLinear):
     """`FewRowsLinear` that multiplies inputs of at most MAX_INT8_ROWS rows by int8 weights.
 
     Why: decoding on a CPU reads every weight per step; an int8 copy is a quarter of the bytes.
-    Few rows (decode, verify, a batched step) take Flywheel's kernel (`int8_kernel`, AVX-512
+    Few rows (decode, verify, a batched step) take Flywheel's kernel (`cpu_kernels.int8_mm`, AVX-512
     VNNI: int16 activations with a scale per row, exact integer sums) where the CPU and a C
     compiler allow, else torch's `_weight_int8pack_mm` (bf16 activations). Long inputs (prefill)
     keep the float32 weight, or, where the CPU has fast bfloat16 products (AVX-512 BF16 or AMX),
@@ -216,7 +216,7 @@ class Int8Linear(FewRowsLinear):
     MAX_INT8_ROWS = BATCH_ROWS
     int8_weight: torch.Tensor  # [out, in] int8
     int8_scales: torch.Tensor  # [out] bf16
-    kernel_scales: torch.Tensor | None  # [out] float32 for int8_kernel; None: torch's kernel
+    kernel_scales: torch.Tensor | None  # [out] float32 for cpu_kernels.int8_mm; None: torch
     bf16_weight: torch.Tensor | None  # [out, in] bf16 for long inputs; None: float32
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -255,7 +255,7 @@ def use_int8_linear(
     """Give every `nn.Linear`/`FewRowsLinear` inside `module` whose input width the kernel takes
     an int8 copy of its weight and make it an `Int8Linear`, in place (the rest keep float32).
     `bf16_prefill` (default: `bf16_matmul_is_fast()`) adds the bfloat16 copy for long inputs;
-    `kernel` (default: where `int8_kernel` runs here) lets Flywheel's kernel take few rows."""
+    `kernel` (default: where `cpu_kernels` run here) lets Flywheel's kernel take few rows."""
     if bf16_prefill is None:
         bf16_prefill = bf16_matmul_is_fast()
     if kernel is None:

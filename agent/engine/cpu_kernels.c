@@ -1,0 +1,194 @@
+/* Flywheel's CPU kernels for decode-sized steps (cpu_kernels.py builds and loads them).
+ *
+ * flywheel_int8_mm: y = x @ (w * scales)^T for a few rows of x, `Int8Linear`'s product.
+ *
+ * x [M, K] float32, w [N, K] int8, scales [N] float32, y [M, N] float32; K a multiple of 32.
+ * Each row of x becomes int16 with a scale of its own (its largest magnitude maps to the
+ * largest value whose products cannot overflow an int32 sum over K), and the products add up
+ * in int32 with AVX-512 VNNI (vpdpwssd): exact integer sums, so a row's result never depends
+ * on the other rows or on how many there are. Threads split the output columns, and every
+ * block of 4 weight rows is read once from memory for all the rows of x, five at a time:
+ * decoding one token and verifying five cost nearly the same weight traffic.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define NB 4 /* weight rows (output columns) per block */
+#define RB 5 /* rows of x per block: RB * NB accumulators stay in registers */
+
+static void quantize_rows(const float *x, int64_t M, int64_t K, int16_t *q, float *qs) {
+    const float qmax = (float)fmin(32767.0, floor(2147483647.0 / (127.0 * (double)K)));
+    for (int64_t r = 0; r < M; r++) {
+        const float *row = x + r * K;
+        __m512 top = _mm512_setzero_ps();
+        __mmask16 nan = 0;
+        for (int64_t k = 0; k < K; k += 16) {
+            __m512 v = _mm512_loadu_ps(row + k);
+            nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            top = _mm512_max_ps(top, _mm512_abs_ps(v));
+        }
+        float amax = nan ? NAN : _mm512_reduce_max_ps(top);
+        if (!(amax > 0.0f) || isinf(amax)) { /* zero row, or NaN/inf: pass it through */
+            for (int64_t k = 0; k < K; k++) q[r * K + k] = 0;
+            qs[r] = amax == 0.0f ? 0.0f : NAN;
+            continue;
+        }
+        __m512 inv = _mm512_set1_ps(qmax / amax);
+        for (int64_t k = 0; k < K; k += 16) {
+            __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + k), inv));
+            _mm256_storeu_si256((__m256i *)(q + r * K + k), _mm512_cvtsepi32_epi16(v));
+        }
+        qs[r] = amax / qmax;
+    }
+}
+
+static inline __attribute__((always_inline)) void block(
+    const int16_t *x, const float *xs, int64_t K, const int8_t *w, const float *scales,
+    int64_t N, int64_t n, float *y, const int R) {
+    __m512i acc[RB][NB];
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 4") for (int i = 0; i < NB; i++) acc[r][i] = _mm512_setzero_si512();
+    for (int64_t k = 0; k < K; k += 32) {
+        __m512i wv[NB];
+        _Pragma("GCC unroll 4") for (int i = 0; i < NB; i++) wv[i] = _mm512_cvtepi8_epi16(
+            _mm256_loadu_si256((const __m256i *)(w + (n + i) * K + k)));
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+            __m512i xv = _mm512_loadu_si512((const void *)(x + r * K + k));
+            _Pragma("GCC unroll 4") for (int i = 0; i < NB; i++)
+                acc[r][i] = _mm512_dpwssd_epi32(acc[r][i], xv, wv[i]);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 4") for (int i = 0; i < NB; i++)
+            y[r * N + n + i] = (float)_mm512_reduce_add_epi32(acc[r][i]) * (xs[r] * scales[n + i]);
+}
+
+/* Returns 0, or -1 when scratch memory could not be allocated (y is then untouched). */
+int flywheel_int8_mm(const float *x, int64_t M, int64_t K, const int8_t *w,
+                     const float *scales, int64_t N, float *y, int threads) {
+    int16_t *q = malloc((size_t)(M * K) * sizeof(int16_t) + 64);
+    float *qs = malloc((size_t)M * sizeof(float) + 64);
+    if (!q || !qs) {
+        free(q);
+        free(qs);
+        return -1;
+    }
+    quantize_rows(x, M, K, q, qs);
+    int64_t full = N / NB * NB;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t n = 0; n < full; n += NB) {
+        for (int64_t m = 0; m < M; m += RB) {
+            const int16_t *xm = q + m * K;
+            const float *sm = qs + m;
+            float *ym = y + m * N;
+            switch (M - m >= RB ? RB : M - m) {
+            case 5: block(xm, sm, K, w, scales, N, n, ym, 5); break;
+            case 4: block(xm, sm, K, w, scales, N, n, ym, 4); break;
+            case 3: block(xm, sm, K, w, scales, N, n, ym, 3); break;
+            case 2: block(xm, sm, K, w, scales, N, n, ym, 2); break;
+            default: block(xm, sm, K, w, scales, N, n, ym, 1);
+            }
+        }
+    }
+    for (int64_t n = full; n < N; n++) /* the last N % 4 columns: the same sums, one by one */
+        for (int64_t m = 0; m < M; m++) {
+            __m512i acc = _mm512_setzero_si512();
+            for (int64_t k = 0; k < K; k += 32)
+                acc = _mm512_dpwssd_epi32(
+                    acc, _mm512_loadu_si512((const void *)(q + m * K + k)),
+                    _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + n * K + k))));
+            y[m * N + n] = (float)_mm512_reduce_add_epi32(acc) * (qs[m] * scales[n]);
+        }
+    free(q);
+    free(qs);
+    return 0;
+}
+
+/* e^x for x <= 0 (a softmax's shifted scores), 16 at a time: x = n ln2 + r, |r| <= ln2/2,
+ * e^r by its Taylor polynomial to degree 7, times 2^n (vscalefps). Same input, same bits. */
+static inline __m512 exp512(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* Causal attention of m new positions over a KV cache, each query row on its own.
+ *
+ * q [rows, heads, m, hd] contiguous; k, v [rows, kv_heads, length, hd] with the given row and
+ * head strides (positions contiguous); out [rows, m, heads, hd] contiguous. New position j
+ * sees the first length - m + j + 1 keys; head h reads kv head h / (heads / kv_heads). hd is a
+ * multiple of 16, at most 128. Every (row, head, position) is computed alone, in one fixed order, so a
+ * position's output is the same bits whether it comes in a decode step or among a verify
+ * step's drafts. Returns 0, or -1 when scratch memory could not be allocated.
+ */
+int flywheel_attend(const float *q, int64_t rows, int64_t heads, int64_t m, int64_t hd,
+                    const float *k, const float *v, int64_t kv_heads, int64_t length,
+                    int64_t k_row, int64_t k_head, int64_t v_row, int64_t v_head, float scale,
+                    float *out, int threads) {
+    const int64_t group = heads / kv_heads, items = rows * heads * m, past = length - m;
+    const int64_t lanes = hd / 16;
+    int failed = 0;
+#pragma omp parallel num_threads(threads) reduction(| : failed)
+    {
+        float *s = malloc((size_t)(length + 16) * sizeof(float));
+        if (!s) failed = 1;
+#pragma omp for schedule(static)
+        for (int64_t item = 0; item < items; item++) {
+            if (!s) continue;
+            const int64_t r = item / (heads * m), h = item / m % heads, j = item % m;
+            const int64_t keys = past + j + 1;
+            const float *qv = q + item * hd;
+            const float *kb = k + r * k_row + h / group * k_head;
+            const float *vb = v + r * v_row + h / group * v_head;
+            float top = -INFINITY;
+            for (int64_t t = 0; t < keys; t++) {
+                __m512 acc = _mm512_setzero_ps();
+                for (int64_t l = 0; l < lanes; l++)
+                    acc = _mm512_fmadd_ps(_mm512_loadu_ps(qv + 16 * l),
+                                          _mm512_loadu_ps(kb + t * hd + 16 * l), acc);
+                s[t] = _mm512_reduce_add_ps(acc) * scale;
+                top = s[t] > top ? s[t] : top;
+            }
+            __m512 total = _mm512_setzero_ps(), shift = _mm512_set1_ps(top);
+            int64_t t = 0;
+            for (; t + 16 <= keys; t += 16) {
+                __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + t), shift));
+                _mm512_storeu_ps(s + t, e);
+                total = _mm512_add_ps(total, e);
+            }
+            if (t < keys) {
+                __mmask16 tail = (__mmask16)((1u << (keys - t)) - 1);
+                __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, s + t), shift));
+                e = _mm512_maskz_mov_ps(tail, e);
+                _mm512_mask_storeu_ps(s + t, tail, e);
+                total = _mm512_add_ps(total, e);
+            }
+            const float norm = 1.0f / _mm512_reduce_add_ps(total);
+            float *o = out + ((r * m + j) * heads + h) * hd;
+            __m512 acc[8];
+            for (int64_t l = 0; l < lanes; l++) acc[l] = _mm512_setzero_ps();
+            for (int64_t u = 0; u < keys; u++) {
+                __m512 p = _mm512_set1_ps(s[u]);
+                for (int64_t l = 0; l < lanes; l++)
+                    acc[l] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vb + u * hd + 16 * l), acc[l]);
+            }
+            for (int64_t l = 0; l < lanes; l++)
+                _mm512_storeu_ps(o + 16 * l, _mm512_mul_ps(acc[l], _mm512_set1_ps(norm)));
+        }
+        free(s);
+    }
+    return failed ? -1 : 0;
+}

@@ -1,0 +1,148 @@
+"""Flywheel's CPU kernels for decode-sized steps (cpu_kernels.c), built when first needed.
+
+- `int8_mm`, the int8 weight-only product of `Int8Linear` for a few rows. Why our own: torch's
+  `_weight_int8pack_mm` splits its work over blocks of 4 rows first, so on 2 threads a verify
+  step over 4 drafts (5 rows) hands one thread 4 rows and the other 1, each reading every
+  weight: it costs about twice a decode step. Ours reads each weight once for all the rows and
+  splits the output columns between threads. Its sums are exact integer sums of int16
+  activations (one scale per row) times the int8 weights.
+- `attend`, causal attention of a few new positions over a KV cache, each position on its own.
+  Why our own: a multi-position attention call rounds differently from the one-position call a
+  decode step makes, so a verify step's greedy tokens could part from plain decoding's at a
+  near-tie; computing every position alone through torch takes a call per position. Ours
+  computes every position alone in one call, and no torch call for a single query is cheaper.
+
+So a row's result never depends on what shares its step: speculative decoding and batching
+reproduce plain decoding's steps bit for bit (`batched.forward_parts` uses both).
+
+They need a C compiler (`cc`, or $CC) and a CPU with AVX-512 VNNI; the source is compiled once
+per process into a temporary folder (a fraction of a second). Elsewhere, or with
+FLYWHEEL_CPU_KERNELS=torch, `unavailable()` says why and the engine keeps torch's kernels. The
+OpenMP runtime is torch's own (the library asks for libgomp.so.1, which torch has loaded by
+then), so the two share one thread pool.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("cpu_kernels.c")
+K_MULTIPLE = 32  # int8_mm reads activations and weights 32 at a time
+CPU_FLAGS = ("avx512f", "avx512bw", "avx512_vnni")
+DISABLE_ENV = "FLYWHEEL_CPU_KERNELS"  # "torch": keep torch's kernels
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+@functools.cache
+def _load() -> tuple[ctypes.CDLL | None, str | None]:
+    """(the library, None), or (None, why not)."""
+    if os.environ.get(DISABLE_ENV) == "torch":
+        return None, f"{DISABLE_ENV}=torch"
+    missing = [f for f in CPU_FLAGS if f not in _cpu_flags()]
+    if missing:
+        return None, f"this CPU lacks {', '.join(missing)}"
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        return None, "no C compiler (cc) on PATH"
+    with tempfile.TemporaryDirectory(prefix="flywheel-kernels-") as folder:
+        target = Path(folder) / "cpu_kernels.so"
+        command = [compiler, "-O3", "-mavx512f", "-mavx512bw", "-mavx512vnni", "-fopenmp",
+                   "-fPIC", "-shared", str(SOURCE), "-o", str(target), "-lm"]  # fmt: skip
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return None, f"compiling cpu_kernels.c failed: {error}"
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            return None, f"compiling cpu_kernels.c failed: {last}"
+        try:
+            library = ctypes.CDLL(str(target))
+        except OSError as error:
+            return None, f"loading cpu_kernels.c's library failed: {error}"
+    pointer, size = ctypes.c_void_p, ctypes.c_int64
+    library.flywheel_int8_mm.argtypes = [pointer, size, size, pointer, pointer, size, pointer,
+                                         ctypes.c_int]  # fmt: skip
+    library.flywheel_attend.argtypes = [pointer, size, size, size, size, pointer, pointer, size,
+                                        size, size, size, size, size, ctypes.c_float, pointer,
+                                        ctypes.c_int]  # fmt: skip
+    library.flywheel_int8_mm.restype = library.flywheel_attend.restype = ctypes.c_int
+    return library, None
+
+
+def unavailable() -> str | None:
+    """Why this process cannot use the kernels (None: it can)."""
+    return _load()[1]
+
+
+def _library() -> ctypes.CDLL:
+    library, why = _load()
+    if library is None:
+        raise RuntimeError(why)
+    return library
+
+
+def int8_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """x [M, K] float32 @ (weight [N, K] int8 * scales [N] float32)^T -> [M, N] float32.
+
+    The caller checks `unavailable()` first and K % K_MULTIPLE == 0."""
+    library = _library()
+    x = x.contiguous()
+    rows, k = x.shape
+    n = weight.shape[0]
+    y = torch.empty(rows, n, dtype=torch.float32)
+    status = library.flywheel_int8_mm(
+        x.data_ptr(), rows, k, weight.data_ptr(), scales.data_ptr(), n, y.data_ptr(),
+        torch.get_num_threads(),
+    )  # fmt: skip
+    if status != 0:
+        raise MemoryError("int8_mm: out of memory for the quantized activations")
+    return y
+
+
+def can_attend(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether `attend` takes these: float32 on the CPU, a head size of 16..128 in steps of 16,
+    keys with contiguous positions."""
+    hd = q.shape[-1]
+    return (
+        q.dtype == k.dtype == torch.float32
+        and q.device.type == k.device.type == "cpu"
+        and hd % 16 == 0
+        and 16 <= hd <= 128
+        and k.stride(-1) == 1
+        and k.stride(-2) == hd
+    )
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """Causal attention of q [rows, heads, m, hd] over k, v [rows, kv heads, past + m, hd] (the
+    last m positions are q's own) -> [rows, m, heads * hd]. The caller checks `can_attend`."""
+    library = _library()
+    q = q.contiguous()
+    rows, heads, m, hd = q.shape
+    if v.stride(-1) != 1 or v.stride(-2) != hd:
+        v = v.contiguous()
+    out = torch.empty(rows, m, heads * hd, dtype=torch.float32)
+    status = library.flywheel_attend(
+        q.data_ptr(), rows, heads, m, hd, k.data_ptr(), v.data_ptr(), k.shape[1], k.shape[2],
+        k.stride(0), k.stride(1), v.stride(0), v.stride(1), scale, out.data_ptr(),
+        torch.get_num_threads(),
+    )  # fmt: skip
+    if status != 0:
+        raise MemoryError("attend: out of memory for the attention scores")
+    return out

@@ -1,0 +1,125 @@
+"""Flywheel's CPU kernels (agent/engine/cpu_kernels.c): close to torch's float32 results, and
+every row's result independent of the rows beside it, bit for bit (what exact speculative
+decoding relies on)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from agent.engine import cpu_kernels
+from agent.engine.model_runner import Int8Linear, quantize_int8, use_int8_linear
+
+pytestmark = pytest.mark.skipif(
+    cpu_kernels.unavailable() is not None,
+    reason=f"Flywheel's CPU kernels: {cpu_kernels.unavailable()}",
+)
+
+
+def weights(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    torch.manual_seed(seed)
+    w = torch.randn(n, k)
+    q, scales = quantize_int8(w)
+    return w, q, scales.float()
+
+
+@pytest.mark.parametrize("rows", [1, 2, 4, 5, 6, 11, 32])
+@pytest.mark.parametrize("n, k", [(48, 64), (50, 96), (7, 32)])  # 50 and 7: a tail of columns
+def test_product_matches_the_dequantized_weights(rows, n, k):
+    _, q, scales = weights(n, k)
+    x = torch.randn(rows, k) * 3
+    want = x.double() @ (q.double() * scales.double()[:, None]).T
+    got = cpu_kernels.int8_mm(x, q, scales)
+    assert got.shape == (rows, n) and got.dtype == torch.float32
+    assert (got.double() - want).norm() <= 2e-4 * want.norm()  # int16 activations, one scale a row
+
+
+@pytest.mark.parametrize("rows", [2, 5, 6, 13])
+def test_each_row_is_the_same_alone_or_with_others(rows):
+    _, q, scales = weights(52, 128)
+    x = torch.randn(rows, 128)
+    x[1] *= 1000  # a row of much larger values must not change its neighbours
+    together = cpu_kernels.int8_mm(x, q, scales)
+    alone = torch.cat([cpu_kernels.int8_mm(x[i : i + 1], q, scales) for i in range(rows)])
+    assert torch.equal(together, alone)
+
+
+def test_a_zero_row_gives_zeros_and_a_nan_row_gives_nans():
+    _, q, scales = weights(8, 32)
+    x = torch.randn(3, 32)
+    x[0] = 0
+    x[2, 5] = float("nan")
+    y = cpu_kernels.int8_mm(x, q, scales)
+    assert torch.equal(y[0], torch.zeros(8))
+    assert torch.isfinite(y[1]).all() and torch.isnan(y[2]).all()
+
+
+def test_int8_linear_takes_the_kernel_for_few_rows_and_torch_without_it():
+    torch.manual_seed(0)
+    own, theirs = nn.Linear(64, 48), nn.Linear(64, 48)
+    theirs.load_state_dict(own.state_dict())
+    use_int8_linear(own, bf16_prefill=False)
+    use_int8_linear(theirs, bf16_prefill=False, kernel=False)
+    assert type(own) is Int8Linear and own.kernel_scales is not None
+    assert theirs.kernel_scales is None
+    x = torch.randn(5, 64)
+    _, q, scales = own.weight, own.int8_weight, own.kernel_scales
+    assert torch.equal(own(x), cpu_kernels.int8_mm(x, q, scales) + own.bias)
+    want = nn.functional.linear(x, own.weight, own.bias)
+    for layer in (own, theirs):
+        assert (layer(x) - want).norm() <= 0.02 * want.norm()
+
+
+def test_the_environment_can_keep_torchs_kernel(monkeypatch):
+    monkeypatch.setenv(cpu_kernels.DISABLE_ENV, "torch")
+    cpu_kernels._load.cache_clear()
+    try:
+        assert cpu_kernels.unavailable() == f"{cpu_kernels.DISABLE_ENV}=torch"
+        layer = nn.Linear(64, 16)
+        use_int8_linear(layer, bf16_prefill=False)
+        assert layer.kernel_scales is None
+    finally:
+        monkeypatch.delenv(cpu_kernels.DISABLE_ENV)
+        cpu_kernels._load.cache_clear()
+
+
+def cache_views(rows: int, kv_heads: int, length: int, hd: int) -> tuple[torch.Tensor, ...]:
+    """Keys and values as the KV cache hands them out: views into longer buffers."""
+    keys = torch.randn(rows, kv_heads, length + 9, hd)[:, :, :length]
+    values = torch.randn(rows, kv_heads, length + 9, hd)[:, :, :length]
+    return keys, values
+
+
+@pytest.mark.parametrize("m, length", [(1, 1), (1, 300), (5, 37), (17, 600)])
+def test_attention_matches_torchs_causal_attention(m, length):
+    torch.manual_seed(0)
+    q = torch.randn(2, 9, m, 64) * 2
+    k, v = cache_views(2, 3, length, 64)
+    mask = torch.ones(m, length, dtype=torch.bool).tril(length - m)
+    want = nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, scale=0.125, enable_gqa=True
+    )  # [rows, heads, m, hd]
+    assert cpu_kernels.can_attend(q, k)
+    got = cpu_kernels.attend(q, k, v, 0.125)
+    assert got.shape == (2, m, 9 * 64)
+    assert torch.allclose(got, want.transpose(1, 2).reshape(2, m, -1), atol=1e-5)
+
+
+def test_each_attention_position_is_the_same_as_a_decode_step_there():
+    torch.manual_seed(1)
+    q = torch.randn(1, 6, 5, 32)
+    k, v = cache_views(1, 2, 40, 32)
+    together = cpu_kernels.attend(q, k, v, 0.2)
+    for j in range(5):  # the decode step at position 35 + j sees 36 + j keys
+        keys = 36 + j
+        alone = cpu_kernels.attend(q[:, :, j : j + 1], k[:, :, :keys], v[:, :, :keys], 0.2)
+        assert torch.equal(together[:, j], alone[:, 0])
+
+
+def test_attention_declines_what_it_cannot_take():
+    q = torch.randn(1, 4, 1, 24)
+    assert not cpu_kernels.can_attend(q, torch.randn(1, 4, 3, 24))  # head size 24
+    q = torch.randn(1, 4, 1, 32)
+    assert not cpu_kernels.can_attend(q.double(), torch.randn(1, 4, 3, 32).double())
+    assert not cpu_kernels.can_attend(q, torch.randn(1, 4, 32, 3).transpose(-1, -2))
