@@ -1,11 +1,13 @@
 /* Flywheel's CPU kernels for decode-sized steps (cpu_kernels.py builds and loads them).
  *
- * flywheel_int8_mm: y = x @ (w * scales)^T for a few rows of x, `Int8Linear`'s product.
+ * flywheel_int8_mm: y = (x * columns) @ (w * scales)^T for a few rows of x, `Int8Linear`'s
+ * product (w holds the weights divided by `columns`, column by column).
  *
- * x [M, K] float32, w [N, K] int8, scales [N] float32, y [M, N] float32; K a multiple of 32.
- * Each row of x becomes int16 with a scale of its own (its largest magnitude maps to the
- * largest value whose products cannot overflow an int32 sum over K), and the products add up
- * in int32 with AVX-512 VNNI (vpdpwssd): exact integer sums, so a row's result never depends
+ * x [M, K] float32, columns [K], w [N, K] int8, scales [N] float32, y [M, N] float32; K a
+ * multiple of 32. Each row of x * columns becomes int16 with a scale of its own (its largest
+ * magnitude maps to the largest value whose products cannot overflow an int32 sum over K),
+ * and the products add up in int32 with AVX-512 VNNI (vpdpwssd): exact integer sums, so a
+ * row's result never depends
  * on the other rows or on how many there are. Threads split the output columns, and every
  * block of 4 weight rows is read once from memory for all the rows of x, five at a time:
  * decoding one token and verifying five cost nearly the same weight traffic.
@@ -18,14 +20,15 @@
 #define NB 4 /* weight rows (output columns) per block */
 #define RB 5 /* rows of x per block: RB * NB accumulators stay in registers */
 
-static void quantize_rows(const float *x, int64_t M, int64_t K, int16_t *q, float *qs) {
+static void quantize_rows(const float *x, const float *columns, int64_t M, int64_t K, int16_t *q,
+                          float *qs) {
     const float qmax = (float)fmin(32767.0, floor(2147483647.0 / (127.0 * (double)K)));
     for (int64_t r = 0; r < M; r++) {
         const float *row = x + r * K;
         __m512 top = _mm512_setzero_ps();
         __mmask16 nan = 0;
         for (int64_t k = 0; k < K; k += 16) {
-            __m512 v = _mm512_loadu_ps(row + k);
+            __m512 v = _mm512_mul_ps(_mm512_loadu_ps(row + k), _mm512_loadu_ps(columns + k));
             nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
             top = _mm512_max_ps(top, _mm512_abs_ps(v));
         }
@@ -37,8 +40,9 @@ static void quantize_rows(const float *x, int64_t M, int64_t K, int16_t *q, floa
         }
         __m512 inv = _mm512_set1_ps(qmax / amax);
         for (int64_t k = 0; k < K; k += 16) {
-            __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + k), inv));
-            _mm256_storeu_si256((__m256i *)(q + r * K + k), _mm512_cvtsepi32_epi16(v));
+            __m512 v = _mm512_mul_ps(_mm512_loadu_ps(row + k), _mm512_loadu_ps(columns + k));
+            __m512i i = _mm512_cvtps_epi32(_mm512_mul_ps(v, inv));
+            _mm256_storeu_si256((__m256i *)(q + r * K + k), _mm512_cvtsepi32_epi16(i));
         }
         qs[r] = amax / qmax;
     }
@@ -66,7 +70,7 @@ static inline __attribute__((always_inline)) void block(
 }
 
 /* Returns 0, or -1 when scratch memory could not be allocated (y is then untouched). */
-int flywheel_int8_mm(const float *x, int64_t M, int64_t K, const int8_t *w,
+int flywheel_int8_mm(const float *x, const float *columns, int64_t M, int64_t K, const int8_t *w,
                      const float *scales, int64_t N, float *y, int threads) {
     int16_t *q = malloc((size_t)(M * K) * sizeof(int16_t) + 64);
     float *qs = malloc((size_t)M * sizeof(float) + 64);
@@ -75,7 +79,7 @@ int flywheel_int8_mm(const float *x, int64_t M, int64_t K, const int8_t *w,
         free(qs);
         return -1;
     }
-    quantize_rows(x, M, K, q, qs);
+    quantize_rows(x, columns, M, K, q, qs);
     int64_t full = N / NB * NB;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t n = 0; n < full; n += NB) {

@@ -5,7 +5,8 @@
   step over 4 drafts (5 rows) hands one thread 4 rows and the other 1, each reading every
   weight: it costs about twice a decode step. Ours reads each weight once for all the rows and
   splits the output columns between threads. Its sums are exact integer sums of int16
-  activations (one scale per row) times the int8 weights.
+  activations (one scale per row) times the int8 weights, whose columns are evened out first
+  (`quantize_int8`).
 - `attend`, causal attention of a few new positions over a KV cache, each position on its own.
   Why our own: a multi-position attention call rounds differently from the one-position call a
   decode step makes, so a verify step's greedy tokens could part from plain decoding's at a
@@ -76,8 +77,8 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
         except OSError as error:
             return None, f"loading cpu_kernels.c's library failed: {error}"
     pointer, size = ctypes.c_void_p, ctypes.c_int64
-    library.flywheel_int8_mm.argtypes = [pointer, size, size, pointer, pointer, size, pointer,
-                                         ctypes.c_int]  # fmt: skip
+    library.flywheel_int8_mm.argtypes = [pointer, pointer, size, size, pointer, pointer, size,
+                                         pointer, ctypes.c_int]  # fmt: skip
     library.flywheel_attend.argtypes = [pointer, size, size, size, size, pointer, pointer, size,
                                         size, size, size, size, size, ctypes.c_float, pointer,
                                         ctypes.c_int]  # fmt: skip
@@ -97,18 +98,36 @@ def _library() -> ctypes.CDLL:
     return library
 
 
-def int8_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """x [M, K] float32 @ (weight [N, K] int8 * scales [N] float32)^T -> [M, N] float32.
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q [out, in] int8, scales [out] float32, columns [in] float32) with W ≈ q * scales *
+    columns, for `int8_mm`.
 
-    The caller checks `unavailable()` first and K % K_MULTIPLE == 0."""
+    Why the columns: a weight matrix's few input columns of large weights set every row's int8
+    step, and the other columns lose their precision to them. Dividing each column by the
+    square root of its largest magnitude (relative to their mean) evens them out; `int8_mm`
+    multiplies the activations by the same factors, where their int16 steps are fine enough."""
+    w = weight.detach().float()
+    columns = w.abs().amax(dim=0).clamp(min=1e-12).sqrt()
+    columns = columns / columns.mean()
+    even = w / columns
+    scales = even.abs().amax(dim=1).clamp(min=1e-12) / 127
+    q = torch.round(even / scales[:, None]).clamp(-127, 127).to(torch.int8)
+    return q, scales, columns
+
+
+def int8_mm(
+    x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, columns: torch.Tensor
+) -> torch.Tensor:
+    """(x [M, K] float32 * columns [K]) @ (weight [N, K] int8 * scales [N])^T -> [M, N] float32,
+    for weights from `quantize_int8`. The caller checks `unavailable()` and K % K_MULTIPLE."""
     library = _library()
     x = x.contiguous()
     rows, k = x.shape
     n = weight.shape[0]
     y = torch.empty(rows, n, dtype=torch.float32)
     status = library.flywheel_int8_mm(
-        x.data_ptr(), rows, k, weight.data_ptr(), scales.data_ptr(), n, y.data_ptr(),
-        torch.get_num_threads(),
+        x.data_ptr(), columns.data_ptr(), rows, k, weight.data_ptr(), scales.data_ptr(), n,
+        y.data_ptr(), torch.get_num_threads(),
     )  # fmt: skip
     if status != 0:
         raise MemoryError("int8_mm: out of memory for the quantized activations")

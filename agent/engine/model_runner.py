@@ -31,6 +31,7 @@ from torch import nn
 from agent.engine.batched import Part, forward_parts, supports_ragged
 from agent.engine.cpu_kernels import K_MULTIPLE as INT8_KERNEL_K_MULTIPLE
 from agent.engine.cpu_kernels import int8_mm
+from agent.engine.cpu_kernels import quantize_int8 as kernel_quantize_int8
 from agent.engine.cpu_kernels import unavailable as int8_kernel_unavailable
 from agent.engine.kv_cache import KVCache
 from agent.engine.loop import BATCH_ROWS
@@ -196,27 +197,26 @@ class Int8Linear(FewRowsLinear):
     """`FewRowsLinear` that multiplies inputs of at most MAX_INT8_ROWS rows by int8 weights.
 
     Why: decoding on a CPU reads every weight per step; an int8 copy is a quarter of the bytes.
-    Few rows (decode, verify, a batched step) take Flywheel's kernel (`cpu_kernels.int8_mm`, AVX-512
-    VNNI: int16 activations with a scale per row, exact integer sums) where the CPU and a C
-    compiler allow, else torch's `_weight_int8pack_mm` (bf16 activations). Long inputs (prefill)
-    keep the float32 weight, or, where the CPU has fast bfloat16 products (AVX-512 BF16 or AMX),
-    a second, bfloat16 copy (`bf16_weight`). Weights are per-output-channel symmetric int8 with
-    one bf16 scale each. Lossy against float32, and a near-tie can turn either way. Each row's
-    product does not depend on the other rows, so with `SpeculativeConfig.exact` (each verify
-    position attends alone, batched.py) speculative decoding writes plain decoding's tokens bit
-    for bit; without, a verify step's attention rounds differently from a decode step's and may
-    part from plain at a near-tie.
+    Few rows (decode, verify, a batched step) take Flywheel's kernel where the CPU and a C
+    compiler allow (`cpu_kernels.int8_mm`: int16 activations with a scale per row, exact integer
+    sums, weights with evened-out columns, `cpu_kernels.quantize_int8`), else torch's
+    `_weight_int8pack_mm` (bf16 activations, per-output-channel weights, `quantize_int8`). Long
+    inputs (prefill) keep the float32 weight, or, where the CPU has fast bfloat16 products
+    (AVX-512 BF16 or AMX), a second, bfloat16 copy (`bf16_weight`). Lossy against float32, and a
+    near-tie can turn either way. Each row's product does not depend on the other rows, so
+    speculative decoding writes plain decoding's tokens bit for bit where verify steps attend
+    each position alone too (batched.py).
 
-    `int8_weight`/`int8_scales`/`kernel_scales` are plain attributes, not buffers: the state
-    dict and training never see them, and they do not follow later changes to `weight`.
+    `int8_weight`/`int8_scales`/`int8_columns` are plain attributes, not buffers: the state dict
+    and training never see them, and they do not follow later changes to `weight`.
     """
 
     # int8 stays ahead of float32 well past this on a CPU (benchmarks/int8.py measures the rows);
     # a batched step (loop.BATCH_ROWS rows at most) takes the path its steps take alone
     MAX_INT8_ROWS = BATCH_ROWS
     int8_weight: torch.Tensor  # [out, in] int8
-    int8_scales: torch.Tensor  # [out] bf16
-    kernel_scales: torch.Tensor | None  # [out] float32 for cpu_kernels.int8_mm; None: torch
+    int8_scales: torch.Tensor  # [out]: float32 for our kernel, bf16 for torch's
+    int8_columns: torch.Tensor | None  # [in] float32 for our kernel; None: torch's kernel
     bf16_weight: torch.Tensor | None  # [out, in] bf16 for long inputs; None: float32
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -227,8 +227,9 @@ class Int8Linear(FewRowsLinear):
             y = nn.functional.linear(x.to(torch.bfloat16), self.bf16_weight).to(x.dtype)
             return y if self.bias is None else y + self.bias
         flat = x.reshape(rows, x.shape[-1])
-        if self.kernel_scales is not None:
-            y = int8_mm(flat.float(), self.int8_weight, self.kernel_scales).to(x.dtype)
+        if self.int8_columns is not None:
+            y = int8_mm(flat.float(), self.int8_weight, self.int8_scales, self.int8_columns)
+            y = y.to(x.dtype)
         else:
             x16 = flat.to(torch.bfloat16).contiguous()
             y = torch.ops.aten._weight_int8pack_mm(x16, self.int8_weight, self.int8_scales)
@@ -238,11 +239,12 @@ class Int8Linear(FewRowsLinear):
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
-INT8_K_MULTIPLE = 16  # the CPU kernel reads inputs in blocks of 16 (others crash or go wrong)
+INT8_K_MULTIPLE = 16  # torch's CPU kernel reads inputs in blocks of 16 (others crash or go wrong)
 
 
 def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-output-channel symmetric int8: (q [out, in] int8, scales [out] bf16), W ≈ q * s."""
+    """Per-output-channel symmetric int8 for torch's kernel: (q [out, in] int8, scales [out]
+    bf16), W ≈ q * s."""
     w = weight.detach().float()
     scales = (w.abs().amax(dim=1).clamp(min=1e-12) / 127).to(torch.bfloat16)  # [out]
     q = torch.round(w / scales.float()[:, None]).clamp(-127, 127).to(torch.int8)
@@ -252,7 +254,7 @@ def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def use_int8_linear(
     module: nn.Module, bf16_prefill: bool | None = None, kernel: bool | None = None
 ) -> None:
-    """Give every `nn.Linear`/`FewRowsLinear` inside `module` whose input width the kernel takes
+    """Give every `nn.Linear`/`FewRowsLinear` inside `module` whose input width a kernel takes
     an int8 copy of its weight and make it an `Int8Linear`, in place (the rest keep float32).
     `bf16_prefill` (default: `bf16_matmul_is_fast()`) adds the bfloat16 copy for long inputs;
     `kernel` (default: where `cpu_kernels` run here) lets Flywheel's kernel take few rows."""
@@ -262,10 +264,12 @@ def use_int8_linear(
         kernel = int8_kernel_unavailable() is None
     for child in module.modules():
         if type(child) in (nn.Linear, FewRowsLinear) and child.in_features % INT8_K_MULTIPLE == 0:
-            child.int8_weight, child.int8_scales = quantize_int8(child.weight)
+            if kernel and child.in_features % INT8_KERNEL_K_MULTIPLE == 0:
+                q, scales, columns = kernel_quantize_int8(child.weight)
+            else:
+                (q, scales), columns = quantize_int8(child.weight), None
+            child.int8_weight, child.int8_scales, child.int8_columns = q, scales, columns
             child.bf16_weight = child.weight.detach().to(torch.bfloat16) if bf16_prefill else None
-            own = kernel and child.in_features % INT8_KERNEL_K_MULTIPLE == 0
-            child.kernel_scales = child.int8_scales.float() if own else None
             child.__class__ = Int8Linear
 
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from agent.engine import cpu_kernels
-from agent.engine.model_runner import Int8Linear, quantize_int8, use_int8_linear
+from agent.engine.model_runner import Int8Linear, use_int8_linear
 
 pytestmark = pytest.mark.skipif(
     cpu_kernels.unavailable() is not None,
@@ -17,40 +17,50 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def weights(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def weights(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
     torch.manual_seed(seed)
     w = torch.randn(n, k)
-    q, scales = quantize_int8(w)
-    return w, q, scales.float()
+    w[:, 3] *= 20  # a column of large weights, as real layers have
+    return (w, *cpu_kernels.quantize_int8(w))
+
+
+def test_quantized_weights_come_back_close():
+    w, q, scales, columns = weights(40, 96)
+    assert q.dtype == torch.int8 and scales.shape == (40,) and columns.shape == (96,)
+    back = q.float() * scales[:, None] * columns
+    assert (back - w).norm() <= 0.005 * w.norm()
+    plain = w.abs().amax(1, keepdim=True) / 127  # one step per row, for the same columns
+    plain_back = torch.round(w / plain) * plain
+    assert (back - w).norm() < (plain_back - w).norm()  # evening out the columns pays
 
 
 @pytest.mark.parametrize("rows", [1, 2, 4, 5, 6, 11, 32])
 @pytest.mark.parametrize("n, k", [(48, 64), (50, 96), (7, 32)])  # 50 and 7: a tail of columns
 def test_product_matches_the_dequantized_weights(rows, n, k):
-    _, q, scales = weights(n, k)
+    _, q, scales, columns = weights(n, k)
     x = torch.randn(rows, k) * 3
-    want = x.double() @ (q.double() * scales.double()[:, None]).T
-    got = cpu_kernels.int8_mm(x, q, scales)
+    want = x.double() @ (q.double() * scales.double()[:, None] * columns.double()).T
+    got = cpu_kernels.int8_mm(x, q, scales, columns)
     assert got.shape == (rows, n) and got.dtype == torch.float32
     assert (got.double() - want).norm() <= 2e-4 * want.norm()  # int16 activations, one scale a row
 
 
 @pytest.mark.parametrize("rows", [2, 5, 6, 13])
 def test_each_row_is_the_same_alone_or_with_others(rows):
-    _, q, scales = weights(52, 128)
+    _, *quantized = weights(52, 128)
     x = torch.randn(rows, 128)
     x[1] *= 1000  # a row of much larger values must not change its neighbours
-    together = cpu_kernels.int8_mm(x, q, scales)
-    alone = torch.cat([cpu_kernels.int8_mm(x[i : i + 1], q, scales) for i in range(rows)])
+    together = cpu_kernels.int8_mm(x, *quantized)
+    alone = torch.cat([cpu_kernels.int8_mm(x[i : i + 1], *quantized) for i in range(rows)])
     assert torch.equal(together, alone)
 
 
 def test_a_zero_row_gives_zeros_and_a_nan_row_gives_nans():
-    _, q, scales = weights(8, 32)
+    _, *quantized = weights(8, 32)
     x = torch.randn(3, 32)
     x[0] = 0
     x[2, 5] = float("nan")
-    y = cpu_kernels.int8_mm(x, q, scales)
+    y = cpu_kernels.int8_mm(x, *quantized)
     assert torch.equal(y[0], torch.zeros(8))
     assert torch.isfinite(y[1]).all() and torch.isnan(y[2]).all()
 
@@ -61,11 +71,11 @@ def test_int8_linear_takes_the_kernel_for_few_rows_and_torch_without_it():
     theirs.load_state_dict(own.state_dict())
     use_int8_linear(own, bf16_prefill=False)
     use_int8_linear(theirs, bf16_prefill=False, kernel=False)
-    assert type(own) is Int8Linear and own.kernel_scales is not None
-    assert theirs.kernel_scales is None
+    assert type(own) is Int8Linear and own.int8_columns is not None
+    assert theirs.int8_columns is None and theirs.int8_scales.dtype == torch.bfloat16
     x = torch.randn(5, 64)
-    _, q, scales = own.weight, own.int8_weight, own.kernel_scales
-    assert torch.equal(own(x), cpu_kernels.int8_mm(x, q, scales) + own.bias)
+    quantized = own.int8_weight, own.int8_scales, own.int8_columns
+    assert torch.equal(own(x), cpu_kernels.int8_mm(x, *quantized) + own.bias)
     want = nn.functional.linear(x, own.weight, own.bias)
     for layer in (own, theirs):
         assert (layer(x) - want).norm() <= 0.02 * want.norm()
@@ -78,7 +88,7 @@ def test_the_environment_can_keep_torchs_kernel(monkeypatch):
         assert cpu_kernels.unavailable() == f"{cpu_kernels.DISABLE_ENV}=torch"
         layer = nn.Linear(64, 16)
         use_int8_linear(layer, bf16_prefill=False)
-        assert layer.kernel_scales is None
+        assert layer.int8_columns is None
     finally:
         monkeypatch.delenv(cpu_kernels.DISABLE_ENV)
         cpu_kernels._load.cache_clear()
