@@ -134,9 +134,9 @@ static inline __m512 exp512(__m512 x) {
  * q [rows, heads, m, hd] contiguous; k, v [rows, kv_heads, length, hd] with the given row and
  * head strides (positions contiguous); out [rows, m, heads, hd] contiguous. New position j
  * sees the first length - m + j + 1 keys; head h reads kv head h / (heads / kv_heads). hd is a
- * multiple of 16, at most 128. Every (row, head, position) is computed alone, in one fixed order, so a
- * position's output is the same bits whether it comes in a decode step or among a verify
- * step's drafts. Returns 0, or -1 when scratch memory could not be allocated.
+ * multiple of 16, at most 128. Every (row, head, position) is computed alone, in one fixed
+ * order, so a position's output is the same bits whether it comes in a decode step or among a
+ * verify step's drafts. Returns 0, or -1 when scratch memory could not be allocated.
  */
 int flywheel_attend(const float *q, int64_t rows, int64_t heads, int64_t m, int64_t hd,
                     const float *k, const float *v, int64_t kv_heads, int64_t length,

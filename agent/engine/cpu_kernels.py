@@ -3,7 +3,7 @@
 - `int8_mm`, the int8 weight-only product of `Int8Linear` for a few rows. Why our own: torch's
   `_weight_int8pack_mm` splits its work over blocks of 4 rows first, so on 2 threads a verify
   step over 4 drafts (5 rows) hands one thread 4 rows and the other 1, each reading every
-  weight: it costs about twice a decode step. Ours reads each weight once for all the rows and
+  weight: it costs far more than a decode step. Ours reads each weight once for all the rows and
   splits the output columns between threads. Its sums are exact integer sums of int16
   activations (one scale per row) times the int8 weights, whose columns are evened out first
   (`quantize_int8`).

@@ -229,11 +229,10 @@ class Int8Linear(FewRowsLinear):
         flat = x.reshape(rows, x.shape[-1])
         if self.int8_columns is not None:
             y = int8_mm(flat.float(), self.int8_weight, self.int8_scales, self.int8_columns)
-            y = y.to(x.dtype)
         else:
             x16 = flat.to(torch.bfloat16).contiguous()
             y = torch.ops.aten._weight_int8pack_mm(x16, self.int8_weight, self.int8_scales)
-            y = y.to(x.dtype)
+        y = y.to(x.dtype)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], y.shape[-1])
