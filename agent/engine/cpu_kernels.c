@@ -3,22 +3,25 @@
  * flywheel_int8_mm: y = (x * columns) @ (w * scales)^T for a few rows of x, `Int8Linear`'s
  * product (w holds the weights divided by `columns`, column by column).
  *
- * x [M, K] float32, columns [K], w [N, K] int8, scales [N] float32, y [M, N] float32; K a
- * multiple of 32. Each row of x * columns becomes int16 with a scale of its own (its largest
- * magnitude maps to the largest value whose products cannot overflow an int32 sum over K),
- * and the products add up in int32 with AVX-512 VNNI (vpdpwssd): exact integer sums, so a
- * row's result never depends
- * on the other rows or on how many there are. Threads split the output columns, and every
- * block of 4 weight rows is read once from memory for all the rows of x, five at a time:
- * decoding one token and verifying five cost nearly the same weight traffic.
+ * x [M, K] float32, columns [K], scales [N] float32, y [M, N] float32; K a multiple of 16. w is
+ * int8 in the packed layout of `cpu_kernels.pack_int8`: blocks of 32 output columns, and in a
+ * block, for each pair of k, the 32 columns' two weights side by side ([ceil(N / 32), K / 2, 32,
+ * 2], the last block padded with zero columns). Each row of x * columns becomes int16 with a
+ * scale of its own (its largest magnitude maps to the largest value whose products cannot
+ * overflow an int32 sum over K), and the products add up in int32 with AVX-512 VNNI
+ * (vpdpwssd): exact integer sums, so a row's result never depends on the other rows or on how
+ * many there are. Threads split the blocks, and each block's weights are read once from memory
+ * for all the rows of x, five at a time: decoding one token and verifying five cost nearly the
+ * same weight traffic.
  */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
-#define NB 4 /* weight rows (output columns) per block */
-#define RB 5 /* rows of x per block: RB * NB accumulators stay in registers */
+#define CB 32 /* output columns per block */
+#define RB 5  /* rows of x per block: 2 * RB * 2 accumulators stay in registers */
 
 static void quantize_rows(const float *x, const float *columns, int64_t M, int64_t K, int16_t *q,
                           float *qs) {
@@ -48,25 +51,44 @@ static void quantize_rows(const float *x, const float *columns, int64_t M, int64
     }
 }
 
-static inline __attribute__((always_inline)) void block(
-    const int16_t *x, const float *xs, int64_t K, const int8_t *w, const float *scales,
-    int64_t N, int64_t n, float *y, const int R) {
-    __m512i acc[RB][NB];
-    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
-        _Pragma("GCC unroll 4") for (int i = 0; i < NB; i++) acc[r][i] = _mm512_setzero_si512();
-    for (int64_t k = 0; k < K; k += 32) {
-        __m512i wv[NB];
-        _Pragma("GCC unroll 4") for (int i = 0; i < NB; i++) wv[i] = _mm512_cvtepi8_epi16(
-            _mm256_loadu_si256((const __m256i *)(w + (n + i) * K + k)));
-        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
-            __m512i xv = _mm512_loadu_si512((const void *)(x + r * K + k));
-            _Pragma("GCC unroll 4") for (int i = 0; i < NB; i++)
-                acc[r][i] = _mm512_dpwssd_epi32(acc[r][i], xv, wv[i]);
+/* RB rows of x times one block of CB weight columns: per pair of k, the block's 32 columns x 2
+ * weights (64 int8, contiguous in the packed layout) widen to int16 once, and every row adds
+ * its broadcast pair of activations times them (vpdpwssd), 16 columns per vector. The sums stay
+ * in their lanes: no horizontal reductions. Two sets of accumulators (even and odd pairs) keep
+ * the dependency chains short when there is one row. */
+static inline __attribute__((always_inline)) void block(const int16_t *x, const float *xs,
+                                                        int64_t K, const int8_t *wb,
+                                                        const float *scales, int64_t N,
+                                                        int64_t n, float *y, const int R) {
+    __m512i acc[2][RB][2];
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+            acc[h][r][0] = acc[h][r][1] = _mm512_setzero_si512();
+    for (int64_t p = 0; p < K / 2; p += 2) {
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+            const int8_t *wp = wb + (p + h) * 2 * CB;
+            const __m512i w0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)wp));
+            const __m512i w1 =
+                _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(wp + CB)));
+            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+                int32_t pair;
+                memcpy(&pair, x + r * K + 2 * (p + h), sizeof pair);
+                const __m512i xv = _mm512_set1_epi32(pair);
+                acc[h][r][0] = _mm512_dpwssd_epi32(acc[h][r][0], xv, w0);
+                acc[h][r][1] = _mm512_dpwssd_epi32(acc[h][r][1], xv, w1);
+            }
         }
     }
     _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
-        _Pragma("GCC unroll 4") for (int i = 0; i < NB; i++)
-            y[r * N + n + i] = (float)_mm512_reduce_add_epi32(acc[r][i]) * (xs[r] * scales[n + i]);
+        _Pragma("GCC unroll 2") for (int g = 0; g < 2; g++) {
+            const int64_t c = n + 16 * g;
+            if (c >= N) break; /* the padding of the last block */
+            const __mmask16 keep = N - c >= 16 ? 0xffff : (__mmask16)((1u << (N - c)) - 1);
+            const __m512 scale =
+                _mm512_mul_ps(_mm512_set1_ps(xs[r]), _mm512_maskz_loadu_ps(keep, scales + c));
+            const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(acc[0][r][g], acc[1][r][g]));
+            _mm512_mask_storeu_ps(y + r * N + c, keep, _mm512_mul_ps(sum, scale));
+        }
 }
 
 /* Returns 0, or -1 when scratch memory could not be allocated (y is then untouched). */
@@ -80,31 +102,23 @@ int flywheel_int8_mm(const float *x, const float *columns, int64_t M, int64_t K,
         return -1;
     }
     quantize_rows(x, columns, M, K, q, qs);
-    int64_t full = N / NB * NB;
+    const int64_t blocks = (N + CB - 1) / CB;
 #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t n = 0; n < full; n += NB) {
+    for (int64_t b = 0; b < blocks; b++) {
+        const int8_t *wb = w + b * CB * K;
         for (int64_t m = 0; m < M; m += RB) {
             const int16_t *xm = q + m * K;
             const float *sm = qs + m;
             float *ym = y + m * N;
             switch (M - m >= RB ? RB : M - m) {
-            case 5: block(xm, sm, K, w, scales, N, n, ym, 5); break;
-            case 4: block(xm, sm, K, w, scales, N, n, ym, 4); break;
-            case 3: block(xm, sm, K, w, scales, N, n, ym, 3); break;
-            case 2: block(xm, sm, K, w, scales, N, n, ym, 2); break;
-            default: block(xm, sm, K, w, scales, N, n, ym, 1);
+            case 5: block(xm, sm, K, wb, scales, N, CB * b, ym, 5); break;
+            case 4: block(xm, sm, K, wb, scales, N, CB * b, ym, 4); break;
+            case 3: block(xm, sm, K, wb, scales, N, CB * b, ym, 3); break;
+            case 2: block(xm, sm, K, wb, scales, N, CB * b, ym, 2); break;
+            default: block(xm, sm, K, wb, scales, N, CB * b, ym, 1);
             }
         }
     }
-    for (int64_t n = full; n < N; n++) /* the last N % 4 columns: the same sums, one by one */
-        for (int64_t m = 0; m < M; m++) {
-            __m512i acc = _mm512_setzero_si512();
-            for (int64_t k = 0; k < K; k += 32)
-                acc = _mm512_dpwssd_epi32(
-                    acc, _mm512_loadu_si512((const void *)(q + m * K + k)),
-                    _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + n * K + k))));
-            y[m * N + n] = (float)_mm512_reduce_add_epi32(acc) * (qs[m] * scales[n]);
-        }
     free(q);
     free(qs);
     return 0;

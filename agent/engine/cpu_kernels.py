@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("cpu_kernels.c")
-K_MULTIPLE = 32  # int8_mm reads activations and weights 32 at a time
+K_MULTIPLE = 16  # int8_mm quantizes activations 16 at a time
 CPU_FLAGS = ("avx512f", "avx512bw", "avx512_vnni")
 DISABLE_ENV = "FLYWHEEL_CPU_KERNELS"  # "torch": keep torch's kernels
 
@@ -105,7 +105,8 @@ def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tor
     Why the columns: a weight matrix's few input columns of large weights set every row's int8
     step, and the other columns lose their precision to them. Dividing each column by the
     square root of its largest magnitude (relative to their mean) evens them out; `int8_mm`
-    multiplies the activations by the same factors, where their int16 steps are fine enough."""
+    multiplies the activations by the same factors, where their int16 steps are fine enough.
+    `int8_mm` takes q packed by `pack_int8`."""
     w = weight.detach().float()
     columns = w.abs().amax(dim=0).clamp(min=1e-12).sqrt()
     columns = columns / columns.mean()
@@ -115,18 +116,32 @@ def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tor
     return q, scales, columns
 
 
+def pack_int8(q: torch.Tensor) -> torch.Tensor:
+    """`quantize_int8`'s q [out, in] in the layout `int8_mm` reads: blocks of 32 output columns
+    (the last padded with zeros), each block's weights for k = 2p and 2p + 1 side by side for
+    the 32 columns -> [ceil(out / 32), in / 2, 64]. One block's weights for a pair of k widen to
+    two vectors of 16 columns, which every row multiplies by its broadcast pair of activations:
+    the sums stay in their lanes, with no horizontal reductions."""
+    n, k = q.shape
+    blocks = -(-n // 32)
+    padded = torch.zeros(blocks * 32, k, dtype=torch.int8)
+    padded[:n] = q
+    return padded.view(blocks, 32, k // 2, 2).permute(0, 2, 1, 3).reshape(blocks, k // 2, 64)
+
+
 def int8_mm(
-    x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, columns: torch.Tensor
+    x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, columns: torch.Tensor
 ) -> torch.Tensor:
-    """(x [M, K] float32 * columns [K]) @ (weight [N, K] int8 * scales [N])^T -> [M, N] float32,
-    for weights from `quantize_int8`. The caller checks `unavailable()` and K % K_MULTIPLE."""
+    """(x [M, K] float32 * columns [K]) @ (q [N, K] int8 * scales [N])^T -> [M, N] float32, for
+    q, scales and columns from `quantize_int8`, q packed by `pack_int8`. The caller checks
+    `unavailable()` and K % K_MULTIPLE."""
     library = _library()
     x = x.contiguous()
     rows, k = x.shape
-    n = weight.shape[0]
+    n = scales.shape[0]
     y = torch.empty(rows, n, dtype=torch.float32)
     status = library.flywheel_int8_mm(
-        x.data_ptr(), columns.data_ptr(), rows, k, weight.data_ptr(), scales.data_ptr(), n,
+        x.data_ptr(), columns.data_ptr(), rows, k, packed.data_ptr(), scales.data_ptr(), n,
         y.data_ptr(), torch.get_num_threads(),
     )  # fmt: skip
     if status != 0:

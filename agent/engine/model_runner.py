@@ -30,7 +30,7 @@ from torch import nn
 
 from agent.engine.batched import Part, forward_parts, supports_ragged
 from agent.engine.cpu_kernels import K_MULTIPLE as INT8_KERNEL_K_MULTIPLE
-from agent.engine.cpu_kernels import int8_mm
+from agent.engine.cpu_kernels import int8_mm, pack_int8
 from agent.engine.cpu_kernels import quantize_int8 as kernel_quantize_int8
 from agent.engine.cpu_kernels import unavailable as int8_kernel_unavailable
 from agent.engine.kv_cache import KVCache
@@ -214,7 +214,7 @@ class Int8Linear(FewRowsLinear):
     # int8 stays ahead of float32 well past this on a CPU (benchmarks/int8.py measures the rows);
     # a batched step (loop.BATCH_ROWS rows at most) takes the path its steps take alone
     MAX_INT8_ROWS = BATCH_ROWS
-    int8_weight: torch.Tensor  # [out, in] int8
+    int8_weight: torch.Tensor  # int8: [out, in] for torch's kernel, `pack_int8`'s for ours
     int8_scales: torch.Tensor  # [out]: float32 for our kernel, bf16 for torch's
     int8_columns: torch.Tensor | None  # [in] float32 for our kernel; None: torch's kernel
     bf16_weight: torch.Tensor | None  # [out, in] bf16 for long inputs; None: float32
@@ -265,6 +265,7 @@ def use_int8_linear(
         if type(child) in (nn.Linear, FewRowsLinear) and child.in_features % INT8_K_MULTIPLE == 0:
             if kernel and child.in_features % INT8_KERNEL_K_MULTIPLE == 0:
                 q, scales, columns = kernel_quantize_int8(child.weight)
+                q = pack_int8(q)
             else:
                 (q, scales), columns = quantize_int8(child.weight), None
             child.int8_weight, child.int8_scales, child.int8_columns = q, scales, columns

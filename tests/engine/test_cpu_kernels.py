@@ -18,10 +18,17 @@ pytestmark = pytest.mark.skipif(
 
 
 def weights(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """(w, q, scales, columns) with q [n, k] as `quantize_int8` gives it."""
     torch.manual_seed(seed)
     w = torch.randn(n, k)
     w[:, 3] *= 20  # a column of large weights, as real layers have
     return (w, *cpu_kernels.quantize_int8(w))
+
+
+def packed(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """(packed q, scales, columns): what `int8_mm` takes."""
+    _, q, scales, columns = weights(n, k, seed)
+    return cpu_kernels.pack_int8(q), scales, columns
 
 
 def test_quantized_weights_come_back_close():
@@ -34,20 +41,31 @@ def test_quantized_weights_come_back_close():
     assert (back - w).norm() < (plain_back - w).norm()  # evening out the columns pays
 
 
+def test_packing_puts_each_weight_where_the_kernel_reads_it():
+    q = torch.arange(40 * 6, dtype=torch.int32).reshape(40, 6).remainder(251).sub(125)
+    q = q.to(torch.int8)
+    p = cpu_kernels.pack_int8(q)
+    assert p.shape == (2, 3, 64)  # 40 columns: two blocks of 32, the second padded
+    for c in range(40):
+        for k in range(6):
+            assert p[c // 32, k // 2, 2 * (c % 32) + k % 2] == q[c, k]
+    assert not p[1, :, 2 * 8 :].any()  # the padding columns are zeros
+
+
 @pytest.mark.parametrize("rows", [1, 2, 4, 5, 6, 11, 32])
-@pytest.mark.parametrize("n, k", [(48, 64), (50, 96), (7, 32)])  # 50 and 7: a tail of columns
+@pytest.mark.parametrize("n, k", [(64, 64), (50, 96), (7, 32), (33, 48)])  # padded blocks
 def test_product_matches_the_dequantized_weights(rows, n, k):
     _, q, scales, columns = weights(n, k)
     x = torch.randn(rows, k) * 3
     want = x.double() @ (q.double() * scales.double()[:, None] * columns.double()).T
-    got = cpu_kernels.int8_mm(x, q, scales, columns)
+    got = cpu_kernels.int8_mm(x, cpu_kernels.pack_int8(q), scales, columns)
     assert got.shape == (rows, n) and got.dtype == torch.float32
     assert (got.double() - want).norm() <= 2e-4 * want.norm()  # int16 activations, one scale a row
 
 
 @pytest.mark.parametrize("rows", [2, 5, 6, 13])
 def test_each_row_is_the_same_alone_or_with_others(rows):
-    _, *quantized = weights(52, 128)
+    quantized = packed(52, 128)
     x = torch.randn(rows, 128)
     x[1] *= 1000  # a row of much larger values must not change its neighbours
     together = cpu_kernels.int8_mm(x, *quantized)
@@ -56,7 +74,7 @@ def test_each_row_is_the_same_alone_or_with_others(rows):
 
 
 def test_a_zero_row_gives_zeros_and_a_nan_row_gives_nans():
-    _, *quantized = weights(8, 32)
+    quantized = packed(8, 32)
     x = torch.randn(3, 32)
     x[0] = 0
     x[2, 5] = float("nan")
