@@ -172,9 +172,9 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> t
     if v.stride(-1) != 1 or v.stride(-2) != hd:
         v = v.contiguous()
     out = torch.empty(rows, m, heads * hd, dtype=torch.float32)
-    # a decode step's few heads on one thread: waking a second costs more than it saves, and
-    # far more while another process holds its core
-    threads = 1 if m == 1 else torch.get_num_threads()
+    # one row's decode step (a few heads) on one thread: waking a second costs more than it
+    # saves, and far more while another process holds its core
+    threads = 1 if rows * m == 1 else torch.get_num_threads()
     status = library.flywheel_attend(
         q.data_ptr(), rows, heads, m, hd, k.data_ptr(), v.data_ptr(), k.shape[1], k.shape[2],
         k.stride(0), k.stride(1), v.stride(0), v.stride(1), scale, out.data_ptr(), threads,
