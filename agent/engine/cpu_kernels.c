@@ -143,68 +143,153 @@ static inline __m512 exp512(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-/* Causal attention of m new positions over a KV cache, each query row on its own.
+/* The 16 horizontal sums of d[0..15] as one vector (lane i: the sum of d[i]'s lanes), by a
+ * transpose-and-add tree: far fewer shuffles than 16 reductions, and every d[i] is summed in
+ * the same order whatever its slot. */
+static inline __m512 sum16(const __m512 *d) {
+    __m512 a[8], b[4], c[2];
+    for (int i = 0; i < 8; i++)
+        a[i] = _mm512_add_ps(_mm512_unpacklo_ps(d[2 * i], d[2 * i + 1]),
+                             _mm512_unpackhi_ps(d[2 * i], d[2 * i + 1]));
+    for (int i = 0; i < 4; i++)
+        b[i] = _mm512_add_ps(_mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int i = 0; i < 2; i++)
+        c[i] = _mm512_add_ps(
+            _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+            _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* e^(s - max s) in place for s[0..keys) (exp512), zeros in s[keys..span): the keys a query
+ * does not see weigh nothing in its tile's value loop. Returns 1 / the sum of the weights. */
+static float softmax(float *s, int64_t keys, int64_t span) {
+    __m512 top16 = _mm512_set1_ps(-INFINITY);
+    int64_t t = 0;
+    for (; t + 16 <= keys; t += 16) top16 = _mm512_max_ps(top16, _mm512_loadu_ps(s + t));
+    if (t < keys)
+        top16 = _mm512_mask_max_ps(top16, (__mmask16)((1u << (keys - t)) - 1), top16,
+                                   _mm512_loadu_ps(s + t));
+    const __m512 shift = _mm512_set1_ps(_mm512_reduce_max_ps(top16));
+    __m512 total = _mm512_setzero_ps();
+    for (t = 0; t + 16 <= keys; t += 16) {
+        __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + t), shift));
+        _mm512_storeu_ps(s + t, e);
+        total = _mm512_add_ps(total, e);
+    }
+    if (t < keys) {
+        __mmask16 tail = (__mmask16)((1u << (keys - t)) - 1);
+        __m512 e = _mm512_maskz_mov_ps(tail, exp512(_mm512_sub_ps(_mm512_loadu_ps(s + t), shift)));
+        _mm512_mask_storeu_ps(s + t, tail, e);
+        total = _mm512_add_ps(total, e);
+    }
+    for (t = keys; t < span; t++) s[t] = 0.0f;
+    return 1.0f / _mm512_reduce_add_ps(total);
+}
+
+#define TILE_MAX 8
+
+/* One tile: n <= T queries of one KV head (qs[i]: query i's vector; keys[i]: how many keys it
+ * sees; outs[i]: where its output goes), L vectors of 16 per head. Each key and value row is
+ * read once for the whole tile, and each query's arithmetic is the same as alone. */
+static inline __attribute__((always_inline)) void tile(
+    const float *const *qs, const int64_t *keys, float *const *outs, int n, const float *kb,
+    const float *vb, float scale, float *s, int64_t stride, const int L, const int T) {
+    const int64_t hd = 16 * L;
+    int64_t span = 0;
+    for (int i = 0; i < n; i++) span = keys[i] > span ? keys[i] : span;
+    for (int64_t t = 0; t < span; t += 16) {
+        const int64_t nk = span - t < 16 ? span - t : 16;
+        const __mmask16 valid = (__mmask16)((1u << nk) - 1);
+        for (int i = 0; i < n; i++) {
+            __m512 dot[16];
+            _Pragma("GCC unroll 16") for (int u = 0; u < 16; u++) {
+                dot[u] = _mm512_setzero_ps();
+                if (u < nk)
+                    _Pragma("GCC unroll 8") for (int l = 0; l < L; l++) dot[u] = _mm512_fmadd_ps(
+                        _mm512_loadu_ps(qs[i] + 16 * l),
+                        _mm512_loadu_ps(kb + (t + u) * hd + 16 * l), dot[u]);
+            }
+            _mm512_mask_storeu_ps(s + i * stride + t, valid,
+                                  _mm512_mul_ps(sum16(dot), _mm512_set1_ps(scale)));
+        }
+    }
+    float norm[TILE_MAX];
+    for (int i = 0; i < n; i++) norm[i] = softmax(s + i * stride, keys[i], span);
+    __m512 acc[T][L];
+    _Pragma("GCC unroll 8") for (int i = 0; i < T; i++)
+        _Pragma("GCC unroll 8") for (int l = 0; l < L; l++) acc[i][l] = _mm512_setzero_ps();
+    for (int64_t u = 0; u < span; u++) {
+        __m512 v[L];
+        _Pragma("GCC unroll 8") for (int l = 0; l < L; l++) v[l] =
+            _mm512_loadu_ps(vb + u * hd + 16 * l);
+        _Pragma("GCC unroll 8") for (int i = 0; i < T; i++) {
+            if (i >= n) break;
+            const __m512 p = _mm512_set1_ps(s[i * stride + u]);
+            _Pragma("GCC unroll 8") for (int l = 0; l < L; l++) acc[i][l] =
+                _mm512_fmadd_ps(p, v[l], acc[i][l]);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int i = 0; i < T; i++) {
+        if (i >= n) break;
+        _Pragma("GCC unroll 8") for (int l = 0; l < L; l++)
+            _mm512_storeu_ps(outs[i] + 16 * l, _mm512_mul_ps(acc[i][l], _mm512_set1_ps(norm[i])));
+    }
+}
+
+#define TILE(L) ((L) <= 3 ? 8 : 24 / (L)) /* queries per tile: T * L accumulators in registers */
+
+/* Causal attention of m new positions over a KV cache.
  *
  * q [rows, heads, m, hd] contiguous; k, v [rows, kv_heads, length, hd] with the given row and
  * head strides (positions contiguous); out [rows, m, heads, hd] contiguous. New position j
  * sees the first length - m + j + 1 keys; head h reads kv head h / (heads / kv_heads). hd is a
- * multiple of 16, at most 128. Every (row, head, position) is computed alone, in one fixed
- * order, so a position's output is the same bits whether it comes in a decode step or among a
- * verify step's drafts. Returns 0, or -1 when scratch memory could not be allocated.
+ * multiple of 16, at most 128. The queries of one (row, KV head) go in tiles that read each
+ * key and value once, but every query's own arithmetic is fixed (its scores by `sum16`, its
+ * softmax over its own keys, its values added in key order), so a position's output is the
+ * same bits whether it comes in a decode step or among a verify step's drafts. Returns 0, or
+ * -1 when scratch memory could not be allocated.
  */
 int flywheel_attend(const float *q, int64_t rows, int64_t heads, int64_t m, int64_t hd,
                     const float *k, const float *v, int64_t kv_heads, int64_t length,
                     int64_t k_row, int64_t k_head, int64_t v_row, int64_t v_head, float scale,
                     float *out, int threads) {
-    const int64_t group = heads / kv_heads, items = rows * heads * m, past = length - m;
-    const int64_t lanes = hd / 16;
+    const int64_t group = heads / kv_heads, past = length - m, per_head = group * m;
+    const int L = (int)(hd / 16), T = TILE(L);
+    const int64_t tiles = (per_head + T - 1) / T, items = rows * kv_heads * tiles;
+    const int64_t stride = length + 16;
     int failed = 0;
 #pragma omp parallel num_threads(threads) reduction(| : failed)
     {
-        float *s = malloc((size_t)(length + 16) * sizeof(float));
+        float *s = malloc((size_t)(T * stride) * sizeof(float));
         if (!s) failed = 1;
 #pragma omp for schedule(static)
         for (int64_t item = 0; item < items; item++) {
             if (!s) continue;
-            const int64_t r = item / (heads * m), h = item / m % heads, j = item % m;
-            const int64_t keys = past + j + 1;
-            const float *qv = q + item * hd;
-            const float *kb = k + r * k_row + h / group * k_head;
-            const float *vb = v + r * v_row + h / group * v_head;
-            float top = -INFINITY;
-            for (int64_t t = 0; t < keys; t++) {
-                __m512 acc = _mm512_setzero_ps();
-                for (int64_t l = 0; l < lanes; l++)
-                    acc = _mm512_fmadd_ps(_mm512_loadu_ps(qv + 16 * l),
-                                          _mm512_loadu_ps(kb + t * hd + 16 * l), acc);
-                s[t] = _mm512_reduce_add_ps(acc) * scale;
-                top = s[t] > top ? s[t] : top;
+            const int64_t r = item / (kv_heads * tiles), g = item / tiles % kv_heads;
+            const int64_t first = item % tiles * T;
+            const int n = (int)(per_head - first < T ? per_head - first : T);
+            const float *qs[TILE_MAX];
+            float *outs[TILE_MAX];
+            int64_t keys[TILE_MAX];
+            for (int i = 0; i < n; i++) {
+                const int64_t h = g * group + (first + i) / m, j = (first + i) % m;
+                qs[i] = q + ((r * heads + h) * m + j) * hd;
+                outs[i] = out + ((r * m + j) * heads + h) * hd;
+                keys[i] = past + j + 1;
             }
-            __m512 total = _mm512_setzero_ps(), shift = _mm512_set1_ps(top);
-            int64_t t = 0;
-            for (; t + 16 <= keys; t += 16) {
-                __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + t), shift));
-                _mm512_storeu_ps(s + t, e);
-                total = _mm512_add_ps(total, e);
+            const float *kb = k + r * k_row + g * k_head, *vb = v + r * v_row + g * v_head;
+            switch (L) {
+            case 1: tile(qs, keys, outs, n, kb, vb, scale, s, stride, 1, TILE(1)); break;
+            case 2: tile(qs, keys, outs, n, kb, vb, scale, s, stride, 2, TILE(2)); break;
+            case 3: tile(qs, keys, outs, n, kb, vb, scale, s, stride, 3, TILE(3)); break;
+            case 4: tile(qs, keys, outs, n, kb, vb, scale, s, stride, 4, TILE(4)); break;
+            case 5: tile(qs, keys, outs, n, kb, vb, scale, s, stride, 5, TILE(5)); break;
+            case 6: tile(qs, keys, outs, n, kb, vb, scale, s, stride, 6, TILE(6)); break;
+            case 7: tile(qs, keys, outs, n, kb, vb, scale, s, stride, 7, TILE(7)); break;
+            default: tile(qs, keys, outs, n, kb, vb, scale, s, stride, 8, TILE(8));
             }
-            if (t < keys) {
-                __mmask16 tail = (__mmask16)((1u << (keys - t)) - 1);
-                __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, s + t), shift));
-                e = _mm512_maskz_mov_ps(tail, e);
-                _mm512_mask_storeu_ps(s + t, tail, e);
-                total = _mm512_add_ps(total, e);
-            }
-            const float norm = 1.0f / _mm512_reduce_add_ps(total);
-            float *o = out + ((r * m + j) * heads + h) * hd;
-            __m512 acc[8];
-            for (int64_t l = 0; l < lanes; l++) acc[l] = _mm512_setzero_ps();
-            for (int64_t u = 0; u < keys; u++) {
-                __m512 p = _mm512_set1_ps(s[u]);
-                for (int64_t l = 0; l < lanes; l++)
-                    acc[l] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vb + u * hd + 16 * l), acc[l]);
-            }
-            for (int64_t l = 0; l < lanes; l++)
-                _mm512_storeu_ps(o + 16 * l, _mm512_mul_ps(acc[l], _mm512_set1_ps(norm)));
         }
         free(s);
     }

@@ -7,11 +7,13 @@
   splits the output columns between threads. Its sums are exact integer sums of int16
   activations (one scale per row) times the int8 weights, whose columns are evened out first
   (`quantize_int8`).
-- `attend`, causal attention of a few new positions over a KV cache, each position on its own.
-  Why our own: a multi-position attention call rounds differently from the one-position call a
-  decode step makes, so a verify step's greedy tokens could part from plain decoding's at a
-  near-tie; computing every position alone through torch takes a call per position. Ours
-  computes every position alone in one call, and no torch call for a single query is cheaper.
+- `attend`, causal attention of a few new positions over a KV cache, each position's arithmetic
+  on its own. Why our own: a multi-position attention call rounds differently from the
+  one-position call a decode step makes, so a verify step's greedy tokens could part from plain
+  decoding's at a near-tie; computing every position alone through torch takes a call per
+  position. Ours computes every position's own sums in one call, reading each key and value
+  once for a tile of queries that share a KV head (the heads of a group, a verify step's
+  positions).
 
 So a row's result never depends on what shares its step: speculative decoding and batching
 reproduce plain decoding's steps bit for bit (`batched.forward_parts` uses both).
