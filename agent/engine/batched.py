@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from agent.engine import cpu_kernels
+from agent.engine.kv_cache import KVCache
 from agent.engine.loop import BATCH_ROWS, Step
 
 RAGGED_MODEL_TYPES = ("llama", "qwen2")
@@ -86,7 +87,14 @@ def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Te
         None if part.alone or mine else _causal(m, part.cache, device)
         for part, (_, m), mine in zip(parts, shapes, own, strict=True)
     ]
-    for layer in body.layers[: trunk.config.num_hidden_layers]:
+    # the own parts on caches with buffers attend in one call per layer, which also writes
+    # their new keys and values into the caches
+    fused = [
+        mine and isinstance(part.cache, KVCache) and part.cache.reserve(m)
+        for part, (_, m), mine in zip(parts, shapes, own, strict=True)
+    ]
+    metas = _fused_meta(parts, shapes, fused, trunk.config.num_hidden_layers)
+    for index, layer in enumerate(body.layers[: trunk.config.num_hidden_layers]):
         attn = layer.self_attn
         h = layer.input_layernorm(x)
         q, k, v = (
@@ -94,21 +102,48 @@ def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Te
             for proj in (attn.q_proj, attn.k_proj, attn.v_proj)
         )
         q, k = apply_rotary_pos_emb(q, k, cos, sin)  # [1, heads, T, head_dim]
-        outputs, at = [], 0
-        for part, (rows, m), mask, mine in zip(parts, shapes, masks, own, strict=True):
+        out = x.new_empty(flat.numel(), q.shape[1] * attn.head_dim)
+        if metas is not None:
+            q, k = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k))
+            cpu_kernels.attend_parts(q, k, v, metas[index], attn.scaling, out)
+        at = 0
+        for part, (rows, m), mask, mine, done in zip(parts, shapes, masks, own, fused, strict=True):
             span = slice(at, at + rows * m)
             at += rows * m
+            if done:
+                continue
             q_i, k_i, v_i = (_rows(t[0, :, span], rows, m) for t in (q, k, v))
             k_i, v_i = part.cache.update(k_i, v_i, attn.layer_idx)  # [rows, kv heads, past+m, hd]
             if mine and cpu_kernels.can_attend(q_i, k_i):
-                outputs.append(cpu_kernels.attend(q_i, k_i, v_i, attn.scaling).view(rows * m, -1))
+                out[span] = cpu_kernels.attend(q_i, k_i, v_i, attn.scaling).view(rows * m, -1)
                 continue
-            out = _attend(q_i, k_i, v_i, mask, attn.scaling)  # [rows, heads, m, head_dim]
-            outputs.append(out.transpose(1, 2).reshape(rows * m, -1))
-        x = x + _each(attn.o_proj, torch.cat(outputs)[None], cuts)
+            result = _attend(q_i, k_i, v_i, mask, attn.scaling)  # [rows, heads, m, head_dim]
+            out[span] = result.transpose(1, 2).reshape(rows * m, -1)
+        x = x + _each(attn.o_proj, out[None], cuts)
         x = x + _each(layer.mlp, layer.post_attention_layernorm(x), cuts)
+    for part, (_, m), done in zip(parts, shapes, fused, strict=True):
+        if done:
+            part.cache.extend(m)
     hidden = body.norm(x)[0]  # [T, hidden]
     return _split_logits(trunk, hidden, parts, shapes, large)
+
+
+def _fused_meta(parts, shapes, fused, layers: int) -> torch.Tensor | None:
+    """[layers, fused parts, 8] int64: each layer's `cpu_kernels.part_meta` rows for the fused
+    parts (None: there are none). Their buffers have room for the new positions (`reserve`)."""
+    if not any(fused):
+        return None
+    rows_of_layers = []
+    for layer in range(layers):
+        rows, at = [], 0
+        for part, (n, m), done in zip(parts, shapes, fused, strict=True):
+            if done:
+                length = part.cache.get_seq_length(layer) + m
+                meta = cpu_kernels.part_meta(at, n, m, length, *part.cache.buffers(layer))
+                rows.append(meta)
+            at += n * m
+        rows_of_layers.append(rows)
+    return torch.tensor(rows_of_layers, dtype=torch.int64)
 
 
 def own_attention(body) -> bool:

@@ -240,46 +240,84 @@ static inline __attribute__((always_inline)) void tile(
 
 #define TILE(L) ((L) <= 3 ? 8 : 24 / (L)) /* queries per tile: T * L accumulators in registers */
 
-/* Causal attention of m new positions over a KV cache.
+/* Causal attention of several parts' new positions, each part over its own KV cache, in one
+ * call (a batched step's decode rows and verify steps).
  *
- * q [rows, heads, m, hd] contiguous; k, v [rows, kv_heads, length, hd] with the given row and
- * head strides (positions contiguous); out [rows, m, heads, hd] contiguous. New position j
- * sees the first length - m + j + 1 keys; head h reads kv head h / (heads / kv_heads). hd is a
- * multiple of 16, at most 128. The queries of one (row, KV head) go in tiles that read each
- * key and value once, but every query's own arithmetic is fixed (its scores by `sum16`, its
- * softmax over its own keys, its values added in key order), so a position's output is the
- * same bits whether it comes in a decode step or among a verify step's drafts. Returns 0, or
- * -1 when scratch memory could not be allocated.
+ * Part p is meta[8p..8p+8) = {offset, rows, m, length, k, v, row_stride, head_stride}: its
+ * rows * m new positions are tokens offset + r * m + j of q, and k, v point to its cache's
+ * keys and values [rows, kv_heads, >= length, hd] (positions contiguous, the given row and
+ * head strides, the same for both), whose last m positions are its new ones. Token t's query
+ * for head h is at q + h * q_head + t * q_tok, its output at out + (t * heads + h) * hd. With
+ * k_new (and v_new), the new keys and values (token t, kv head g at k_new + g * kn_head + t *
+ * kn_tok) are first written into the caches. New position j sees the first length - m + j + 1
+ * keys; head h reads kv head h / (heads / kv_heads); hd is a multiple of 16, at most 128.
+ *
+ * The queries of one (part, row, KV head) go in tiles that read each key and value once, but
+ * every query's own arithmetic is fixed (its scores by `sum16`, its softmax over its own keys,
+ * its values added in key order), so a position's output is the same bits whether it comes in
+ * a decode step, among a verify step's drafts, or beside other parts. Returns 0, or -1 when
+ * scratch memory could not be allocated.
  */
-int flywheel_attend(const float *q, int64_t rows, int64_t heads, int64_t m, int64_t hd,
-                    const float *k, const float *v, int64_t kv_heads, int64_t length,
-                    int64_t k_row, int64_t k_head, int64_t v_row, int64_t v_head, float scale,
-                    float *out, int threads) {
-    const int64_t group = heads / kv_heads, past = length - m, per_head = group * m;
+int flywheel_attend(const float *q, int64_t q_head, int64_t q_tok, int64_t heads, int64_t hd,
+                    int64_t kv_heads, const float *k_new, const float *v_new, int64_t kn_head,
+                    int64_t kn_tok, int64_t vn_head, int64_t vn_tok, const int64_t *meta,
+                    int64_t parts, float scale, float *out, int threads) {
+    const int64_t group = heads / kv_heads;
     const int L = (int)(hd / 16), T = TILE(L);
-    const int64_t tiles = (per_head + T - 1) / T, items = rows * kv_heads * tiles;
-    const int64_t stride = length + 16;
+    int64_t items = 0, longest = 0;
+    for (int64_t p = 0; p < parts; p++) {
+        const int64_t *pm = meta + 8 * p, rows = pm[1], m = pm[2];
+        items += rows * kv_heads * ((group * m + T - 1) / T);
+        longest = pm[3] > longest ? pm[3] : longest;
+    }
+    const int64_t stride = longest + 16;
     int failed = 0;
 #pragma omp parallel num_threads(threads) reduction(| : failed)
     {
+        if (k_new) {
+#pragma omp for schedule(static)
+            for (int64_t p = 0; p < parts; p++) {
+                const int64_t *pm = meta + 8 * p, past = pm[3] - pm[2];
+                float *kc = (float *)(intptr_t)pm[4], *vc = (float *)(intptr_t)pm[5];
+                for (int64_t r = 0; r < pm[1]; r++)
+                    for (int64_t j = 0; j < pm[2]; j++)
+                        for (int64_t g = 0; g < kv_heads; g++) {
+                            const int64_t t = pm[0] + r * pm[2] + j;
+                            const int64_t at = r * pm[6] + g * pm[7] + (past + j) * hd;
+                            memcpy(kc + at, k_new + g * kn_head + t * kn_tok, hd * sizeof(float));
+                            memcpy(vc + at, v_new + g * vn_head + t * vn_tok, hd * sizeof(float));
+                        }
+            }
+        }
         float *s = malloc((size_t)(T * stride) * sizeof(float));
         if (!s) failed = 1;
 #pragma omp for schedule(static)
         for (int64_t item = 0; item < items; item++) {
             if (!s) continue;
-            const int64_t r = item / (kv_heads * tiles), g = item / tiles % kv_heads;
-            const int64_t first = item % tiles * T;
+            int64_t p = 0, local = item, tiles = 0;
+            for (;; p++) { /* the part this item belongs to */
+                tiles = (group * meta[8 * p + 2] + T - 1) / T;
+                const int64_t count = meta[8 * p + 1] * kv_heads * tiles;
+                if (local < count) break;
+                local -= count;
+            }
+            const int64_t *pm = meta + 8 * p, m = pm[2], past = pm[3] - m;
+            const int64_t r = local / (kv_heads * tiles), g = local / tiles % kv_heads;
+            const int64_t first = local % tiles * T, per_head = group * m;
             const int n = (int)(per_head - first < T ? per_head - first : T);
             const float *qs[TILE_MAX];
             float *outs[TILE_MAX];
             int64_t keys[TILE_MAX];
             for (int i = 0; i < n; i++) {
                 const int64_t h = g * group + (first + i) / m, j = (first + i) % m;
-                qs[i] = q + ((r * heads + h) * m + j) * hd;
-                outs[i] = out + ((r * m + j) * heads + h) * hd;
+                const int64_t t = pm[0] + r * m + j;
+                qs[i] = q + h * q_head + t * q_tok;
+                outs[i] = out + (t * heads + h) * hd;
                 keys[i] = past + j + 1;
             }
-            const float *kb = k + r * k_row + g * k_head, *vb = v + r * v_row + g * v_head;
+            const int64_t at = r * pm[6] + g * pm[7];
+            const float *kb = (const float *)(intptr_t)pm[4] + at;
+            const float *vb = (const float *)(intptr_t)pm[5] + at;
             switch (L) {
             case 1: tile(qs, keys, outs, n, kb, vb, scale, s, stride, 1, TILE(1)); break;
             case 2: tile(qs, keys, outs, n, kb, vb, scale, s, stride, 2, TILE(2)); break;

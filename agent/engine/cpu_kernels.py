@@ -81,9 +81,9 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     pointer, size = ctypes.c_void_p, ctypes.c_int64
     library.flywheel_int8_mm.argtypes = [pointer, pointer, size, size, pointer, pointer, size,
                                          pointer, ctypes.c_int]  # fmt: skip
-    library.flywheel_attend.argtypes = [pointer, size, size, size, size, pointer, pointer, size,
-                                        size, size, size, size, size, ctypes.c_float, pointer,
-                                        ctypes.c_int]  # fmt: skip
+    library.flywheel_attend.argtypes = [pointer, size, size, size, size, size, pointer, pointer,
+                                        size, size, size, size, pointer, size, ctypes.c_float,
+                                        pointer, ctypes.c_int]  # fmt: skip
     library.flywheel_int8_mm.restype = library.flywheel_attend.restype = ctypes.c_int
     return library, None
 
@@ -168,19 +168,56 @@ def can_attend(q: torch.Tensor, k: torch.Tensor) -> bool:
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     """Causal attention of q [rows, heads, m, hd] over k, v [rows, kv heads, past + m, hd] (the
     last m positions are q's own) -> [rows, m, heads * hd]. The caller checks `can_attend`."""
-    library = _library()
-    q = q.contiguous()
     rows, heads, m, hd = q.shape
-    if v.stride(-1) != 1 or v.stride(-2) != hd:
-        v = v.contiguous()
+    q = q.transpose(1, 2).contiguous()  # [rows, m, heads, hd]: token r * m + j
+    if v.stride() != k.stride():
+        k, v = k.contiguous(), v.contiguous()
+    meta = part_meta(0, rows, m, k.shape[2], k, v)
     out = torch.empty(rows, m, heads * hd, dtype=torch.float32)
+    _attend(q, hd, heads * hd, heads, hd, k.shape[1], None, torch.tensor([meta]), scale, out)
+    return out
+
+
+def part_meta(
+    offset: int, rows: int, m: int, length: int, k: torch.Tensor, v: torch.Tensor
+) -> list[int]:
+    """One part's entry for `attend_parts`: its rows * m new positions are tokens offset.. of
+    the step, and k, v [rows, kv heads, >= length, hd] (the same strides, positions contiguous)
+    are its cache's buffers, whose first `length` positions it sees (its new ones last)."""
+    return [offset, rows, m, length, k.data_ptr(), v.data_ptr(), k.stride(0), k.stride(1)]
+
+
+def attend_parts(
+    q: torch.Tensor,
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    meta: torch.Tensor,
+    scale: float,
+    out: torch.Tensor,
+) -> None:
+    """Causal attention of several parts of a step, each over its own KV cache, in one call.
+
+    q [1, heads, T, hd], k_new, v_new [1, kv heads, T, hd]: the step's queries and new keys and
+    values (last dimension contiguous); meta [parts, 8] int64, each row a `part_meta` whose
+    length counts its new positions. The new keys and values are written into the parts'
+    caches first (the caller then counts them in), and token t's output goes to out [T, heads *
+    hd] (float32, contiguous) row t; tokens of no part are left as they were."""
+    heads, hd = q.shape[1], q.shape[3]
+    new = (k_new, v_new, k_new.stride(1), k_new.stride(2), v_new.stride(1), v_new.stride(2))
+    _attend(q, q.stride(1), q.stride(2), heads, hd, k_new.shape[1], new, meta, scale, out)
+
+
+def _attend(q, q_head, q_tok, heads, hd, kv_heads, new, meta, scale, out) -> None:
+    library = _library()
+    k_new, v_new, *new_strides = new or (None, None, 0, 0, 0, 0)
     # one row's decode step (a few heads) on one thread: waking a second costs more than it
     # saves, and far more while another process holds its core
-    threads = 1 if rows * m == 1 else torch.get_num_threads()
+    positions = int((meta[:, 1] * meta[:, 2]).sum())
+    threads = 1 if positions == 1 else torch.get_num_threads()
     status = library.flywheel_attend(
-        q.data_ptr(), rows, heads, m, hd, k.data_ptr(), v.data_ptr(), k.shape[1], k.shape[2],
-        k.stride(0), k.stride(1), v.stride(0), v.stride(1), scale, out.data_ptr(), threads,
+        q.data_ptr(), q_head, q_tok, heads, hd, kv_heads,
+        None if k_new is None else k_new.data_ptr(), None if v_new is None else v_new.data_ptr(),
+        *new_strides, meta.data_ptr(), meta.shape[0], scale, out.data_ptr(), threads,
     )  # fmt: skip
     if status != 0:
         raise MemoryError("attend: out of memory for the attention scores")
-    return out

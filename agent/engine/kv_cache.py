@@ -10,6 +10,8 @@ filled part.
 It offers the `DynamicCache` methods the engine uses (update, get_seq_length, crop,
 batch_repeat_interleave, batch_select_indices, layers[i].keys/values) and is what
 `LoadedModel.new_cache` returns for trunks that batched.py runs; other trunks keep DynamicCache.
+`reserve`, `buffers` and `extend` let a kernel write new positions itself
+(`cpu_kernels.attend_parts`).
 """
 
 from __future__ import annotations
@@ -65,6 +67,25 @@ class KVCache:
                 length = self._length[layer]
                 new[:, :, :length] = buffers[layer][:, :, :length]
             buffers[layer] = new
+
+    def reserve(self, m: int) -> bool:
+        """Room for m more positions in every layer's buffers, grown where needed, for a kernel
+        that writes them itself (`buffers`, then `extend`). False for a cache whose buffers do
+        not exist yet (its first `update` allocates them)."""
+        if any(buffer is None for buffer in self._keys):
+            return False
+        for layer, buffer in enumerate(self._keys):
+            if self._length[layer] + m > buffer.shape[-2]:
+                self._grow(layer, buffer, self._length[layer] + m)
+        return True
+
+    def buffers(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer `layer`'s whole key and value buffers [rows, kv heads, capacity, head_dim]."""
+        return self._keys[layer], self._values[layer]
+
+    def extend(self, m: int) -> None:
+        """Count m more positions in every layer, written into the buffers by a kernel."""
+        self._length = [length + m for length in self._length]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self._length[layer_idx]

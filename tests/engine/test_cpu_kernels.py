@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from agent.engine import cpu_kernels
+from agent.engine.kv_cache import KVCache
 from agent.engine.model_runner import Int8Linear, use_int8_linear
 
 pytestmark = pytest.mark.skipif(
@@ -151,3 +152,39 @@ def test_attention_declines_what_it_cannot_take():
     q = torch.randn(1, 4, 1, 32)
     assert not cpu_kernels.can_attend(q.double(), torch.randn(1, 4, 3, 32).double())
     assert not cpu_kernels.can_attend(q, torch.randn(1, 4, 32, 3).transpose(-1, -2))
+
+
+def test_parts_attend_each_over_its_own_cache_as_each_would_alone():
+    """`attend_parts` writes each part's new keys and values into its cache and gives every
+    token what `attend` gives its part alone, bit for bit."""
+    torch.manual_seed(2)
+    heads, kv_heads, hd = 6, 2, 32
+    shapes = [(1, 1, 30), (2, 1, 7), (1, 5, 50)]  # (rows, m, past) of each part
+    total = sum(rows * m for rows, m, _ in shapes)
+    q, k_new, v_new = (torch.randn(1, n, total, hd) for n in (heads, kv_heads, kv_heads))
+    metas, want, filled, at = [], [], [], 0
+    for rows, m, past in shapes:
+        cache = KVCache(1, capacity=past + 1)
+        cache.update(*(torch.randn(rows, kv_heads, past, hd) for _ in range(2)), 0)
+        assert cache.reserve(m)  # grows the buffers: room for past + m
+        new = [
+            t[0, :, at : at + rows * m].reshape(-1, rows, m, hd).transpose(0, 1)
+            for t in (q, k_new, v_new)
+        ]
+        keys = torch.cat([cache.layers[0].keys, new[1]], dim=2)
+        values = torch.cat([cache.layers[0].values, new[2]], dim=2)
+        want.append(cpu_kernels.attend(new[0], keys, values, 0.2).reshape(rows * m, -1))
+        metas.append(cpu_kernels.part_meta(at, rows, m, past + m, *cache.buffers(0)))
+        filled.append((cache, m, keys, values))
+        at += rows * m
+    out = torch.zeros(total, heads * hd)
+    cpu_kernels.attend_parts(q, k_new, v_new, torch.tensor(metas), 0.2, out)
+    assert torch.equal(out, torch.cat(want))
+    for cache, m, keys, values in filled:
+        cache.extend(m)
+        assert torch.equal(cache.layers[0].keys, keys)
+        assert torch.equal(cache.layers[0].values, values)
+
+
+def test_an_empty_cache_reserves_nothing():
+    assert not KVCache(2).reserve(1)  # its first update allocates the buffers
