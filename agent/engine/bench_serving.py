@@ -7,7 +7,9 @@ Three workloads, each on the engine's own loaded weights, each with the engine i
   per second, target >= 3x. Greedy, every batched row must equal the single greedy output.
 - *agent turn*: an agent's second turn (the first turn's prompt, its output and a tool result)
   with the prefix cache warm from the first turn, against the same prompt prefilled cold: time to
-  first token, target <= 0.2x.
+  first token, target <= 0.2x. The second prompt appends the first turn's output tokens as they
+  were generated; a real agent's re-rendered conversation matches them as far as its
+  tokenisation agrees.
 - *concurrent completions*: k editor completions (priority "interactive") sent at once from k
   threads, against each alone: p50 latency, target <= 1.5x. It runs in a fresh process
   (`concurrent_completions_fresh`) on an engine opened as servers open it, on its own thread
@@ -107,9 +109,10 @@ def agent_turn(
     for _ in range(args.repeats):
         cold = cold_engine.generate(Request(prompt=second, params=one))
         cold_s.append(cold.metrics.ttft_s)
-        # the warm side's cache holds the first turn only, as after a real first turn
+        # the warm side's cache holds the first turn only (its prompt and output), as after a
+        # real first turn
         prefixes.clear()
-        engine.generate(Request(prompt=prompt_ids, params=one))
+        engine.generate(Request(prompt=prompt_ids, params=params))
         warm = engine.generate(Request(prompt=second, params=one))
         warm_s.append(warm.metrics.ttft_s)
         cached = warm.metrics.cached_tokens

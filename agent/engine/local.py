@@ -364,6 +364,8 @@ class LocalEngine:
                     keep.append(row)
             yield from _deltas(outputs[s] for s in rows)
             if not keep:
+                if n == 1:  # the cache holds the prompt and every token but the last
+                    self._remember(job, job.prompt_ids + outputs[0].token_ids[:-1], cache)
                 return
             with torch.inference_mode():
                 if len(keep) < len(rows):
@@ -395,6 +397,17 @@ class LocalEngine:
                     return
                 yield from seq.step()
                 yield from _deltas([output])
+            if len(outputs) == 1:
+                self._remember(job, seq.tokens[:-1], seq.cache)
+
+    def _remember(self, job: Job, tokens: list[int], cache) -> None:
+        """Store a finished one-sample request's prompt and output in the prefix cache: an
+        agent's next turn starts with both (vLLM and SGLang cache generated tokens too). The
+        cache holds at least these tokens' keys and values, and the request writes no more."""
+        prefixes = job.model.prefix_cache if self.config.prefix_cache_mb else None
+        if prefixes is not None:
+            with self._hold(job.request.priority), torch.inference_mode():
+                prefixes.store(tokens, cache)
 
 
 class SpeculativeSequence:

@@ -19,8 +19,11 @@ Lossless: the cached keys and values are the ones a full prefill computes for th
 (causal attention: position i depends only on tokens <= i); only the floating-point grouping of
 the remaining positions' matmuls differs.
 
-What it does not do: share memory between entries, or cache generated tokens (a next turn's
-prompt re-tokenises them from the rendered conversation).
+A finished one-sample request stores its prompt and output the same way, so an agent's next
+turn, which starts with the last one's conversation and reply, finds both; how far the match
+runs into the reply depends on the rendered conversation re-tokenising it to the same tokens.
+
+What it does not do: share memory between entries.
 """
 
 from __future__ import annotations

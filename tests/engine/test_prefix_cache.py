@@ -47,18 +47,24 @@ def test_outputs_are_the_same_with_and_without_the_cache(lively_checkpoint, meth
     assert all(h > 0 for h, _ in hits[2:]), hits  # each turn extends the last
 
 
-def test_the_stats_count_tokens_looked_up_and_found(lively_checkpoint):
-    engine = _engine(lively_checkpoint, 64)
+@pytest.mark.parametrize("method", ["none", "ngram"])  # plain and speculative decoding
+def test_a_next_turn_finds_the_last_prompt_and_reply_and_the_stats_count_them(
+    lively_checkpoint, method
+):
+    engine = _engine(lively_checkpoint, 64, method)
     tokenizer = engine._model.tokenizer
     first = tokenizer.encode(_conversation(1)[0], add_special_tokens=False)
-    second = first + tokenizer.encode(" and then some more text", add_special_tokens=False)
-    params = SamplingParams(temperature=0, max_tokens=4, logprobs=False)
-    a = engine.generate(Request(prompt=first, params=params)).metrics
+    params = SamplingParams(temperature=0, max_tokens=6, logprobs=False)
+    a = engine.generate(Request(prompt=first, params=params))
+    reply = a.completions[0].token_ids
+    # the next turn: the conversation so far, its reply and a tool result
+    second = first + reply + tokenizer.encode(" and then some more text", add_special_tokens=False)
     b = engine.generate(Request(prompt=second, params=params)).metrics
     stats = engine.prefix_cache_stats()
-    assert stats["queries"] == a.prompt_tokens + b.prompt_tokens
-    assert stats["hits"] == b.cached_tokens > 0
-    assert stats["entries"] == 1  # the second prompt extends the first, which it replaced
+    assert stats["queries"] == a.metrics.prompt_tokens + b.prompt_tokens
+    # every token of the first turn but its reply's last, which was never fed to the model
+    assert stats["hits"] == b.cached_tokens == len(first) + len(reply) - 1
+    assert stats["entries"] == 1  # the second turn extends the first, which it replaced
     assert _engine(lively_checkpoint, 0).prefix_cache_stats() == {}
 
 
