@@ -94,6 +94,8 @@ def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Te
         for part, (_, m), mine in zip(parts, shapes, own, strict=True)
     ]
     metas = _fused_meta(parts, shapes, fused, trunk.config.num_hidden_layers)
+    # every part fused: the kernel applies the rotary embedding too, to the same bits
+    rotary = (cos[0].contiguous(), sin[0].contiguous()) if all(fused) else None
     for index, layer in enumerate(body.layers[: trunk.config.num_hidden_layers]):
         attn = layer.self_attn
         h = layer.input_layernorm(x)
@@ -101,11 +103,12 @@ def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Te
             _each(proj, h, cuts).view(1, flat.numel(), -1, attn.head_dim).transpose(1, 2)
             for proj in (attn.q_proj, attn.k_proj, attn.v_proj)
         )
-        q, k = apply_rotary_pos_emb(q, k, cos, sin)  # [1, heads, T, head_dim]
+        if rotary is None:
+            q, k = apply_rotary_pos_emb(q, k, cos, sin)  # [1, heads, T, head_dim]
         out = x.new_empty(flat.numel(), q.shape[1] * attn.head_dim)
         if metas is not None:
             q, k = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k))
-            cpu_kernels.attend_parts(q, k, v, metas[index], attn.scaling, out)
+            cpu_kernels.attend_parts(q, k, v, metas[index], attn.scaling, out, rotary)
         at = 0
         for part, (rows, m), mask, mine, done in zip(parts, shapes, masks, own, fused, strict=True):
             span = slice(at, at + rows * m)

@@ -240,6 +240,15 @@ static inline __attribute__((always_inline)) void tile(
 
 #define TILE(L) ((L) <= 3 ? 8 : 24 / (L)) /* queries per tile: T * L accumulators in registers */
 
+/* Llama's rotary embedding of one head's vector: x * cos + rotate_half(x) * sin, where
+ * rotate_half(x) = [-x2, x1] for the halves of x. Separate products and sums (the library is
+ * compiled with -ffp-contract=off), as torch computes them, to the same bits. */
+static void rope(const float *x, const float *cos, const float *sin, int64_t hd, float *out) {
+    const int64_t half = hd / 2;
+    for (int64_t i = 0; i < half; i++) out[i] = x[i] * cos[i] + -x[i + half] * sin[i];
+    for (int64_t i = half; i < hd; i++) out[i] = x[i] * cos[i] + x[i - half] * sin[i];
+}
+
 /* Causal attention of several parts' new positions, each part over its own KV cache, in one
  * call (a batched step's decode rows and verify steps).
  *
@@ -249,8 +258,10 @@ static inline __attribute__((always_inline)) void tile(
  * head strides, the same for both), whose last m positions are its new ones. Token t's query
  * for head h is at q + h * q_head + t * q_tok, its output at out + (t * heads + h) * hd. With
  * k_new (and v_new), the new keys and values (token t, kv head g at k_new + g * kn_head + t *
- * kn_tok) are first written into the caches. New position j sees the first length - m + j + 1
- * keys; head h reads kv head h / (heads / kv_heads); hd is a multiple of 16, at most 128.
+ * kn_tok) are first written into the caches. With cos (and sin), token t's [hd] rows at cos +
+ * t * hd, q and k_new are given before the rotary embedding, which is applied here (`rope`).
+ * New position j sees the first length - m + j + 1 keys; head h reads kv head h / (heads /
+ * kv_heads); hd is a multiple of 16, at most 128.
  *
  * The queries of one (part, row, KV head) go in tiles that read each key and value once, but
  * every query's own arithmetic is fixed (its scores by `sum16`, its softmax over its own keys,
@@ -260,8 +271,9 @@ static inline __attribute__((always_inline)) void tile(
  */
 int flywheel_attend(const float *q, int64_t q_head, int64_t q_tok, int64_t heads, int64_t hd,
                     int64_t kv_heads, const float *k_new, const float *v_new, int64_t kn_head,
-                    int64_t kn_tok, int64_t vn_head, int64_t vn_tok, const int64_t *meta,
-                    int64_t parts, float scale, float *out, int threads) {
+                    int64_t kn_tok, int64_t vn_head, int64_t vn_tok, const float *cos,
+                    const float *sin, const int64_t *meta, int64_t parts, float scale,
+                    float *out, int threads) {
     const int64_t group = heads / kv_heads;
     const int L = (int)(hd / 16), T = TILE(L);
     int64_t items = 0, longest = 0;
@@ -284,12 +296,17 @@ int flywheel_attend(const float *q, int64_t q_head, int64_t q_tok, int64_t heads
                         for (int64_t g = 0; g < kv_heads; g++) {
                             const int64_t t = pm[0] + r * pm[2] + j;
                             const int64_t at = r * pm[6] + g * pm[7] + (past + j) * hd;
-                            memcpy(kc + at, k_new + g * kn_head + t * kn_tok, hd * sizeof(float));
+                            const float *key = k_new + g * kn_head + t * kn_tok;
+                            if (cos)
+                                rope(key, cos + t * hd, sin + t * hd, hd, kc + at);
+                            else
+                                memcpy(kc + at, key, hd * sizeof(float));
                             memcpy(vc + at, v_new + g * vn_head + t * vn_tok, hd * sizeof(float));
                         }
             }
         }
-        float *s = malloc((size_t)(T * stride) * sizeof(float));
+        float *s = malloc((size_t)(T * stride + TILE_MAX * hd) * sizeof(float));
+        float *rotated = s ? s + T * stride : NULL; /* the tile's queries after `rope` */
         if (!s) failed = 1;
 #pragma omp for schedule(static)
         for (int64_t item = 0; item < items; item++) {
@@ -312,6 +329,10 @@ int flywheel_attend(const float *q, int64_t q_head, int64_t q_tok, int64_t heads
                 const int64_t h = g * group + (first + i) / m, j = (first + i) % m;
                 const int64_t t = pm[0] + r * m + j;
                 qs[i] = q + h * q_head + t * q_tok;
+                if (cos) {
+                    rope(qs[i], cos + t * hd, sin + t * hd, hd, rotated + i * hd);
+                    qs[i] = rotated + i * hd;
+                }
                 outs[i] = out + (t * heads + h) * hd;
                 keys[i] = past + j + 1;
             }

@@ -66,7 +66,8 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     with tempfile.TemporaryDirectory(prefix="flywheel-kernels-") as folder:
         target = Path(folder) / "cpu_kernels.so"
         command = [compiler, "-O3", "-mavx512f", "-mavx512bw", "-mavx512vnni", "-fopenmp",
-                   "-fPIC", "-shared", str(SOURCE), "-o", str(target), "-lm"]  # fmt: skip
+                   "-ffp-contract=off", "-fPIC", "-shared", str(SOURCE), "-o", str(target),
+                   "-lm"]  # fmt: skip
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.TimeoutExpired) as error:
@@ -82,8 +83,8 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     library.flywheel_int8_mm.argtypes = [pointer, pointer, size, size, pointer, pointer, size,
                                          pointer, ctypes.c_int]  # fmt: skip
     library.flywheel_attend.argtypes = [pointer, size, size, size, size, size, pointer, pointer,
-                                        size, size, size, size, pointer, size, ctypes.c_float,
-                                        pointer, ctypes.c_int]  # fmt: skip
+                                        size, size, size, size, pointer, pointer, pointer, size,
+                                        ctypes.c_float, pointer, ctypes.c_int]  # fmt: skip
     library.flywheel_int8_mm.restype = library.flywheel_attend.restype = ctypes.c_int
     return library, None
 
@@ -174,7 +175,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> t
         k, v = k.contiguous(), v.contiguous()
     meta = part_meta(0, rows, m, k.shape[2], k, v)
     out = torch.empty(rows, m, heads * hd, dtype=torch.float32)
-    _attend(q, hd, heads * hd, heads, hd, k.shape[1], None, torch.tensor([meta]), scale, out)
+    _attend(q, hd, heads * hd, heads, hd, k.shape[1], None, torch.tensor([meta]), scale, out, None)
     return out
 
 
@@ -194,6 +195,7 @@ def attend_parts(
     meta: torch.Tensor,
     scale: float,
     out: torch.Tensor,
+    rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> None:
     """Causal attention of several parts of a step, each over its own KV cache, in one call.
 
@@ -201,13 +203,15 @@ def attend_parts(
     values (last dimension contiguous); meta [parts, 8] int64, each row a `part_meta` whose
     length counts its new positions. The new keys and values are written into the parts'
     caches first (the caller then counts them in), and token t's output goes to out [T, heads *
-    hd] (float32, contiguous) row t; tokens of no part are left as they were."""
+    hd] (float32, contiguous) row t; tokens of no part are left as they were. With `rotary`,
+    (cos, sin) [T, hd] float32 contiguous, q and k_new come before Llama's rotary embedding,
+    which the kernel applies as `apply_rotary_pos_emb` would, to the same bits."""
     heads, hd = q.shape[1], q.shape[3]
     new = (k_new, v_new, k_new.stride(1), k_new.stride(2), v_new.stride(1), v_new.stride(2))
-    _attend(q, q.stride(1), q.stride(2), heads, hd, k_new.shape[1], new, meta, scale, out)
+    _attend(q, q.stride(1), q.stride(2), heads, hd, k_new.shape[1], new, meta, scale, out, rotary)
 
 
-def _attend(q, q_head, q_tok, heads, hd, kv_heads, new, meta, scale, out) -> None:
+def _attend(q, q_head, q_tok, heads, hd, kv_heads, new, meta, scale, out, rotary) -> None:
     library = _library()
     k_new, v_new, *new_strides = new or (None, None, 0, 0, 0, 0)
     # one row's decode step (a few heads) on one thread: waking a second costs more than it
@@ -217,7 +221,8 @@ def _attend(q, q_head, q_tok, heads, hd, kv_heads, new, meta, scale, out) -> Non
     status = library.flywheel_attend(
         q.data_ptr(), q_head, q_tok, heads, hd, kv_heads,
         None if k_new is None else k_new.data_ptr(), None if v_new is None else v_new.data_ptr(),
-        *new_strides, meta.data_ptr(), meta.shape[0], scale, out.data_ptr(), threads,
+        *new_strides, *(None, None) if rotary is None else (t.data_ptr() for t in rotary),
+        meta.data_ptr(), meta.shape[0], scale, out.data_ptr(), threads,
     )  # fmt: skip
     if status != 0:
         raise MemoryError("attend: out of memory for the attention scores")

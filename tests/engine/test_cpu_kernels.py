@@ -188,3 +188,34 @@ def test_parts_attend_each_over_its_own_cache_as_each_would_alone():
 
 def test_an_empty_cache_reserves_nothing():
     assert not KVCache(2).reserve(1)  # its first update allocates the buffers
+
+
+def test_parts_apply_the_rotary_embedding_as_torch_does():
+    """With (cos, sin), `attend_parts` rotates q and the new keys itself: the same bits as
+    `apply_rotary_pos_emb` followed by `attend_parts` without them."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    torch.manual_seed(3)
+    heads, kv_heads, hd, rows, m, past = 9, 3, 64, 1, 5, 40
+    q, k_new, v_new = (torch.randn(1, n, rows * m, hd) for n in (heads, kv_heads, kv_heads))
+    angles = torch.arange(past, past + m)[:, None] * torch.rand(hd // 2)
+    cos, sin = (torch.cat([f(angles)] * 2, dim=-1).contiguous() for f in (torch.cos, torch.sin))
+    outs, caches = [], []
+    for fused in (True, False):
+        cache = KVCache(1, capacity=past + m)
+        torch.manual_seed(4)
+        cache.update(*(torch.randn(rows, kv_heads, past, hd) for _ in range(2)), 0)
+        assert cache.reserve(m)
+        meta = torch.tensor([cpu_kernels.part_meta(0, rows, m, past + m, *cache.buffers(0))])
+        out = torch.zeros(rows * m, heads * hd)
+        if fused:
+            cpu_kernels.attend_parts(q, k_new, v_new, meta, 0.125, out, (cos, sin))
+        else:
+            q_r, k_r = apply_rotary_pos_emb(q, k_new, cos[None], sin[None])
+            q_r, k_r = q_r.contiguous(), k_r.contiguous()
+            cpu_kernels.attend_parts(q_r, k_r, v_new, meta, 0.125, out)
+        cache.extend(m)
+        outs.append(out)
+        caches.append(cache.layers[0].keys)
+    assert torch.equal(outs[0], outs[1])
+    assert torch.equal(caches[0], caches[1])
