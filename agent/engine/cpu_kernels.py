@@ -41,6 +41,7 @@ SOURCE = Path(__file__).with_name("cpu_kernels.c")
 K_MULTIPLE = 16  # int8_mm quantizes activations 16 at a time
 CPU_FLAGS = ("avx512f", "avx512bw", "avx512_vnni")
 DISABLE_ENV = "FLYWHEEL_CPU_KERNELS"  # "torch": keep torch's kernels
+LONG_CONTEXT = 2048  # keys from which one row's decode step attends on every thread
 
 
 def _cpu_flags() -> set[str]:
@@ -215,9 +216,11 @@ def _attend(q, q_head, q_tok, heads, hd, kv_heads, new, meta, scale, out, rotary
     library = _library()
     k_new, v_new, *new_strides = new or (None, None, 0, 0, 0, 0)
     # one row's decode step (a few heads) on one thread: waking a second costs more than it
-    # saves, and far more while another process holds its core
+    # saves, and far more while another process holds its core; over a long context, reading
+    # the keys and values is worth a second core
     positions = int((meta[:, 1] * meta[:, 2]).sum())
-    threads = 1 if positions == 1 else torch.get_num_threads()
+    short = int(meta[:, 3].max()) < LONG_CONTEXT
+    threads = 1 if positions == 1 and short else torch.get_num_threads()
     status = library.flywheel_attend(
         q.data_ptr(), q_head, q_tok, heads, hd, kv_heads,
         None if k_new is None else k_new.data_ptr(), None if v_new is None else v_new.data_ptr(),
