@@ -261,7 +261,9 @@ static void rope(const float *x, const float *cos, const float *sin, int64_t hd,
  * kn_tok) are first written into the caches. With cos (and sin), token t's [hd] rows at cos +
  * t * hd, q and k_new are given before the rotary embedding, which is applied here (`rope`).
  * New position j sees the first length - m + j + 1 keys; head h reads kv head h / (heads /
- * kv_heads); hd is a multiple of 16, at most 128.
+ * kv_heads); hd is a multiple of 16, at most 128. A step of one new position over fewer than
+ * long_context keys runs on one thread (waking a second costs more than it saves, and far more
+ * while another process holds its core); any other, on `threads`.
  *
  * The queries of one (part, row, KV head) go in tiles that read each key and value once, but
  * every query's own arithmetic is fixed (its scores by `sum16`, its softmax over its own keys,
@@ -273,15 +275,17 @@ int flywheel_attend(const float *q, int64_t q_head, int64_t q_tok, int64_t heads
                     int64_t kv_heads, const float *k_new, const float *v_new, int64_t kn_head,
                     int64_t kn_tok, int64_t vn_head, int64_t vn_tok, const float *cos,
                     const float *sin, const int64_t *meta, int64_t parts, float scale,
-                    float *out, int threads) {
+                    float *out, int threads, int64_t long_context) {
     const int64_t group = heads / kv_heads;
     const int L = (int)(hd / 16), T = TILE(L);
-    int64_t items = 0, longest = 0;
+    int64_t items = 0, longest = 0, positions = 0;
     for (int64_t p = 0; p < parts; p++) {
         const int64_t *pm = meta + 8 * p, rows = pm[1], m = pm[2];
         items += rows * kv_heads * ((group * m + T - 1) / T);
         longest = pm[3] > longest ? pm[3] : longest;
+        positions += rows * m;
     }
+    if (positions == 1 && longest < long_context) threads = 1;
     const int64_t stride = longest + 16;
     int failed = 0;
 #pragma omp parallel num_threads(threads) reduction(| : failed)

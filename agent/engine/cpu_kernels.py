@@ -41,7 +41,9 @@ SOURCE = Path(__file__).with_name("cpu_kernels.c")
 K_MULTIPLE = 16  # int8_mm quantizes activations 16 at a time
 CPU_FLAGS = ("avx512f", "avx512bw", "avx512_vnni")
 DISABLE_ENV = "FLYWHEEL_CPU_KERNELS"  # "torch": keep torch's kernels
-LONG_CONTEXT = 2048  # keys from which one row's decode step attends on every thread
+# keys from which one row's decode step attends on every thread: over a long context, reading
+# the keys and values is worth a second core
+LONG_CONTEXT = 2048
 
 
 def _cpu_flags() -> set[str]:
@@ -85,7 +87,7 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
                                          pointer, ctypes.c_int]  # fmt: skip
     library.flywheel_attend.argtypes = [pointer, size, size, size, size, size, pointer, pointer,
                                         size, size, size, size, pointer, pointer, pointer, size,
-                                        ctypes.c_float, pointer, ctypes.c_int]  # fmt: skip
+                                        ctypes.c_float, pointer, ctypes.c_int, size]  # fmt: skip
     library.flywheel_int8_mm.restype = library.flywheel_attend.restype = ctypes.c_int
     return library, None
 
@@ -215,17 +217,12 @@ def attend_parts(
 def _attend(q, q_head, q_tok, heads, hd, kv_heads, new, meta, scale, out, rotary) -> None:
     library = _library()
     k_new, v_new, *new_strides = new or (None, None, 0, 0, 0, 0)
-    # one row's decode step (a few heads) on one thread: waking a second costs more than it
-    # saves, and far more while another process holds its core; over a long context, reading
-    # the keys and values is worth a second core
-    positions = int((meta[:, 1] * meta[:, 2]).sum())
-    short = int(meta[:, 3].max()) < LONG_CONTEXT
-    threads = 1 if positions == 1 and short else torch.get_num_threads()
     status = library.flywheel_attend(
         q.data_ptr(), q_head, q_tok, heads, hd, kv_heads,
         None if k_new is None else k_new.data_ptr(), None if v_new is None else v_new.data_ptr(),
         *new_strides, *(None, None) if rotary is None else (t.data_ptr() for t in rotary),
-        meta.data_ptr(), meta.shape[0], scale, out.data_ptr(), threads,
+        meta.data_ptr(), meta.shape[0], scale, out.data_ptr(), torch.get_num_threads(),
+        LONG_CONTEXT,
     )  # fmt: skip
     if status != 0:
         raise MemoryError("attend: out of memory for the attention scores")

@@ -299,7 +299,7 @@ class LocalEngine:
         # Leave at least one position to compute (its logits start decoding), and MTP heads the
         # hidden states of their attention window.
         limit = len(ids) - 1 - (MTP_WINDOW if self.spec.uses_heads else 0)
-        prefixes = model.prefix_cache if self.config.prefix_cache_mb else None
+        prefixes = self._prefixes(model)
         lane = job.request.priority
         if prefixes is not None and len(ids) > BATCH_ROWS:  # shorter: one small batched step
             yield Admission(model, len(ids))  # look up after the prefills that came before
@@ -400,11 +400,15 @@ class LocalEngine:
             if len(outputs) == 1:
                 self._remember(job, seq.tokens[:-1], seq.cache)
 
+    def _prefixes(self, model: LoadedModel) -> PrefixCache | None:
+        """The model's prefix cache, or None when the engine runs without one."""
+        return model.prefix_cache if self.config.prefix_cache_mb else None
+
     def _remember(self, job: Job, tokens: list[int], cache) -> None:
         """Store a finished one-sample request's prompt and output in the prefix cache: an
         agent's next turn starts with both (vLLM and SGLang cache generated tokens too). The
         cache holds at least these tokens' keys and values, and the request writes no more."""
-        prefixes = job.model.prefix_cache if self.config.prefix_cache_mb else None
+        prefixes = self._prefixes(job.model)
         if prefixes is not None:
             with self._hold(job.request.priority), torch.inference_mode():
                 prefixes.store(tokens, cache)
