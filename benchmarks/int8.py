@@ -157,7 +157,7 @@ def main() -> int:
 
     from agent.chat_format import render_chat
     from agent.engine import EngineConfig
-    from agent.engine.bench import step_costs
+    from agent.engine.bench_steps import step_costs
     from agent.engine.local import LocalEngine
     from agent.engine.model_runner import Int8Linear, LoadedModel
     from training.stages import encode_conversation

@@ -29,7 +29,8 @@ def make_checkpoint(
     """A randomly initialised checkpoint (trunk + tokenizer + MTP heads) with a fixed seed."""
     import torch
 
-    from agent.model import MTPConfig, MTPHeads, build_trunk, save_checkpoint
+    from agent.model import build_trunk, save_checkpoint
+    from agent.mtp import MTPConfig, MTPHeads
 
     trunk = build_trunk(size, vocab_size=len(tokenizer), seed=seed)
     torch.manual_seed(seed + 1000)

@@ -547,7 +547,7 @@ def mtp_distillation(trunk: nn.Module, heads, ids: torch.Tensor) -> tuple[torch.
 
 
 def _mtp(recipe: Recipe, device: torch.device, rank: int) -> Job:
-    from agent.model import MTPConfig, MTPHeads, frequent_tokens
+    from agent.mtp import MTPConfig, MTPHeads, frequent_tokens
 
     ckpt = _load_init(recipe, device)
     trunk = ckpt.trunk

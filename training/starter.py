@@ -412,7 +412,7 @@ def compress_heads(folder: Path) -> None:
     with small changes of the trunk's weights)."""
     from safetensors.torch import save_file
 
-    from agent.model import pack_int4, read_heads_state
+    from agent.mtp import pack_int4, read_heads_state
 
     heads = folder / "mtp" / "model.safetensors"
     if heads.exists():

@@ -33,7 +33,7 @@ from plain's, the share that matched; a peer that cannot run is a row that says 
 Two figures decide whether speculation can pay off where the benchmark runs, both in the JSON with
 pass/fail: (a) plain decoding tokens/s over `hf-greedy` (target >= PLAIN_VS_HF) and (b) the median
 time of one verify step over 4 draft tokens divided by one plain decode step, each timed many
-times with a warm KV cache (target <= VERIFY_VS_DECODE).
+times with a warm KV cache (target <= `bench_steps.VERIFY_VS_DECODE`).
 
 Three more figures, on what a running server does besides one request (bench_serving.py): an
 RL group of `--group-size` samples in one batch against one by one (target >= 3x tokens/s), an
@@ -75,6 +75,7 @@ from agent.engine.bench_peers import (
     run_external,
     same_share,
 )
+from agent.engine.bench_steps import mtp_targets, step_costs, verify_target
 from agent.engine.config import DTYPES
 
 STDLIB = Path(sys.base_prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
@@ -84,10 +85,6 @@ FREE_PROMPTS = [
     ("json/decoder.py", 60),
 ]
 PLAIN_VS_HF = 1.5  # the engine issue's targets
-VERIFY_VS_DECODE = 1.3
-HEAD_VS_DECODE = 0.1  # one MTP head's drafting step against a trunk decode step
-MTP_FREE_VS_PLAIN = 1.3  # the base-model issue's: free text with 2 heads' drafts ...
-MTP_ACCEPTANCE = 1.8  # ... at this mean acceptance length
 PEER_OF = {
     "plain": "hf-greedy",
     "ngram": "hf-prompt-lookup",
@@ -187,7 +184,8 @@ def build_default_models(folder: Path) -> tuple[str, str]:
     """A random 10m target with MTP heads and a random 3m draft, sharing a stdlib tokenizer."""
     import torch
 
-    from agent.model import MTPConfig, MTPHeads, build_trunk, save_checkpoint
+    from agent.model import build_trunk, save_checkpoint
+    from agent.mtp import MTPConfig, MTPHeads
     from agent.tokenizer import iter_source_texts, train_tokenizer
 
     print(f"building a random-weight 10m model; tokenizer trained on {STDLIB} ...", flush=True)
@@ -371,11 +369,11 @@ def run(args, tmp: Path) -> dict:
     rows = summarize(weights, items, outputs, times, target.tokenizer)
     plain_tps = _overall(rows, "plain")
     hf_tps = _overall(rows, "hf-greedy") if peers else None
-    decode_ms, verify_ms = step_costs(target, items[-1]["prompt_ids"], args)
-    heads = mtp_targets(target, rows, items[-1]["prompt_ids"], decode_ms, args) if heads else {}
+    step_ids = items[-1]["prompt_ids"]
+    decode_ms, verify_ms = step_costs(target, step_ids, args)
+    heads = mtp_targets(target, rows, step_ids, decode_ms, args) if heads else {}
     cached = LocalEngine(EngineConfig(model=model_path, dtype=args.dtype), target, draft)
     serving = serving_targets(cached, engines["plain"], target, model_path, items, args)
-    ratio_b = verify_ms / decode_ms
     against_hf = {}  # (a) needs the hf peers
     if hf_tps:
         ratio_a = plain_tps / hf_tps
@@ -430,15 +428,7 @@ def run(args, tmp: Path) -> dict:
         peers=[r.summary() for r in external],
         targets=dict(
             **against_hf,
-            verify4_vs_decode_step=dict(
-                decode_step_ms=decode_ms,
-                verify_step_ms=verify_ms,
-                ratio=ratio_b,
-                target=f"<= {VERIFY_VS_DECODE}",
-                passed=ratio_b <= VERIFY_VS_DECODE,
-                samples=args.step_samples,
-                context_tokens=len(items[-1]["prompt_ids"]),
-            ),
+            verify4_vs_decode_step=verify_target(decode_ms, verify_ms, len(step_ids), args),
             **heads,
             **serving,
         ),
@@ -526,84 +516,6 @@ def similarity(output: str, expected: str) -> float:
 def _overall(rows: list[dict], method: str) -> float:
     mine = [r for r in rows if r["method"] == method]
     return sum(r["tokens"] for r in mine) / sum(r["seconds"] for r in mine)
-
-
-def step_costs(model, prompt_ids: list[int], args) -> tuple[float, float]:
-    """Median ms of one plain decode step and of one verify step over 4 drafts (warm cache).
-
-    A decode step is what plain decoding does per token: forward 1 token, pick the argmax. A
-    verify step is what speculation does per step: forward the last token + 4 drafts, greedy
-    rejection sampling, crop the cache back. Both are interleaved and repeated.
-    """
-    import torch
-
-    from agent.engine.batched import Part
-    from agent.engine.rejection_sampler import verify_greedy
-
-    cache = model.new_cache()
-    decode_s: list[float] = []
-    verify_s: list[float] = []
-    with torch.inference_mode():
-        model.forward(torch.tensor([prompt_ids]), cache, last_only=True)
-        one = torch.tensor([[prompt_ids[-1]]])
-        five = torch.tensor([prompt_ids[-5:]])
-        for i in range(args.step_samples + 5):
-            start = time.perf_counter()
-            logits, _ = model.forward(one, cache)
-            logits[:, -1].argmax(-1).tolist()
-            cache.crop(-1)
-            mid = time.perf_counter()
-            logits, _ = model.forward_parts([Part(five, cache, alone=args.exact)])[0]
-            verify_greedy(five[0, 1:], logits[0].argmax(-1))
-            cache.crop(-5)
-            end = time.perf_counter()
-            if i >= 5:  # warm-up
-                decode_s.append(mid - start)
-                verify_s.append(end - mid)
-    return statistics.median(decode_s) * 1000, statistics.median(verify_s) * 1000
-
-
-def mtp_targets(model, rows: list[dict], prompt_ids: list[int], decode_ms: float, args) -> dict:
-    """{mtp_head_cost, mtp_free_text}: the median ms of one head's drafting step (the proposer
-    drafting 2 tokens after one new accepted position, halved) against a decode step, and free
-    text decoded with the heads' drafts against plain, with its mean acceptance length."""
-    import torch
-
-    from agent.engine.proposers import MTPProposer
-
-    proposer = MTPProposer(model)
-    start = max(3, len(prompt_ids) - args.step_samples - 6)
-    with torch.inference_mode():
-        hidden = model.trunk.model(torch.tensor([prompt_ids])).last_hidden_state[0]
-        proposer.observe(hidden[: start - 2])  # h_0 of every position but the last: known
-        spent = []
-        for n in range(start, len(prompt_ids)):  # one accepted token per step, as in decoding
-            proposer.observe(hidden[n - 2 : n - 1])
-            begin = time.perf_counter()
-            proposer.propose(prompt_ids[:n], 2)
-            spent.append(time.perf_counter() - begin)
-    head_ms = statistics.median(spent[5:] or spent) * 1000 / proposer.max_depth
-    free = {r["method"]: r for r in rows if r["workload"] == "free"}
-    ratio, length = free["mtp"]["ratio_to_plain"], free["mtp"]["mean_acceptance_length"] or 0.0
-    return dict(
-        mtp_head_cost=dict(
-            head_step_ms=head_ms,
-            decode_step_ms=decode_ms,
-            ratio=head_ms / decode_ms,
-            target=f"<= {HEAD_VS_DECODE}",
-            passed=head_ms / decode_ms <= HEAD_VS_DECODE,
-            heads=proposer.max_depth,
-            draft_vocab=None if proposer.draft_vocab is None else len(proposer.draft_vocab),
-        ),
-        mtp_free_text=dict(
-            mtp_tokens_per_s=free["mtp"]["tokens_per_s"],
-            plain_tokens_per_s=free["plain"]["tokens_per_s"],
-            ratio=ratio,
-            mean_acceptance_length=length,
-            target=f">= {MTP_FREE_VS_PLAIN} at acceptance length >= {MTP_ACCEPTANCE}",
-            passed=ratio >= MTP_FREE_VS_PLAIN and length >= MTP_ACCEPTANCE,
-        ),
-    )
 
 
 def print_report(report: dict) -> None:

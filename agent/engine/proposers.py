@@ -15,7 +15,7 @@ that run a model (`mtp`, `draft`).
   Worked example (ngram_max 2, k 3), context ... `x = 1 ; y = x` with tokens [x, =, 1, ;, y, =, x]:
   the suffix [=, x] does not occur earlier; [x] occurs at index 0, followed by [=, 1, ;]: the
   draft is [=, 1, ;] (deterministic, so q is one-hot).
-- `MTPProposer`: the trunk's own MTP heads (`agent.model.MTPHeads`), run incrementally as in
+- `MTPProposer`: the trunk's own MTP heads (`agent.mtp.MTPHeads`), run incrementally as in
   DeepSeek-V3 / vLLM MTP drafting: each head keeps its own KV cache. Head j at position i reads
   h_j[i] (h_0: the trunk's final hidden state, from `observe`) and the embedding of t[i+j+1], and
   drafts t[i+j+2] from the last position i = len(tokens) - 2. Past the accepted tokens, t[i+j+1]

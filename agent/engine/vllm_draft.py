@@ -6,7 +6,7 @@
 
 The `vllm` backend does this by itself for `--speculative mtp` (agent/engine/vllm_backend.py).
 
-Which vLLM layout, and why. Our head (agent/model.py) is DeepSeek-V3's MTP module with a Llama
+Which vLLM layout, and why. Our head (agent/mtp.py) is DeepSeek-V3's MTP module with a Llama
 block: `norm_out(Block(proj([norm_hidden(h); norm_embed(emb(t))])))` then the shared lm_head.
 vLLM 0.32 has three candidates for a Llama target:
 - `eagle` (EagleLlamaForCausalLM): `fc([emb(t); h])`, no input norms, the block's
@@ -116,8 +116,8 @@ def _rope_theta(config) -> float | None:
 
 
 def draft_config(trunk_config) -> dict:
-    """config.json of the draft: the head block's own shape (agent.model.head_config)."""
-    from agent.model import head_config
+    """config.json of the draft: the head block's own shape (agent.mtp.head_config)."""
+    from agent.mtp import head_config
 
     block = head_config(trunk_config)
     if _rope_theta(block) != _rope_theta(trunk_config):
@@ -153,7 +153,8 @@ def export_vllm_draft(checkpoint_folder: str | Path, out_folder: str | Path) -> 
     from transformers import AutoConfig
 
     from agent.model import checkpoint_folder as check_folder
-    from agent.model import merged_folder, read_heads_state
+    from agent.model import merged_folder
+    from agent.mtp import read_heads_state
 
     folder = merged_folder(check_folder(checkpoint_folder))  # an adapter: merged into its base
     heads_dir = folder / "mtp"

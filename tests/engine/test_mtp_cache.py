@@ -19,7 +19,8 @@ from agent.engine.local import LocalEngine
 from agent.engine.model_runner import LoadedModel
 from agent.engine.proposers import MTPProposer
 from agent.engine.request import EngineError
-from agent.model import DRAFT_VOCAB_FILE, Checkpoint, MTPConfig, MTPHeads, frequent_tokens
+from agent.model import Checkpoint
+from agent.mtp import DRAFT_VOCAB_FILE, MTPConfig, MTPHeads, frequent_tokens
 from tests.conftest import STDLIB, make_checkpoint
 
 
@@ -194,7 +195,7 @@ def test_int4_matrices_unpack_to_their_rounded_values():
     [-8, 7], within half a step of the original; odd and even columns keep their places."""
     from safetensors.torch import save_file
 
-    from agent.model import INT4_GROUP, pack_int4, read_heads_state
+    from agent.mtp import INT4_GROUP, pack_int4, read_heads_state
 
     torch.manual_seed(0)
     weight = torch.randn(6, 2 * INT4_GROUP)

@@ -21,7 +21,8 @@ from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfi
 from agent.engine.local import LocalEngine
 from agent.engine.model_runner import LoadedModel
 from agent.engine.sampling import target_probs
-from agent.model import Checkpoint, MTPConfig, MTPHeads, build_trunk
+from agent.model import Checkpoint, build_trunk
+from agent.mtp import MTPConfig, MTPHeads
 
 STDLIB_JSON = Path(sys.base_prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
 

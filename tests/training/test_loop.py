@@ -195,7 +195,8 @@ def test_mtp_distillation_over_a_draft_vocabulary_is_the_kl_over_those_rows(tiny
     taken from its final hidden state, and the student scores the same rows."""
     import torch.nn.functional as F
 
-    from agent.model import MTPConfig, MTPHeads, load_checkpoint
+    from agent.model import load_checkpoint
+    from agent.mtp import MTPConfig, MTPHeads
     from training.stages import mtp_distillation
 
     trunk = load_checkpoint(tiny_checkpoint).trunk

@@ -53,7 +53,8 @@ def distil_heads(folder: Path, tokenizer, steps: int = DISTIL_STEPS) -> Path:
     """Give the checkpoint in `folder` 2 MTP heads fitted to its trunk's own continuations."""
     import torch
 
-    from agent.model import MTPConfig, MTPHeads, load_checkpoint, save_checkpoint
+    from agent.model import load_checkpoint, save_checkpoint
+    from agent.mtp import MTPConfig, MTPHeads
     from training.stages import mtp_distillation
 
     trunk = load_checkpoint(folder).trunk
