@@ -130,6 +130,19 @@ def test_an_adapter_merges_into_its_base_and_names_a_wrong_one(tmp_path, tiny_ch
         load_checkpoint(adapter)
 
 
+def test_a_full_parameter_stage_from_an_adapter_trains_the_merged_model(tmp_path, tiny_checkpoint):
+    """peft hands a merged adapter back frozen; a stage without `lora_rank` trains all of it."""
+    from training.recipe import Recipe
+    from training.stages import _load_init
+
+    adapter = _lora_adapter(tmp_path, tiny_checkpoint)
+    recipe = Recipe(
+        name="t", stage="pretrain", out=str(tmp_path / "run"), init=str(adapter), data="unused"
+    )
+    trunk = _load_init(recipe, torch.device("cpu")).trunk
+    assert all(p.requires_grad for p in trunk.parameters())
+
+
 def test_an_adapter_merges_once_into_a_plain_folder_for_vllm(
     tmp_path, monkeypatch, tiny_checkpoint
 ):

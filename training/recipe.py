@@ -64,6 +64,12 @@ class Recipe:
     eval_seq_len: int = 0  # long_context: held-out length; 0 = 4x the init model's context
     context_length: int = 0  # long_context: context the model declares (max positions) after
     # scaling; 0 = max(seq_len, eval_seq_len)
+    skip_positions: bool = False  # long_context: when seq_len < context_length, windows carry
+    # position ids spread over the whole context (PoSE): a long context's distances, trained on
+    # short windows
+    activation_checkpointing: bool = False  # recompute each layer's activations in the
+    # backward pass instead of keeping them: long sequences in little memory, for about a third
+    # more compute
     mtp_depth: int = 2  # mtp: number of heads
     draft_vocab: int = 0  # mtp: draft over the N most frequent corpus tokens (0 = every token)
     shared_prefix: bool = True  # sft: run the opening that a batch's conversations share once

@@ -91,6 +91,7 @@ def _load_init(recipe: Recipe, device: torch.device):
             ckpt = Checkpoint(trunk, tokenizer, None, _version(folder), str(folder))
         else:
             ckpt = load_checkpoint(recipe.init, device=str(device))
+            ckpt.trunk.requires_grad_(True)  # an adapter merged in by peft comes back frozen
             if recipe.lora_rank:
                 ckpt.trunk = attach_lora(
                     ckpt.trunk,
@@ -102,6 +103,8 @@ def _load_init(recipe: Recipe, device: torch.device):
                 )
     except Exception as exc:
         raise StageError(f"cannot start {recipe.stage} from {recipe.init!r}: {exc}") from exc
+    if recipe.activation_checkpointing:
+        ckpt.trunk.gradient_checkpointing_enable({"use_reentrant": False})
     ckpt.trunk.train()
     return ckpt
 
@@ -115,9 +118,12 @@ def _version(folder: Path) -> str:
 # --- pretrain and long context ---------------------------------------------------------------
 
 
-def lm_loss(trunk: nn.Module, window: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy over a [batch, seq+1] window."""
-    logits = trunk(input_ids=window[:, :-1]).logits  # [batch, seq, vocab]
+def lm_loss(
+    trunk: nn.Module, window: torch.Tensor, positions: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Mean next-token cross-entropy over a [batch, seq+1] window (at `positions` [batch, seq],
+    default 0..seq-1)."""
+    logits = trunk(input_ids=window[:, :-1], position_ids=positions).logits  # [batch, seq, vocab]
     return F.cross_entropy(logits.float().flatten(0, 1), window[:, 1:].flatten())
 
 
@@ -274,6 +280,19 @@ def set_rope_scaling(trunk: nn.Module, rope_type: str, factor: float, max_positi
     trunk.model.rotary_emb = rotary_cls(config=config).to(device)
 
 
+def skipped_positions(
+    rng: np.random.Generator, rows: int, seq_len: int, context: int
+) -> torch.Tensor:
+    """Position ids [rows, seq_len] that cover a longer context than the window (PoSE, Zhu et al.
+    2023): each row is cut in two at a random point and its second chunk moved on by a random
+    skip, so that windows of seq_len tokens teach the relative distances of up to `context`."""
+    out = np.tile(np.arange(seq_len, dtype=np.int64), (rows, 1))
+    for row in out:
+        cut = int(rng.integers(1, seq_len))
+        row[cut:] += int(rng.integers(0, context - seq_len + 1))
+    return torch.from_numpy(out)
+
+
 def _long_context(recipe: Recipe, device: torch.device, rank: int) -> Job:
     ckpt = _load_init(recipe, device)
     trunk = ckpt.trunk
@@ -289,6 +308,18 @@ def _long_context(recipe: Recipe, device: torch.device, rank: int) -> Job:
     context = recipe.context_length or max(recipe.seq_len, eval_len)
     set_rope_scaling(trunk, recipe.rope_type, recipe.rope_factor, context)
     job = _corpus_job(recipe, device, rank, trunk, ckpt.tokenizer, ckpt.version)
+    if recipe.skip_positions and recipe.seq_len < context:
+        windows = job.batch
+
+        def batch(index: int) -> dict:
+            b = windows(index)
+            rng = np.random.default_rng([recipe.seed, rank, index, 1])  # not the windows' own
+            b["positions"] = skipped_positions(rng, len(b["window"]), recipe.seq_len, context)
+            b["positions"] = b["positions"].to(device)
+            return b
+
+        job.batch = batch
+        job.loss = lambda b: (lm_loss(trunk, b["window"], b["positions"]), {})
     short_eval = job.evaluate
 
     def evaluate() -> dict:

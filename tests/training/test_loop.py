@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from training import stages
 from training.loop import TrainingError, latest_checkpoint, train
 from training.recipe import Recipe
 
@@ -245,6 +246,51 @@ def test_long_context_reports_loss_before_and_after(tmp_path, corpus, tiny_check
     config = json.loads((final / "config.json").read_text())
     assert config["rope_parameters"]["rope_type"] == "linear"
     assert config["rope_parameters"]["factor"] == 4.0
+
+
+def test_skipped_positions_spread_a_short_window_over_the_long_context():
+    import numpy as np
+
+    from training.stages import skipped_positions
+
+    positions = skipped_positions(np.random.default_rng(0), 64, 32, 256)
+    assert positions.shape == (64, 32) and positions.dtype == torch.int64
+    steps = positions.diff(dim=1)
+    assert (positions[:, 0] == 0).all() and (positions[:, -1] < 256).all()
+    assert ((steps >= 1).all(dim=1)).all()  # increasing: the window stays causal
+    assert ((steps > 1).sum(dim=1) <= 1).all()  # one skip at most, between the two chunks
+    assert positions[:, -1].max() > 128  # the windows reach far past their own length
+
+
+def test_long_context_on_short_windows_with_skipped_positions_and_recomputed_activations(
+    tmp_path, corpus, tiny_checkpoint
+):
+    recipe = tiny(
+        "long_context",
+        tmp_path / "run",
+        init=str(tiny_checkpoint),
+        data=str(corpus),
+        rope_type="yarn",
+        rope_factor=2.0,
+        seq_len=32,
+        context_length=128,
+        eval_seq_len=128,
+        skip_positions=True,
+        activation_checkpointing=True,
+        steps=2,
+        eval_every=2,
+        save_every=2,
+    )
+    job = stages.build(recipe, torch.device("cpu"))
+    batch = job.batch(0)
+    assert batch["positions"].shape == batch["window"][:, :-1].shape
+    assert job.trunk.is_gradient_checkpointing
+    final = train(recipe, progress=False)
+    meta = json.loads((final / "flywheel.json").read_text())
+    assert meta["long_loss_before"] > 0 and meta["eval_loss_long"] > 0
+    config = json.loads((final / "config.json").read_text())
+    assert config["max_position_embeddings"] == 128
+    assert config["rope_parameters"]["rope_type"] == "yarn"
 
 
 def test_cli_runs_a_stage_and_reports_bad_input(tmp_path, corpus):
