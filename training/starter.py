@@ -11,6 +11,8 @@
     mtp    2 MTP heads self-distilled from the SFT'd model, trunk frozen, over a 4,096-token
            draft vocabulary (mtp_starter.toml), on stdlib code, the train trajectories and the
            apply examples (mtp_text/)
+    mtp_self  the heads continued on the model's own text: its greedy continuations of stdlib
+           windows beside code and trajectories (training/self_text.py, mtp_self.toml)
     apply  a fast-apply adapter of its own on the base (apply.toml: LoRA on the attention's
            query and value layers), on examples made from stdlib files (tasks/apply_code.jsonl,
            training/code_apply.py); the engine decodes fast-apply requests with it
@@ -54,6 +56,7 @@ from agent.registry import file_sha256
 RECIPES = Path(__file__).resolve().parent / "recipes"
 STAGE_ORDER = ("sft", "sft_tokens", "sft_more", "sft_epoch2", "sft_recover")
 MTP_RECIPE = "mtp_starter"  # the MTP heads, distilled from the last stage's model
+MTP_SELF_RECIPE = "mtp_self"  # ... then continued on that model's own continuations
 APPLY_RECIPE = "apply"  # the fast-apply adapter, on the base
 APPLY_EXAMPLES = 2000  # fast-apply examples made from stdlib files
 MTP_CODE_BYTES = 12_000_000  # stdlib code in the heads' corpus (about half; the rest: trajectories)
@@ -158,6 +161,16 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
         log(f"[starter] mtp: {recipe.steps} steps of {recipe.batch_size}x{recipe.seq_len}")
         train(recipe, resume=True, progress=True)
     mark("mtp", start)
+
+    start = time.monotonic()
+    recipe = load_recipe(RECIPES / f"{MTP_SELF_RECIPE}.toml", mtp_self_overrides(config))
+    if not (Path(recipe.out) / "model" / "flywheel.json").exists():
+        if not (Path(recipe.data) / "manifest.json").exists():
+            log(f"[starter] mtp_self: the model's own continuations -> {recipe.data}")
+            self_text_corpus(config)
+        log(f"[starter] mtp_self: {recipe.steps} steps of {recipe.batch_size}x{recipe.seq_len}")
+        train(recipe, resume=True, progress=True)
+    mark("mtp_self", start)
 
     start = time.monotonic()
     recipe = load_recipe(RECIPES / f"{APPLY_RECIPE}.toml", apply_overrides(config))
@@ -269,6 +282,40 @@ def mtp_overrides(config: StarterConfig) -> dict:
     return extra
 
 
+def mtp_self_overrides(config: StarterConfig) -> dict:
+    """The self-text recipe's paths inside the run folder (plus the quick sizes in quick mode):
+    it continues the heads of the `mtp` step."""
+    out = Path(config.out)
+    extra = {
+        "init": str(out / "mtp" / "model"),
+        "data": str(out / "mtp_self" / "text" / "corpus"),
+        "out": str(out / "mtp_self"),
+        "seed": config.seed,
+    }
+    if config.quick:
+        extra.update(seq_len=64, batch_size=1, steps=2, eval_batches=1)
+        extra.update(log_every=1, eval_every=1000, save_every=1000)
+    return extra
+
+
+def self_text_corpus(config: StarterConfig) -> Path:
+    """The `mtp` step's model's own continuations and the corpus around them
+    (training/self_text.py), under OUT/mtp_self/."""
+    from agent.model import tokenizer_folder
+    from training import self_text
+
+    out = Path(config.out)
+    model = out / "mtp" / "model"
+    texts = self_text.continuations(
+        str(model),
+        out / "mtp_self" / "continuations.jsonl",
+        count=4 if config.quick else self_text.WINDOWS,
+        max_tokens=8 if config.quick else self_text.CONTINUATION_TOKENS,
+    )
+    trajectories = out / "tasks" / "trajectories.jsonl"
+    return self_text.corpus(texts, trajectories, tokenizer_folder(model), out / "mtp_self" / "text")
+
+
 def apply_overrides(config: StarterConfig) -> dict:
     """The fast-apply recipe's paths inside the run folder (plus the quick sizes)."""
     out = Path(config.out)
@@ -354,6 +401,15 @@ def finish(config: StarterConfig, evaluation: dict | None, timings: dict, second
         "overrides": mtp_overrides(config),
         "corpus_manifest_sha256": file_sha256(out / "mtp_text" / "corpus" / "manifest.json"),
     }
+    stages["mtp_self"] = _stage_summary(out / "mtp_self")
+    recipes["mtp_self"] = {
+        "file": f"training/recipes/{MTP_SELF_RECIPE}.toml",
+        "sha256": file_sha256(RECIPES / f"{MTP_SELF_RECIPE}.toml"),
+        "overrides": mtp_self_overrides(config),
+        "corpus_manifest_sha256": file_sha256(
+            out / "mtp_self" / "text" / "corpus" / "manifest.json"
+        ),
+    }
     stages["apply"] = _stage_summary(out / "apply")
     recipes["apply"] = {
         "file": f"training/recipes/{APPLY_RECIPE}.toml",
@@ -390,7 +446,7 @@ def finish(config: StarterConfig, evaluation: dict | None, timings: dict, second
     tmp = out / ".model.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(last, tmp)
-    shutil.copytree(out / "mtp" / "model" / "mtp", tmp / "mtp")  # the heads, on the same trunk
+    shutil.copytree(out / "mtp_self" / "model" / "mtp", tmp / "mtp")  # the heads, same trunk
     shutil.copytree(out / "apply" / "model", tmp / APPLY_DIR)  # the fast-apply adapter
     (tmp / "flywheel.json").write_text(json.dumps(meta, indent=2) + "\n")
     shutil.rmtree(final, ignore_errors=True)

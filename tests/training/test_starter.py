@@ -67,7 +67,7 @@ def test_quick_chain_writes_a_loadable_adapter_with_lineage(tmp_path):
     assert main(["starter", "--out", str(tmp_path), "--quick"]) == 0
     meta = json.loads((tmp_path / "model" / "flywheel.json").read_text())
     assert meta["version"].startswith("starter-") and meta["version"].endswith("-quick")
-    assert set(meta["recipes"]) == {*STAGE_ORDER, "mtp", "apply"}
+    assert set(meta["recipes"]) == {*STAGE_ORDER, "mtp", "mtp_self", "apply"}
     assert meta["base"].startswith("smollm2") and meta["data"]["apply_examples_sha256"]
     assert list((tmp_path / "eval-transcripts").glob("*.jsonl"))  # why each eval task went so
     assert meta["data"]["tasks_manifest_sha256"] and meta["evaluation"]["tasks"] >= 1

@@ -1,0 +1,33 @@
+"""The MTP heads' self-distillation text (training/self_text.py)."""
+
+from __future__ import annotations
+
+import json
+
+from agent.engine.bench import APPLY_FILE, FREE_PROMPTS, STDLIB
+from training import self_text
+
+
+def test_windows_are_reproducible_and_never_from_the_benchmarked_files():
+    files = {p.relative_to(STDLIB).as_posix() for p in self_text.stdlib_files()}
+    assert files and not files & {APPLY_FILE, *(name for name, _ in FREE_PROMPTS)}
+    assert not any(f.startswith(("test/", "idlelib/")) for f in files)
+    first = self_text.windows(5, seed=0)
+    assert first == self_text.windows(5, seed=0) != self_text.windows(5, seed=1)
+    assert all(30 <= len(w.splitlines()) <= 60 for w in first)
+
+
+def test_continuations_extend_each_window_with_the_models_greedy_text(tmp_path, tiny_checkpoint):
+    out = self_text.continuations(
+        str(tiny_checkpoint), tmp_path / "c.jsonl", count=3, max_tokens=4, log=lambda s: None
+    )
+    rows = [json.loads(line)["text"] for line in out.read_text().splitlines()]
+    windows = self_text.windows(3)
+    assert len(rows) == 3 and all(
+        r.startswith(w) and len(r) > len(w) for r, w in zip(rows, windows, strict=True)
+    )
+    again = self_text.continuations(
+        str(tiny_checkpoint), tmp_path / "d.jsonl", count=3, max_tokens=4, log=lambda s: None
+    )
+    assert again.read_text() == out.read_text()  # greedy, whatever shared the engine's steps
+    assert not list(tmp_path.glob("*.tmp"))
