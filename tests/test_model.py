@@ -10,14 +10,8 @@ import pytest
 import torch
 
 from agent.engine.request import EngineError
-from agent.model import (
-    MTPConfig,
-    MTPHeads,
-    build_trunk,
-    count_parameters,
-    load_checkpoint,
-    save_checkpoint,
-)
+from agent.model import build_trunk, count_parameters, load_checkpoint, save_checkpoint
+from agent.mtp import MTPConfig, MTPHeads
 
 
 def test_named_sizes_include_a_laptop_size():

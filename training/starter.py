@@ -152,25 +152,20 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
             train(recipe, resume=True, progress=True)
         mark(stage, start)
 
-    start = time.monotonic()
-    recipe = load_recipe(RECIPES / f"{MTP_RECIPE}.toml", mtp_overrides(config))
-    if not (Path(recipe.out) / "model" / "flywheel.json").exists():
-        if not (Path(recipe.data) / "manifest.json").exists():
-            log(f"[starter] mtp: corpus -> {recipe.data}")
-            mtp_corpus(config)
-        log(f"[starter] mtp: {recipe.steps} steps of {recipe.batch_size}x{recipe.seq_len}")
-        train(recipe, resume=True, progress=True)
-    mark("mtp", start)
-
-    start = time.monotonic()
-    recipe = load_recipe(RECIPES / f"{MTP_SELF_RECIPE}.toml", mtp_self_overrides(config))
-    if not (Path(recipe.out) / "model" / "flywheel.json").exists():
-        if not (Path(recipe.data) / "manifest.json").exists():
-            log(f"[starter] mtp_self: the model's own continuations -> {recipe.data}")
-            self_text_corpus(config)
-        log(f"[starter] mtp_self: {recipe.steps} steps of {recipe.batch_size}x{recipe.seq_len}")
-        train(recipe, resume=True, progress=True)
-    mark("mtp_self", start)
+    heads_steps = (  # (step, recipe, its paths, what builds its corpus)
+        ("mtp", MTP_RECIPE, mtp_overrides, mtp_corpus),
+        ("mtp_self", MTP_SELF_RECIPE, mtp_self_overrides, self_text_corpus),
+    )
+    for step, name, overrides, make_corpus in heads_steps:
+        start = time.monotonic()
+        recipe = load_recipe(RECIPES / f"{name}.toml", overrides(config))
+        if not (Path(recipe.out) / "model" / "flywheel.json").exists():
+            if not (Path(recipe.data) / "manifest.json").exists():
+                log(f"[starter] {step}: corpus -> {recipe.data}")
+                make_corpus(config)
+            log(f"[starter] {step}: {recipe.steps} steps of {recipe.batch_size}x{recipe.seq_len}")
+            train(recipe, resume=True, progress=True)
+        mark(step, start)
 
     start = time.monotonic()
     recipe = load_recipe(RECIPES / f"{APPLY_RECIPE}.toml", apply_overrides(config))
@@ -345,17 +340,13 @@ def mtp_corpus(config: StarterConfig) -> Path:
     """The heads' corpus: stdlib modules (not the files `flywheel bench engine` times, so its
     free-text figures are on text the heads never saw), the train trajectories and the train
     fast-apply examples, rendered as the engine renders them."""
-    from agent.engine.bench import APPLY_FILE, FREE_PROMPTS, STDLIB
     from agent.model import checkpoint_folder, tokenizer_folder
     from training.data import distillation_corpus
+    from training.self_text import stdlib_files
 
-    benched = {APPLY_FILE, *(name for name, _ in FREE_PROMPTS)}
     budget = MTP_CODE_BYTES // (100 if config.quick else 1)
     texts: list[str] = []
-    for path in sorted(STDLIB.glob("*.py")) + sorted(STDLIB.glob("*/*.py")):
-        rel = path.relative_to(STDLIB).as_posix()
-        if rel in benched or rel.split("/")[0] in ("test", "idlelib", "site-packages"):
-            continue
+    for path in stdlib_files():
         text = path.read_text(errors="replace")
         budget -= len(text)
         if budget < 0:
