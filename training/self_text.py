@@ -109,8 +109,15 @@ def continuations(
     return out
 
 
-def corpus(texts: Path, trajectories: Path, tokenizer_dir: Path, out: Path, seed: int = 1) -> Path:
-    """The heads' corpus under `out`: the continuations, CODE_CHARS of stdlib modules and
+def corpus(
+    texts: Path,
+    trajectories: Path,
+    tokenizer_dir: Path,
+    out: Path,
+    seed: int = 1,
+    code_chars: int = CODE_CHARS,
+) -> Path:
+    """The heads' corpus under `out`: the continuations, `code_chars` of stdlib modules and
     CONVERSATIONS train trajectories (`training.data.distillation_corpus`)."""
     from training.data import distillation_corpus
 
@@ -118,7 +125,7 @@ def corpus(texts: Path, trajectories: Path, tokenizer_dir: Path, out: Path, seed
     own = [json.loads(line)["text"] for line in texts.read_text().splitlines()]
     files = stdlib_files()
     rng.shuffle(files)
-    code, budget = [], CODE_CHARS
+    code, budget = [], code_chars
     for path in files:
         text = path.read_text(errors="replace")
         budget -= len(text)

@@ -308,7 +308,9 @@ def self_text_corpus(config: StarterConfig) -> Path:
         max_tokens=8 if config.quick else self_text.CONTINUATION_TOKENS,
     )
     trajectories = out / "tasks" / "trajectories.jsonl"
-    return self_text.corpus(texts, trajectories, tokenizer_folder(model), out / "mtp_self" / "text")
+    code = self_text.CODE_CHARS // (100 if config.quick else 1)
+    text = out / "mtp_self" / "text"
+    return self_text.corpus(texts, trajectories, tokenizer_folder(model), text, code_chars=code)
 
 
 def apply_overrides(config: StarterConfig) -> dict:

@@ -63,6 +63,7 @@ def test_compress_heads_stores_them_in_int4_and_leaves_the_trunk(tmp_path, tiny_
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # every step of the chain, each shrunk: minutes, not the suite's 300 s
 def test_quick_chain_writes_a_loadable_adapter_with_lineage(tmp_path):
     assert main(["starter", "--out", str(tmp_path), "--quick"]) == 0
     meta = json.loads((tmp_path / "model" / "flywheel.json").read_text())
