@@ -239,15 +239,26 @@ def tokenizer_folder(folder: Path) -> Path:
     return adapter_base(folder)
 
 
+def load_pretrained(folder: str | Path, dtype: str = "float32"):
+    """A transformers causal LM from a folder, with the Hub's kernels off: left on (transformers'
+    default), putting the model in training mode on a GPU fetches replacement layers from the
+    Hugging Face Hub, which an offline machine cannot reach."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(
+        str(folder), dtype=getattr(torch, dtype), use_kernels=False
+    )
+
+
 def _load_trunk(folder: Path, dtype: str):
     """(trunk, tokenizer) of a checkpoint folder, or of the base with an adapter merged in."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     source = adapter_base(folder) if is_adapter(folder) else folder
     tokenizer_dir = tokenizer_folder(folder)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-        trunk = AutoModelForCausalLM.from_pretrained(str(source), dtype=getattr(torch, dtype))
+        trunk = load_pretrained(source, dtype)
         if source is not folder:
             from peft import PeftModel
 

@@ -100,3 +100,11 @@ def test_mismatched_tokenizer_is_refused(tmp_path, tokenizer):
         EngineError, match="tokenizer .* has 900 tokens but the model's vocabulary has 600"
     ):
         load_checkpoint(tmp_path)
+
+
+def test_checkpoints_load_with_the_hubs_kernels_off(tiny_checkpoint):
+    """transformers would fetch kernels from the Hub when a model trains on a GPU; offline, the
+    training stage failed there before its first step."""
+    trunk = load_checkpoint(tiny_checkpoint).trunk
+    trunk.train()
+    assert trunk.use_kernels is False

@@ -43,14 +43,13 @@ def attach_lora(trunk, tokenizer, rank: int, alpha: float, dropout: float, targe
 
 def load_adapter_for_training(folder: Path, device: str):
     """(PeftModel with the adapter in `folder` trainable, tokenizer, base version)."""
-    import torch
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    from agent.model import adapter_base
+    from agent.model import adapter_base, load_pretrained
 
     base = adapter_base(folder)
-    trunk = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32).to(device)
+    trunk = load_pretrained(base).to(device)
     tokenizer = AutoTokenizer.from_pretrained(str(base))
     model = PeftModel.from_pretrained(trunk, str(folder), is_trainable=True)
     # A shipped adapter names its base by name only (starter.ship); the adapter this training
