@@ -74,6 +74,7 @@ def run(
     log=print,
     loss_data: str | None = None,
     loss_windows: int = 2,
+    device: str = "cpu",
 ) -> dict:
     """{model, rope, lengths: {length: {passed, samples, failed_depths[, heldout_loss]}},
     samples: [...]}."""
@@ -84,7 +85,7 @@ def run(
     from training.stages import heldout_loss, set_rope_scaling
 
     heldout = PackedTokens(loss_data, "heldout") if loss_data else None  # a bad folder: now
-    checkpoint = load_checkpoint(model)
+    checkpoint = load_checkpoint(model, device=device)
     trunk, tokenizer = checkpoint.trunk.eval(), checkpoint.tokenizer
     declared = int(trunk.config.max_position_embeddings)
     if rope:
@@ -97,7 +98,7 @@ def run(
         for i in range(samples):
             depth = (i + 0.5) / samples
             key = rng.randint(10_000, 99_999)
-            ids = torch.tensor([passkey_prompt(tokenizer, length, depth, key)])
+            ids = torch.tensor([passkey_prompt(tokenizer, length, depth, key)], device=device)
             start = time.perf_counter()
             with torch.inference_mode():
                 out = trunk.generate(
@@ -128,7 +129,7 @@ def run(
             "failed_depths": [s.depth for s in mine if not s.passed],
         }
         if heldout is not None:
-            loss = heldout_loss(trunk, heldout, length, loss_windows, 1, torch.device("cpu"))
+            loss = heldout_loss(trunk, heldout, length, loss_windows, 1, torch.device(device))
             by_length[str(length)]["heldout_loss"] = round(loss, 4)
             log(f"{length:>6} held-out loss {loss:.4f} ({loss_windows} windows)")
     return {
@@ -152,6 +153,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rope-factor", type=float, default=2.0)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
     parser.add_argument("--loss-data", help="corpus folder: also the held-out loss per length")
     parser.add_argument("--loss-windows", type=int, default=2, help="held-out windows per length")
     parser.add_argument("--json", help="write the report here")
@@ -178,6 +180,7 @@ def main(argv: list[str]) -> int:
             log=lambda line: print(line, flush=True),  # each sample takes a while at 16k
             loss_data=args.loss_data,
             loss_windows=args.loss_windows,
+            device=args.device,
         )
     except (EngineError, CorpusError) as exc:
         print(f"flywheel bench passkey: {exc}", file=sys.stderr)

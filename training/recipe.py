@@ -67,6 +67,8 @@ class Recipe:
     skip_positions: bool = False  # long_context: when seq_len < context_length, windows carry
     # position ids spread over the whole context (PoSE): a long context's distances, trained on
     # short windows
+    retrieval_fraction: float = 0.0  # long_context: share of windows that carry facts to
+    # look up at their end (training/retrieval.py)
     activation_checkpointing: bool = False  # recompute each layer's activations in the
     # backward pass instead of keeping them: long sequences in little memory, for about a third
     # more compute

@@ -15,7 +15,9 @@
     long_context  the same loss at a longer `seq_len`, after RoPE scaling (`rope_type`,
                   `rope_factor`, written into the trunk's config so `transformers` and vLLM load
                   it); held-out loss at `eval_seq_len` (default 4x the init model's context) is
-                  measured before the change and after training (`long_loss_before/after`)
+                  measured before the change and after training (`long_loss_before/after`);
+                  optionally on short windows with far-apart positions (`skip_positions`,
+                  PoSE) and with facts to retrieve (`retrieval_fraction`, training/retrieval.py)
     sft           next-token loss on assistant tokens only: conversations rendered with the
                   tokenizer's chat template (`chat_format.render_chat`); a token counts when it
                   lies inside an assistant turn's body or is its closing `<|im_end|>` (the model
@@ -49,6 +51,7 @@ from torch import nn
 from agent.chat_format import PAD, assistant_spans, render_chat
 from training.data import PackedTokens
 from training.recipe import Recipe
+from training.retrieval import add_retrieval_rows
 
 
 class StageError(ValueError):
@@ -308,18 +311,23 @@ def _long_context(recipe: Recipe, device: torch.device, rank: int) -> Job:
     context = recipe.context_length or max(recipe.seq_len, eval_len)
     set_rope_scaling(trunk, recipe.rope_type, recipe.rope_factor, context)
     job = _corpus_job(recipe, device, rank, trunk, ckpt.tokenizer, ckpt.version)
-    if recipe.skip_positions and recipe.seq_len < context:
-        windows = job.batch
+    skip = recipe.skip_positions and recipe.seq_len < context
+    windows = job.batch
 
-        def batch(index: int) -> dict:
-            b = windows(index)
-            rng = np.random.default_rng([recipe.seed, rank, index, 1])  # not the windows' own
-            b["positions"] = skipped_positions(rng, len(b["window"]), recipe.seq_len, context)
-            b["positions"] = b["positions"].to(device)
-            return b
+    def batch(index: int) -> dict:
+        b = windows(index)
+        rng = np.random.default_rng([recipe.seed, rank, index, 1])  # not the windows' own
+        if recipe.retrieval_fraction:
+            rows = b["window"].cpu()
+            rows = add_retrieval_rows(ckpt.tokenizer, rows, rng, recipe.retrieval_fraction)
+            b["window"] = rows.to(device)
+        if skip:
+            positions = skipped_positions(rng, len(b["window"]), recipe.seq_len, context)
+            b["positions"] = positions.to(device)
+        return b
 
-        job.batch = batch
-        job.loss = lambda b: (lm_loss(trunk, b["window"], b["positions"]), {})
+    job.batch = batch
+    job.loss = lambda b: (lm_loss(trunk, b["window"], b.get("positions")), {})
     short_eval = job.evaluate
 
     def evaluate() -> dict:

@@ -293,6 +293,26 @@ def test_long_context_on_short_windows_with_skipped_positions_and_recomputed_act
     assert config["rope_parameters"]["rope_type"] == "yarn"
 
 
+def test_long_context_windows_carry_facts_to_retrieve(tmp_path, corpus, tiny_checkpoint):
+    def first_window(fraction: float):
+        recipe = tiny(
+            "long_context",
+            tmp_path / f"run{fraction}",
+            init=str(tiny_checkpoint),
+            data=str(corpus),
+            seq_len=256,
+            eval_seq_len=256,
+            retrieval_fraction=fraction,
+        )
+        job = stages.build(recipe, torch.device("cpu"))
+        return job.batch(0)["window"], job.tokenizer
+
+    plain, tokenizer = first_window(0.0)
+    facts, _ = first_window(1.0)
+    assert facts.shape == plain.shape and not torch.equal(facts, plain)
+    assert all(" number" in tokenizer.decode(row.tolist()) for row in facts)
+
+
 def test_cli_runs_a_stage_and_reports_bad_input(tmp_path, corpus):
     from training.cli import main
 

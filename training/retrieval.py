@@ -1,0 +1,81 @@
+"""Synthetic retrieval rows for the long-context stage: facts hidden in a window of code, asked
+for at its end.
+
+Continued pretraining on long code alone lowers the loss past the old context but teaches little
+retrieval: few tokens of real code depend on one line thousands of tokens back. A share of the
+stage's windows (`Recipe.retrieval_fraction`) therefore carry 1–3 facts ("the build number is
+41873") at random depths, with a question about one of them and its answer as the window's last
+tokens, so the loss rewards looking back across the whole window.
+
+The facts are Python comments, assignments or short sentences, with names and phrasing of their
+own. `flywheel bench passkey` hides a "pass key" in filler prose, neither of which the stage
+ever sees: it measures whether the skill carries over.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+THINGS = [
+    "build", "ticket", "order", "invoice", "room", "account", "serial", "batch", "locker",
+    "flight", "parcel", "badge", "release", "session", "voucher", "station",
+]  # fmt: skip
+FACTS = [  # each on a line of its own, wherever it lands
+    "\n# Note: the {thing} number is {value}.\n",
+    "\n{name} = {value}  # the {thing} number\n",
+    "\n# Remember this: {value} is the {thing} number.\n",
+    "\nThe {thing} number is {value}. Keep it in mind.\n",
+]
+QUESTIONS = [
+    "\n# Question: what is the {thing} number? Answer: the {thing} number is {value}.\n",
+    "\n# The {thing} number noted above is {value}.\n",
+    "\nassert {name} == {value}  # the {thing} number from above\n",
+    "\nWhat was the {thing} number? The {thing} number was {value}.\n",
+]
+
+
+def retrieval_row(
+    tokenizer, window: torch.Tensor, rng: np.random.Generator, max_facts: int = 3
+) -> torch.Tensor:
+    """`window` [length] with 1..max_facts facts inserted at random depths and a question about
+    one of them (and its answer) at the end; as long as `window`, its code cut to make room."""
+    length = len(window)
+    count = int(rng.integers(1, max_facts + 1))
+    things = rng.choice(len(THINGS), size=count, replace=False)
+    facts = []
+    for index in things:
+        thing = THINGS[index]
+        value = int(rng.integers(10 ** int(rng.integers(3, 6)), 10**6))
+        facts.append({"thing": thing, "name": f"{thing.upper()}_NUMBER", "value": value})
+    asked = facts[int(rng.integers(count))]
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    inserts = [encode(FACTS[int(rng.integers(len(FACTS)))].format(**f)) for f in facts]
+    question = encode(QUESTIONS[int(rng.integers(len(QUESTIONS)))].format(**asked))
+    room = length - len(question) - sum(map(len, inserts))
+    if room < length // 2:  # a window too short to hide facts in: left as it is
+        return window
+    code = window[:room].tolist()
+    depths = sorted(int(rng.integers(0, max(1, len(code) - 1))) for _ in inserts)
+    pieces, last = [], 0
+    for depth, insert in zip(depths, inserts, strict=True):
+        pieces += [code[last:depth], insert]
+        last = depth
+    out = [t for piece in [*pieces, code[last:], question] for t in piece]
+    return torch.tensor(out[:length], dtype=window.dtype)
+
+
+def add_retrieval_rows(
+    tokenizer, windows: torch.Tensor, rng: np.random.Generator, fraction: float
+) -> torch.Tensor:
+    """`windows` [rows, length] with each row, with probability `fraction`, made a retrieval
+    row (`retrieval_row`)."""
+    if fraction <= 0:
+        return windows
+    rows = [
+        retrieval_row(tokenizer, row, rng) if rng.random() < fraction else row for row in windows
+    ]
+    return torch.stack(rows)
