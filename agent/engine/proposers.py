@@ -30,7 +30,7 @@ that run a model (`mtp`, `draft`).
   draft vocabulary (`MTPHeads.draft_vocab`, else the whole vocabulary), deterministic, at most
   `depth` per step. Approximate by design: the verifier makes the output exact.
 - `NgramThenMTPProposer` ("ngram+mtp"): the n-gram draft where a suffix of two or more tokens
-  occurs earlier, the heads' draft elsewhere; each source with its own adaptive draft length.
+  occurs earlier, the heads' draft elsewhere; only the n-gram draft length adapts.
 - `DraftModelProposer`: a smaller model sharing the tokenizer, with its own KV cache that is
   re-synchronised with the accepted tokens before each proposal; drafts are sampled from its own
   distribution q (same temperature/top-k/top-p as the request; argmax when greedy).
@@ -143,9 +143,15 @@ def _match_after(haystack: np.ndarray, needle: np.ndarray, cursor: int) -> int |
 
 
 class MTPProposer:
-    """Drafts from the trunk's MTP heads, each run incrementally over its own KV cache."""
+    """Drafts from the trunk's MTP heads, each run incrementally over its own KV cache.
+
+    Every call drafts with every head (`adapts`: the engine passes only its cap, never a
+    shortened length): a head step costs a small fraction of a trunk step and a draft row a
+    smaller one of the verify step, so cutting the draft after a miss saves almost nothing and
+    loses the steps where both heads would have been right."""
 
     needs_hidden = True
+    adapts = True
 
     def __init__(self, model: LoadedModel, window: int = MTP_WINDOW):
         heads = model.checkpoint.heads
@@ -231,10 +237,11 @@ class NgramThenMTPProposer:
     (at least HYBRID_MIN_MATCH) occurs earlier, else the heads' draft. The heads observe every
     step either way, so they are in step whenever they are asked.
 
-    Each source keeps its own draft length (`adapts`: the engine then passes only a cap), by the
-    engine's rule: +2 after a step that accepted the whole draft, -1 otherwise. With one shared
-    length the heads' frequent misses would cut the long copies short. What was accepted is read
-    off the next call's tokens: the drafts that reappear there, in order.
+    The n-gram draft length adapts here (`adapts`: the engine then passes only a cap), by the
+    engine's rule: +2 after a step that accepted the whole draft, -1 otherwise; the heads always
+    draft with all of them (`MTPProposer`). With one shared length the heads' frequent misses
+    would cut the long copies short. What was accepted is read off the next call's tokens: the
+    n-gram drafts that reappear there, in order.
     """
 
     needs_hidden = True
@@ -244,8 +251,8 @@ class NgramThenMTPProposer:
         self.ngram, self.mtp = ngram, mtp
         self.max_depth = ngram.max_depth
         self.adaptive = adaptive
-        self.length = {"ngram": start, "mtp": min(start, mtp.max_depth)}
-        self.last: tuple[int, str, list[int]] | None = None  # len(tokens), source, drafts
+        self.length = start  # of n-gram drafts
+        self.last: tuple[int, list[int]] | None = None  # len(tokens), drafts of an n-gram call
 
     def skip(self, n: int) -> None:
         self.mtp.skip(n)
@@ -255,25 +262,23 @@ class NgramThenMTPProposer:
 
     def propose(self, tokens: list[int], k: int) -> Draft:
         if self.last is not None and self.adaptive:
-            n, source, drafts = self.last
+            n, drafts = self.last
             kept = 0
             while (
                 kept < len(drafts) and n + kept < len(tokens) and tokens[n + kept] == drafts[kept]
             ):
                 kept += 1
-            longest = self.mtp.max_depth if source == "mtp" else self.max_depth
             step = 2 if kept == len(drafts) else -1
-            self.length[source] = max(1, min(self.length[source] + step, longest))
+            self.length = max(1, min(self.length + step, self.max_depth))
         self.last = None
         if k <= 0:
             return NO_DRAFT
-        self.length["ngram"] = min(self.length["ngram"], k)  # k: the engine's longest draft
-        source, draft = "ngram", self.ngram.propose(tokens, min(k, self.length["ngram"]))
-        if not draft.token_ids:
-            source, draft = "mtp", self.mtp.propose(tokens, min(k, self.length["mtp"]))
+        self.length = min(self.length, k)  # k: the engine's longest draft
+        draft = self.ngram.propose(tokens, self.length)
         if draft.token_ids:
-            self.last = (len(tokens), source, draft.token_ids)
-        return draft
+            self.last = (len(tokens), draft.token_ids)
+            return draft
+        return self.mtp.propose(tokens, k)
 
 
 HYBRID_MIN_MATCH = 2  # a one-token match says little about what follows; the heads do better
