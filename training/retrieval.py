@@ -65,7 +65,7 @@ def retrieval_row(
         pieces += [code[last:depth], insert]
         last = depth
     out = [t for piece in [*pieces, code[last:], question] for t in piece]
-    return torch.tensor(out[:length], dtype=window.dtype)
+    return torch.tensor(out[:length], dtype=window.dtype, device=window.device)
 
 
 def add_retrieval_rows(

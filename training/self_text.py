@@ -50,6 +50,21 @@ def stdlib_files() -> list[Path]:
     return kept
 
 
+def stdlib_code(chars: int, rng: random.Random | None = None) -> list[str]:
+    """Whole `stdlib_files` (in `rng`'s shuffled order, else sorted) until `chars` characters."""
+    files = stdlib_files()
+    if rng is not None:
+        rng.shuffle(files)
+    texts: list[str] = []
+    for path in files:
+        text = path.read_text(errors="replace")
+        chars -= len(text)
+        if chars < 0:
+            break
+        texts.append(text)
+    return texts
+
+
 def windows(count: int, seed: int = 0) -> list[str]:
     """`count` windows of 30-60 consecutive lines from modules of at least 80 lines."""
     rng = random.Random(seed)
@@ -123,15 +138,7 @@ def corpus(
 
     rng = random.Random(seed)
     own = [json.loads(line)["text"] for line in texts.read_text().splitlines()]
-    files = stdlib_files()
-    rng.shuffle(files)
-    code, budget = [], code_chars
-    for path in files:
-        text = path.read_text(errors="replace")
-        budget -= len(text)
-        if budget < 0:
-            break
-        code.append(text)
+    code = stdlib_code(code_chars, rng)
     rows = [json.loads(line) for line in trajectories.read_text().splitlines()]
     train = [row for row in rows if row.get("split") == "train"]
     rng.shuffle(train)

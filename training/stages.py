@@ -317,10 +317,9 @@ def _long_context(recipe: Recipe, device: torch.device, rank: int) -> Job:
     def batch(index: int) -> dict:
         b = windows(index)
         rng = np.random.default_rng([recipe.seed, rank, index, 1])  # not the windows' own
-        if recipe.retrieval_fraction:
-            rows = b["window"].cpu()
-            rows = add_retrieval_rows(ckpt.tokenizer, rows, rng, recipe.retrieval_fraction)
-            b["window"] = rows.to(device)
+        b["window"] = add_retrieval_rows(
+            ckpt.tokenizer, b["window"], rng, recipe.retrieval_fraction
+        )
         if skip:
             positions = skipped_positions(rng, len(b["window"]), recipe.seq_len, context)
             b["positions"] = positions.to(device)

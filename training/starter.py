@@ -344,16 +344,9 @@ def mtp_corpus(config: StarterConfig) -> Path:
     fast-apply examples, rendered as the engine renders them."""
     from agent.model import checkpoint_folder, tokenizer_folder
     from training.data import distillation_corpus
-    from training.self_text import stdlib_files
+    from training.self_text import stdlib_code
 
-    budget = MTP_CODE_BYTES // (100 if config.quick else 1)
-    texts: list[str] = []
-    for path in stdlib_files():
-        text = path.read_text(errors="replace")
-        budget -= len(text)
-        if budget < 0:
-            break
-        texts.append(text)
+    texts = stdlib_code(MTP_CODE_BYTES // (100 if config.quick else 1))
     tasks = Path(config.out) / "tasks"
     conversations = [
         row
@@ -373,6 +366,18 @@ def mtp_corpus(config: StarterConfig) -> Path:
     return corpus
 
 
+def _lineage(recipe: str, overrides: dict, corpus: Path | None = None) -> dict:
+    """What a step trained from: its recipe file and hash, the overrides, its corpus's manifest."""
+    entry = {
+        "file": f"training/recipes/{recipe}.toml",
+        "sha256": file_sha256(RECIPES / f"{recipe}.toml"),
+        "overrides": overrides,
+    }
+    if corpus is not None:
+        entry["corpus_manifest_sha256"] = file_sha256(corpus / "manifest.json")
+    return entry
+
+
 def finish(config: StarterConfig, evaluation: dict | None, timings: dict, seconds: float) -> Path:
     """OUT/model: the last stage's adapter folder, with the starter's version and lineage."""
     from agent.base import base_version
@@ -382,33 +387,15 @@ def finish(config: StarterConfig, evaluation: dict | None, timings: dict, second
     stages, recipes = {}, {}
     for stage in STAGE_ORDER:
         stages[stage] = _stage_summary(out / stage)
-        recipes[stage] = {
-            "file": f"training/recipes/{stage}.toml",
-            "sha256": file_sha256(RECIPES / f"{stage}.toml"),
-            "overrides": stage_overrides(config, stage),
-        }
+        recipes[stage] = _lineage(stage, stage_overrides(config, stage))
     stages["mtp"] = _stage_summary(out / "mtp")
-    recipes["mtp"] = {
-        "file": f"training/recipes/{MTP_RECIPE}.toml",
-        "sha256": file_sha256(RECIPES / f"{MTP_RECIPE}.toml"),
-        "overrides": mtp_overrides(config),
-        "corpus_manifest_sha256": file_sha256(out / "mtp_text" / "corpus" / "manifest.json"),
-    }
+    recipes["mtp"] = _lineage(MTP_RECIPE, mtp_overrides(config), out / "mtp_text" / "corpus")
     stages["mtp_self"] = _stage_summary(out / "mtp_self")
-    recipes["mtp_self"] = {
-        "file": f"training/recipes/{MTP_SELF_RECIPE}.toml",
-        "sha256": file_sha256(RECIPES / f"{MTP_SELF_RECIPE}.toml"),
-        "overrides": mtp_self_overrides(config),
-        "corpus_manifest_sha256": file_sha256(
-            out / "mtp_self" / "text" / "corpus" / "manifest.json"
-        ),
-    }
+    recipes["mtp_self"] = _lineage(
+        MTP_SELF_RECIPE, mtp_self_overrides(config), out / "mtp_self" / "text" / "corpus"
+    )
     stages["apply"] = _stage_summary(out / "apply")
-    recipes["apply"] = {
-        "file": f"training/recipes/{APPLY_RECIPE}.toml",
-        "sha256": file_sha256(RECIPES / f"{APPLY_RECIPE}.toml"),
-        "overrides": apply_overrides(config),
-    }
+    recipes["apply"] = _lineage(APPLY_RECIPE, apply_overrides(config))
     data = {
         "tasks_manifest_sha256": file_sha256(out / "tasks" / "manifest.json"),
         "apply_examples_sha256": file_sha256(out / "tasks" / "apply_code.jsonl"),
