@@ -14,8 +14,9 @@
     mtp_self  the heads continued on the model's own text: its greedy continuations of stdlib
            windows beside code and trajectories (training/self_text.py, mtp_self.toml)
     apply  a fast-apply adapter of its own on the base (apply.toml: LoRA on the attention's
-           query, value and output layers), on examples made from stdlib files (tasks/apply_code.jsonl,
-           training/code_apply.py); the engine decodes fast-apply requests with it
+           query, value and output layers), on examples made from stdlib files
+           (tasks/apply_code.jsonl, training/code_apply.py); the engine decodes fast-apply
+           requests with it
     eval   held-out tasks through the real harness (training/evaluate.py; each task's
            conversation in eval-transcripts/) -> model/ (the last SFT adapter plus mtp/ and
            apply/)
