@@ -43,6 +43,7 @@ The template is stored in the tokenizer's config (Hugging Face `chat_template`),
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any
 
@@ -210,6 +211,12 @@ def apply_messages(path: str, original: str, sketch: str, updated: str | None = 
     if updated is not None:
         messages.append({"role": "assistant", "content": updated})
     return messages
+
+
+def apply_parts(content: str) -> tuple[str, str, str] | None:
+    """(path, original, sketch) of an `apply_messages` user message; None for other text."""
+    match = re.fullmatch(r'<file path="([^"]*)">\n(.*)</file>\n<edit>\n(.*)</edit>', content, re.S)
+    return (match[1], match[2], match[3]) if match else None
 
 
 def _schema_types(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:

@@ -11,6 +11,8 @@ tokens/s.
     flywheel train apply --out runs/x/apply_code.jsonl --count 5000
     .venv/bin/python benchmarks/apply_heldout.py --model default --model runs/x/model \\
         --examples runs/x/apply_code.jsonl --limit 12 --json benchmarks/results/apply-heldout.json
+    .venv/bin/python benchmarks/apply_heldout.py --model default --copy-bias 0 --copy-bias 5 \\
+        --examples runs/x/apply_code.jsonl --dtype int8    # the copy bias off and on
 """
 
 from __future__ import annotations
@@ -29,22 +31,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", required=True, help="JSONL from `flywheel train apply`")
     parser.add_argument("--limit", type=int, default=12, help="held-out examples")
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument(
+        "--copy-bias",
+        type=float,
+        action="append",
+        help="fast apply's copy bias (agent/engine/copy_bias.py); repeat to compare "
+        "(default: the engine's)",
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
 
     import torch
 
+    from agent.engine.config import APPLY_COPY_BIAS
     from training.evaluate import evaluate_apply
 
     torch.set_num_threads(args.threads)
+    biases = args.copy_bias or [APPLY_COPY_BIAS]
     results = {}
     for model in args.model:
-        try:
-            results[model] = evaluate_apply(model, args.examples, args.limit, args.dtype)
-        except ValueError as exc:
-            print(exc, file=sys.stderr)
-            return 1
+        for bias in biases:
+            name = model if len(biases) == 1 else f"{model} bias {bias:g}"
+            try:
+                results[name] = evaluate_apply(
+                    model, args.examples, args.limit, args.dtype, copy_bias=bias
+                )
+            except ValueError as exc:
+                print(exc, file=sys.stderr)
+                return 1
+            results[name]["copy_bias"] = bias
     print(f"\n{'model':32} {'exact':>8} {'similarity':>11} {'tok/s':>7}")
     for model, r in results.items():
         exact = f"{r['exact']}/{r['examples']}"

@@ -222,6 +222,7 @@ def evaluate_apply(
     limit: int = 12,
     dtype: str = "float32",
     log: Callable[[str], None] = print,
+    copy_bias: float | None = None,
 ) -> dict:
     """Fast apply on the held-out rows of `examples` (training/code_apply.py: an original file,
     an edit sketch, the whole updated file): each is sent as a fast-apply request (the model's
@@ -229,6 +230,7 @@ def evaluate_apply(
     (lossless). Returns exact copies, mean difflib similarity to the expected file, tokens/s."""
     import difflib
 
+    from agent.chat_format import apply_parts
     from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
     from agent.engine.local import LocalEngine
 
@@ -237,12 +239,16 @@ def evaluate_apply(
     if not rows:
         raise ValueError(f"no held-out examples in {examples}")
     spec = SpeculativeConfig("ngram", max_draft_tokens=16)
-    engine = LocalEngine(EngineConfig(model=model, dtype=dtype, speculative=spec))
+    # the copy bias: the engine's default (agent/engine/copy_bias.py) unless given
+    bias = {} if copy_bias is None else {"apply_copy_bias": copy_bias}
+    engine = LocalEngine(EngineConfig(model=model, dtype=dtype, speculative=spec, **bias))
     per_example, tokens, seconds, version = [], 0, 0.0, engine.model_version
     try:
         for row in rows:
             *messages, answer = row["messages"]
-            original, expected = messages[1]["content"], answer["content"]
+            parts = apply_parts(messages[1]["content"])
+            original = parts[1] if parts else messages[1]["content"]
+            expected = answer["content"]
             # room for about twice the expected file (code runs 3-4 characters per token)
             params = SamplingParams(temperature=0, max_tokens=len(expected) // 2 + 64)
             request = Request(messages=messages, speculation=original, params=params, apply=True)

@@ -10,7 +10,9 @@ Workloads (greedy, same prompts and weights for every method):
   original file is the request's `speculation` (the "fast apply" trick). With a chat model the
   prompt is the engine's own fast-apply conversation (agent/chat_format.py `apply_messages`: the
   file, an edit sketch, "reply with the whole updated file"), up to `--apply-max-tokens` of it,
-  with drafts of up to `--apply-max-draft` tokens (a fast apply copies long runs);
+  with drafts of up to `--apply-max-draft` tokens (a fast apply copies long runs). Our methods
+  decode it under the engine's copy bias (copy_bias.py, `--apply-copy-bias`; 0 turns it off);
+  the peers decode as they do stock, so with the bias on their apply output may differ;
 - *free*: continue code prompts.
 
 Methods: `plain`, `ngram`, `mtp` and `ngram+mtp` (when the checkpoint has heads), `draft` (with a
@@ -76,7 +78,7 @@ from agent.engine.bench_peers import (
     same_share,
 )
 from agent.engine.bench_steps import mtp_targets, step_costs, verify_target
-from agent.engine.config import DTYPES
+from agent.engine.config import APPLY_COPY_BIAS, DTYPES
 
 STDLIB = Path(sys.base_prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
 APPLY_FILE = "genericpath.py"  # ~155 lines
@@ -112,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=16,
         help="longest adaptive draft, apply workload (ngram)",
+    )
+    parser.add_argument(
+        "--apply-copy-bias",
+        type=float,
+        default=APPLY_COPY_BIAS,
+        help="fast apply's copy bias for our methods (copy_bias.py; 0: off, as the peers "
+        "decode; default: %(default)s)",
     )
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per (prompt, method)")
     parser.add_argument("--exact", action="store_true", help="verify steps bit for bit (exact)")
@@ -269,7 +278,13 @@ def run(args, tmp: Path) -> dict:
             exact=args.exact,
         )
         engines[method] = LocalEngine(
-            EngineConfig(model=model_path, dtype=args.dtype, speculative=spec, prefix_cache_mb=0),
+            EngineConfig(
+                model=model_path,
+                dtype=args.dtype,
+                speculative=spec,
+                prefix_cache_mb=0,
+                apply_copy_bias=args.apply_copy_bias,
+            ),
             target,
             draft,
         )
@@ -279,6 +294,7 @@ def run(args, tmp: Path) -> dict:
             model=model_path,
             dtype=args.dtype,
             prefix_cache_mb=0,
+            apply_copy_bias=args.apply_copy_bias,
             speculative=SpeculativeConfig(
                 method="ngram",
                 num_draft_tokens=args.num_draft,
@@ -415,6 +431,7 @@ def run(args, tmp: Path) -> dict:
             apply_max_tokens=args.apply_max_tokens,
             num_draft=args.num_draft,
             apply_max_draft=args.apply_max_draft,
+            apply_copy_bias=args.apply_copy_bias,
             repeats=args.repeats,
             group_size=args.group_size,
             concurrent=args.concurrent,

@@ -6,6 +6,7 @@ One dataclass per concern, each field commented, checked in `__post_init__`. Com
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -16,6 +17,7 @@ SpecMethod = Literal["none", "ngram", "mtp", "ngram+mtp", "draft"]
 SPEC_METHODS: tuple[str, ...] = get_args(SpecMethod)  # what --speculative offers
 DType = Literal["float32", "bfloat16", "float16", "int8"]
 DTYPES: tuple[str, ...] = get_args(DType)  # what --dtype offers
+APPLY_COPY_BIAS = 5.0  # fast apply's logit bonus for copying (copy_bias.py), in logits
 
 
 @dataclass
@@ -70,11 +72,18 @@ class EngineConfig:
     # (loop.py). For servers, whose requests come from many threads; a process that runs torch
     # work of its own (training, benchmarks) keeps it off and calls from its own thread.
     own_thread: bool = False
+    # local backend: the logit bonus of the tokens that continue the original file or the edit
+    # sketch in a fast-apply request (copy_bias.py); 0 turns it off
+    apply_copy_bias: float = APPLY_COPY_BIAS
 
     def __post_init__(self) -> None:
         if not isinstance(self.prefix_cache_mb, int) or self.prefix_cache_mb < 0:
             raise BadRequest(
                 f"prefix_cache_mb must be an integer >= 0, got {self.prefix_cache_mb!r}"
+            )
+        if not math.isfinite(self.apply_copy_bias) or self.apply_copy_bias < 0:
+            raise BadRequest(
+                f"apply_copy_bias must be a number >= 0 (0 turns it off), got {self.apply_copy_bias!r}"
             )
         if self.backend == "auto":
             self.backend = "openai" if self.model.startswith(("http://", "https://")) else "local"

@@ -21,7 +21,9 @@ How a request runs:
      The draft length adapts: +2 after a step that accepted every draft, -1 otherwise, within
      [1, max_draft_tokens] (and the head depth for mtp).
    A chat request with tools decodes under the tool-call grammar (tool_grammar.py): at each
-   position, plain or verified, the tokens that would break a call are masked first.
+   position, plain or verified, the tokens that would break a call are masked first. A
+   fast-apply request decodes under the copy bias (copy_bias.py) the same way: the tokens that
+   continue the original file or the edit sketch get a logit bonus.
 4. Each sample's `SampleOutput` turns tokens into text and applies stop tokens, stop strings and
    max tokens; streaming yields its deltas.
 
@@ -61,6 +63,7 @@ from agent.chat_format import parse_assistant
 from agent.engine import Stream
 from agent.engine.batched import Admission, Forward
 from agent.engine.config import EngineConfig
+from agent.engine.copy_bias import CopyBias
 from agent.engine.kv_cache import reuse_freed_memory
 from agent.engine.loop import BATCH_ROWS, EngineLoop, Step
 from agent.engine.model_runner import LoadedModel
@@ -104,7 +107,9 @@ class Job:
     model: LoadedModel
     generator: torch.Generator
     chat: bool
-    grammar: ToolGrammar | None = None  # tool calls that always parse (chat with tools)
+    # what shapes the logits at each position: the tool-call grammar (chat with tools, calls
+    # that always parse) or the copy bias (fast apply, copy_bias.py); None for neither
+    rule: ToolGrammar | CopyBias | None = None
 
 
 class LocalEngine:
@@ -236,6 +241,18 @@ class LocalEngine:
             chat=prompt.chat,
         )
 
+    def _rule(self, job: Job) -> ToolGrammar | CopyBias | None:
+        """The tool-call grammar of a chat request with tools, the copy bias of a fast-apply
+        request with a speculation, else None."""
+        request, model = job.request, job.model
+        if job.chat and request.tools:
+            return _grammar(request, model)
+        if request.apply:
+            return CopyBias.for_request(
+                job.prompt_ids, request.speculation, model.tokenizer, self.config.apply_copy_bias
+            )
+        return None
+
     def _proposer(self, job: Job) -> Proposer:
         spec, model = self.spec, job.model
         if spec.method in ("ngram", "ngram+mtp"):
@@ -274,7 +291,7 @@ class LocalEngine:
         try:
             with self._session(job.request.priority):
                 # built on the thread that runs the model (its masks are vocabulary-sized)
-                job.grammar = _grammar(job.request, model) if job.chat else None
+                job.rule = self._rule(job)
                 if self.spec.method == "none":
                     yield from self._decode_plain(job, outputs, metrics, started)
                 else:
@@ -341,7 +358,7 @@ class LocalEngine:
                 cache.batch_repeat_interleave(n)
                 logits = logits.expand(n, -1)
         rows = list(range(n))  # sample index of each batch row
-        states = [job.grammar.start() for _ in range(n)] if job.grammar else None
+        states = [job.rule.start() for _ in range(n)] if job.rule else None
         while True:
             if job.request.cancelled:
                 yield from _finish(outputs, "cancelled")
@@ -350,7 +367,7 @@ class LocalEngine:
                 if states:
                     logits = logits.clone()  # [rows, vocab], each row under its own state
                     for r, sample in enumerate(rows):
-                        states[sample].mask_(logits[r])
+                        states[sample].adjust_(logits[r])
                 tokens, logprobs = next_tokens(logits, params, job.generator)  # [rows]
             token_list = tokens.tolist()
             for row, sample in enumerate(rows if states else ()):
@@ -431,14 +448,14 @@ class SpeculativeSequence:
         adapts = getattr(self.proposer, "adapts", False)
         self.k = self.max_k if adapts else min(spec.num_draft_tokens, self.max_k)
         self.adaptive = spec.adaptive and not adapts
-        self.grammar = job.grammar.start() if job.grammar else None
+        self.rule = job.rule.start() if job.rule else None
 
     def start(self, logits: torch.Tensor, hidden: torch.Tensor, cached: int = 0) -> None:
         """The first token, from the prefill's logits [1, vocab]; hidden: [prompt - cached,
         hidden], the positions after the `cached` ones read from the prefix cache."""
         with torch.inference_mode():
-            if self.grammar:
-                logits = self.grammar.constrain(logits)
+            if self.rule:
+                logits = self.rule.constrain(logits)
             token, logprob = next_tokens(logits, self.job.params, self.job.generator)
         if cached:
             self.proposer.skip(cached)
@@ -476,10 +493,10 @@ class SpeculativeSequence:
         model, params = self.job.model, self.job.params
         logits = logits[0]  # [k + 1, vocab]
         draft_ids = torch.tensor(draft.token_ids, dtype=torch.long, device=model.device)  # [k]
-        if self.grammar:  # position j's constraint: the state after the first j drafts
-            logits, state = logits.clone(), self.grammar.copy()
+        if self.rule:  # position j's rule: the state after the first j drafts
+            logits, state = logits.clone(), self.rule.copy()
             for j in range(len(logits)):
-                state.mask_(logits[j])
+                state.adjust_(logits[j])
                 if j < len(draft.token_ids):
                     state.advance(draft.token_ids[j])
         if params.greedy:
@@ -515,8 +532,8 @@ class SpeculativeSequence:
         """Record emitted tokens until a stop condition; the rest of the step is discarded."""
         for j, token in enumerate(emitted):
             self.tokens.append(token)
-            if self.grammar:
-                self.grammar.advance(token)
+            if self.rule:
+                self.rule.advance(token)
             if self.output.add(token, None if logprobs is None else logprobs[j]):
                 return True
         return False

@@ -160,10 +160,10 @@ class GrammarState:
     def constrain(self, logits: torch.Tensor) -> torch.Tensor:
         """A copy of `logits` ([..., vocab]) with the tokens the grammar forbids at -inf."""
         logits = logits.clone()
-        self.mask_(logits)
+        self.adjust_(logits)
         return logits
 
-    def mask_(self, logits: torch.Tensor) -> None:
+    def adjust_(self, logits: torch.Tensor) -> None:
         """Set the tokens the grammar forbids to -inf in `logits` ([..., vocab]), in place."""
         mask, banned = self.allowed()
         if mask is not None and mask.any():  # none allowed (an unwritable tool set): leave free

@@ -14,7 +14,7 @@ import socket
 import sys
 
 from agent.engine import EngineConfig, EngineError, SpeculativeConfig
-from agent.engine.config import DTYPES, SPEC_METHODS
+from agent.engine.config import APPLY_COPY_BIAS, DTYPES, SPEC_METHODS
 from agent.registry import Registry, RegistryError, RegistryWatcher, path_from_cli
 from agent.serve.app import ServerConfig, build_app
 
@@ -50,6 +50,13 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=512,
         help="memory for cached prompt prefixes, local backend; 0 turns it off (default: %(default)s)",
+    )
+    m.add_argument(
+        "--apply-copy-bias",
+        type=float,
+        default=APPLY_COPY_BIAS,
+        help="fast-apply requests, local backend: logit bonus of the tokens that continue the "
+        "original file or the edit sketch; 0 turns it off (default: %(default)s)",
     )
     m.add_argument(
         "--served-model-name",
@@ -130,6 +137,7 @@ def main(argv: list[str]) -> int:
             device=args.device,
             dtype=args.dtype,
             prefix_cache_mb=args.prefix_cache_mb,
+            apply_copy_bias=args.apply_copy_bias,
             own_thread=True,  # requests arrive on the HTTP server's threads
             speculative=SpeculativeConfig(
                 method=args.speculative,

@@ -59,8 +59,11 @@ def test_apply_requests_decode_with_the_apply_adapter_and_others_with_the_model(
     with_apply, own_thread
 ):
     spec = SpeculativeConfig("ngram+mtp")
+    # without the copy bias (test_copy_bias.py), which only apply requests get: this compares weights
     engine = LocalEngine(
-        EngineConfig(model=str(with_apply), speculative=spec, own_thread=own_thread)
+        EngineConfig(
+            model=str(with_apply), speculative=spec, own_thread=own_thread, apply_copy_bias=0
+        )
     )
     alone = LocalEngine(EngineConfig(model=str(with_apply / APPLY_DIR)))  # the adapter as a model
     main = LocalEngine(EngineConfig(model=str(with_apply)))
@@ -80,7 +83,7 @@ def test_apply_requests_decode_with_the_apply_adapter_and_others_with_the_model(
 
 
 def test_a_model_without_an_apply_adapter_decodes_apply_requests_itself(lively_checkpoint):
-    engine = LocalEngine(EngineConfig(model=str(lively_checkpoint)))
+    engine = LocalEngine(EngineConfig(model=str(lively_checkpoint), apply_copy_bias=0))
     try:
         applied = engine.generate(request(apply=True)).completions[0]
         plain = engine.generate(request(apply=False)).completions[0]
