@@ -15,9 +15,10 @@ least ANCHOR_MIN, at most ANCHOR_MAX tokens) that occurs in the source: of its o
 first that ends after the old position (a rewrite moves forward through a file), else the last.
 No such suffix: no bonus from that source until one occurs.
 
-    the original: a = 1 \\n b = 2 \\n c = 3        output so far: a = 1 \\n b = 2
-    -> the bonus goes to "\\n" (the original's next token); after "c = 3 0", which leaves it,
-       the next suffix of >= 2 tokens found in the original re-anchors it
+    original (tokens): x = 1 \\n y = 2 \\n z = 3 \\n
+    output  x = 1 \\n y =      the bonus goes to 2
+    output  ... y = 5          it left the original: "= 5", "5" are nowhere in it; no bonus
+    output  ... y = 5 \\n z    "\\n z" is: the bonus goes to "=" again, then 3, and so on
 
 The sources: the speculation (the original file, which the output starts at), and the prompt
 text after it (in agent/chat_format.py's `apply_messages` layout, the sketch). The rule shapes
