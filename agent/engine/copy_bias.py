@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from agent.engine.proposers import occurrences
+
 if TYPE_CHECKING:
     import torch
 
@@ -50,22 +52,22 @@ class CopyBias:
 
     @classmethod
     def for_request(
-        cls, prompt_ids: list[int], speculation: str, tokenizer, bias: float
+        cls,
+        prompt_ids: list[int],
+        speculation: str | None,
+        speculation_ids: list[int] | None,
+        tokenizer,
+        bias: float,
     ) -> CopyBias | None:
-        """The speculation and the prompt text after its last occurrence in the prompt (the
-        whole prompt if it does not occur there); None without a speculation or a bonus."""
-        if not speculation or not bias:
+        """The speculation (its token ids given) and the prompt text after its last occurrence
+        in the prompt (the whole prompt if it does not occur there); None without a speculation
+        or a bonus."""
+        if not speculation or not speculation_ids or not bias:
             return None
         prompt = tokenizer.decode(prompt_ids)
         at = prompt.rfind(speculation)
         rest = prompt[at + len(speculation) :] if at >= 0 else prompt
-        return cls(
-            [
-                tokenizer.encode(speculation, add_special_tokens=False),
-                tokenizer.encode(rest, add_special_tokens=False),
-            ],
-            bias,
-        )
+        return cls([speculation_ids, tokenizer.encode(rest, add_special_tokens=False)], bias)
 
     def start(self) -> CopyState:
         """The state before the first output token: at the start of the speculation, nowhere
@@ -125,11 +127,9 @@ def _anchor(source: np.ndarray, recent: list[int], cursor: int) -> int | None:
     `source` followed by a token: of its occurrences, the first that ends after `cursor`, else
     the last. None when no such suffix occurs."""
     n = ANCHOR_MIN
-    if len(recent) < n or len(source) <= n:
+    if len(recent) < n:
         return None
-    suffix = np.asarray(recent[-n:], dtype=np.int64)
-    windows = np.lib.stride_tricks.sliding_window_view(source[:-1], n)
-    starts = np.flatnonzero((windows == suffix).all(axis=1))
+    starts = occurrences(source, np.asarray(recent[-n:], dtype=np.int64))
     while len(starts) and n < len(recent):  # grow the suffix while some occurrence still fits
         before = starts - 1
         keep = before >= 0

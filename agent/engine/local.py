@@ -110,6 +110,7 @@ class Job:
     # what shapes the logits at each position: the tool-call grammar (chat with tools, calls
     # that always parse) or the copy bias (fast apply, copy_bias.py); None for neither
     rule: ToolGrammar | CopyBias | None = None
+    speculation_ids: list[int] | None = None  # the request's speculation, tokenized once
 
 
 class LocalEngine:
@@ -239,6 +240,11 @@ class LocalEngine:
             model=model,
             generator=make_generator(prompt.params.seed, model.device),
             chat=prompt.chat,
+            speculation_ids=(
+                model.tokenizer.encode(request.speculation, add_special_tokens=False)
+                if request.speculation
+                else None
+            ),
         )
 
     def _rule(self, job: Job) -> ToolGrammar | CopyBias | None:
@@ -249,19 +255,18 @@ class LocalEngine:
             return _grammar(request, model)
         if request.apply:
             return CopyBias.for_request(
-                job.prompt_ids, request.speculation, model.tokenizer, self.config.apply_copy_bias
+                job.prompt_ids,
+                request.speculation,
+                job.speculation_ids,
+                model.tokenizer,
+                self.config.apply_copy_bias,
             )
         return None
 
     def _proposer(self, job: Job) -> Proposer:
         spec, model = self.spec, job.model
         if spec.method in ("ngram", "ngram+mtp"):
-            speculation = job.request.speculation
-            spec_ids = (
-                model.tokenizer.encode(speculation, add_special_tokens=False)
-                if (speculation)
-                else None
-            )
+            spec_ids = job.speculation_ids
             if spec.method == "ngram":
                 return NgramProposer(spec.ngram_min, spec.ngram_max, spec_ids)
             least = max(spec.ngram_min, HYBRID_MIN_MATCH)

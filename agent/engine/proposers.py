@@ -112,7 +112,7 @@ class NgramProposer:
         return NO_DRAFT
 
 
-def _matches(haystack: np.ndarray, needle: np.ndarray) -> np.ndarray:
+def occurrences(haystack: np.ndarray, needle: np.ndarray) -> np.ndarray:
     """Start indices where `needle` occurs in `haystack` and at least one token follows it."""
     n = len(needle)
     if len(haystack) <= n:
@@ -126,7 +126,7 @@ def _latest_match(haystack: np.ndarray, needle: np.ndarray, k: int) -> int | Non
 
     In repetitive text the latest match sits just before the end, with too little after it.
     """
-    found = _matches(haystack, needle)
+    found = occurrences(haystack, needle)
     if not len(found):
         return None
     full = found[found + len(needle) + k <= len(haystack) + 1]
@@ -135,7 +135,7 @@ def _latest_match(haystack: np.ndarray, needle: np.ndarray, k: int) -> int | Non
 
 def _match_after(haystack: np.ndarray, needle: np.ndarray, cursor: int) -> int | None:
     """The first match ending after `cursor` (the output moves forward), else the last one."""
-    found = _matches(haystack, needle)
+    found = occurrences(haystack, needle)
     if not len(found):
         return None
     after = found[found + len(needle) > cursor]

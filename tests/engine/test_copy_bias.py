@@ -69,12 +69,13 @@ def test_the_sketch_source_starts_unanchored_and_both_sources_can_be_favoured():
 def test_sources_of_a_request_are_the_speculation_and_the_prompt_after_it(tokenizer):
     messages = apply_messages("shapes.py", ORIGINAL, "def area(w, h, d):\n")
     prompt = tokenizer.encode(messages[1]["content"], add_special_tokens=False)
-    rule = CopyBias.for_request(prompt, ORIGINAL, tokenizer, bias=3.0)
+    ids = tokenizer.encode(ORIGINAL, add_special_tokens=False)
+    rule = CopyBias.for_request(prompt, ORIGINAL, ids, tokenizer, bias=3.0)
     original, rest = (tokenizer.decode(s.tolist()) for s in rule.sources)
     assert original == ORIGINAL
     assert rest == "</file>\n<edit>\ndef area(w, h, d):\n</edit>"
-    assert CopyBias.for_request(prompt, None, tokenizer, bias=3.0) is None
-    assert CopyBias.for_request(prompt, ORIGINAL, tokenizer, bias=0.0) is None
+    assert CopyBias.for_request(prompt, None, None, tokenizer, bias=3.0) is None
+    assert CopyBias.for_request(prompt, ORIGINAL, ids, tokenizer, bias=0.0) is None
     assert apply_parts(messages[1]["content"]) == ("shapes.py", ORIGINAL, "def area(w, h, d):\n")
     assert apply_parts("no apply layout") is None
 
