@@ -43,6 +43,18 @@ class Part:
     cache: object  # its DynamicCache, extended by m positions
     last_only: bool = False  # logits for the last position only (prefill)
     alone: bool = False  # each new position attends alone, as a decode step would (`_attend`)
+    # a tree of drafts (one row): parents[j] is the new position before j on its branch (-1:
+    # none). Position j sits at the cache's length + its depth and sees only its branch.
+    parents: list[int] | None = None
+
+    def depths(self) -> list[int]:
+        """Each new position's offset from the cache's length: its depth in the tree."""
+        if self.parents is None:
+            return list(range(self.ids.shape[-1]))
+        depths: list[int] = []
+        for parent in self.parents:
+            depths.append(0 if parent < 0 else depths[parent] + 1)
+        return depths
 
 
 def supports_ragged(trunk) -> bool:
@@ -76,16 +88,23 @@ def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Te
     device = flat.device
     positions = torch.cat(
         [
-            (part.cache.get_seq_length() + torch.arange(m, device=device)).repeat(rows)
-            for part, (rows, m) in zip(parts, shapes, strict=True)
+            (part.cache.get_seq_length() + torch.tensor(part.depths(), device=device)).repeat(rows)
+            for part, (rows, _) in zip(parts, shapes, strict=True)
         ]
     )
+    trees = [
+        None if part.parents is None else cpu_kernels.tree_masks(part.parents) for part in parts
+    ]
     x = body.embed_tokens(flat)[None]  # [1, T, hidden]
     cos, sin = body.rotary_emb(x, positions[None])
     own = [not big and own_attention(body) for big in large]  # cpu_kernels.attend, per part
     masks = [
-        None if part.alone or mine else _causal(m, part.cache, device)
-        for part, (_, m), mine in zip(parts, shapes, own, strict=True)
+        _tree_mask(tree, part.cache, device)
+        if tree is not None
+        else None
+        if part.alone or mine
+        else _causal(m, part.cache, device)
+        for part, (_, m), mine, tree in zip(parts, shapes, own, trees, strict=True)
     ]
     # the own parts on caches with buffers attend in one call per layer, which also writes
     # their new keys and values into the caches
@@ -93,7 +112,7 @@ def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Te
         mine and isinstance(part.cache, KVCache) and part.cache.reserve(m)
         for part, (_, m), mine in zip(parts, shapes, own, strict=True)
     ]
-    metas = _fused_meta(parts, shapes, fused, trunk.config.num_hidden_layers)
+    metas = _fused_meta(parts, shapes, fused, trees, trunk.config.num_hidden_layers)
     # every part fused: the kernel applies the rotary embedding too, to the same bits
     rotary = (cos[0].contiguous(), sin[0].contiguous()) if all(fused) else None
     for index, layer in enumerate(body.layers[: trunk.config.num_hidden_layers]):
@@ -117,7 +136,7 @@ def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Te
                 continue
             q_i, k_i, v_i = (_rows(t[0, :, span], rows, m) for t in (q, k, v))
             k_i, v_i = part.cache.update(k_i, v_i, attn.layer_idx)  # [rows, kv heads, past+m, hd]
-            if mine and cpu_kernels.can_attend(q_i, k_i):
+            if mine and mask is None and cpu_kernels.can_attend(q_i, k_i):
                 out[span] = cpu_kernels.attend(q_i, k_i, v_i, attn.scaling).view(rows * m, -1)
                 continue
             result = _attend(q_i, k_i, v_i, mask, attn.scaling)  # [rows, heads, m, head_dim]
@@ -131,22 +150,29 @@ def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Te
     return _split_logits(trunk, hidden, parts, shapes, large)
 
 
-def _fused_meta(parts, shapes, fused, layers: int) -> torch.Tensor | None:
-    """[layers, fused parts, 8] int64: each layer's `cpu_kernels.part_meta` rows for the fused
-    parts (None: there are none). Their buffers have room for the new positions (`reserve`)."""
+def _fused_meta(parts, shapes, fused, trees, layers: int) -> torch.Tensor | None:
+    """[layers, fused parts, 9] int64: each layer's `cpu_kernels.part_meta` rows for the fused
+    parts (None: there are none). Their buffers have room for the new positions (`reserve`);
+    `trees` (kept alive by the caller) are the tree parts' masks."""
     if not any(fused):
         return None
     rows_of_layers = []
     for layer in range(layers):
         rows, at = [], 0
-        for part, (n, m), done in zip(parts, shapes, fused, strict=True):
+        for part, (n, m), done, tree in zip(parts, shapes, fused, trees, strict=True):
             if done:
                 length = part.cache.get_seq_length(layer) + m
-                meta = cpu_kernels.part_meta(at, n, m, length, *part.cache.buffers(layer))
+                meta = cpu_kernels.part_meta(at, n, m, length, *part.cache.buffers(layer), tree)
                 rows.append(meta)
             at += n * m
         rows_of_layers.append(rows)
     return torch.tensor(rows_of_layers, dtype=torch.int64)
+
+
+def takes_trees(trunk) -> bool:
+    """Whether a tree step (`Part.parents`) of this trunk computes what plain decoding's steps
+    would, bit for bit: where its decode-sized parts attend through the kernels."""
+    return supports_ragged(trunk) and own_attention(trunk.model)
 
 
 def own_attention(body) -> bool:
@@ -215,6 +241,15 @@ def _causal(m: int, cache, device) -> torch.Tensor | None:
     return torch.ones(m, total, dtype=torch.bool, device=device).tril(total - m)
 
 
+def _tree_mask(tree: torch.Tensor, cache, device) -> torch.Tensor:
+    """A tree part's mask (off the kernels' path, where it attends in one masked call): every
+    new position sees the cache and its own branch (`cpu_kernels.tree_masks`)."""
+    m = len(tree)
+    bits = (tree[:, None] >> torch.arange(m)[None]) & 1  # [m, m]
+    past = torch.ones(m, cache.get_seq_length(), dtype=torch.bool)
+    return torch.cat([past, bits.bool()], dim=1).to(device)
+
+
 def _split_logits(trunk, hidden, parts, shapes, large):
     """lm_head once over every position some part needs logits for, then split per part."""
     wanted, spans, at = [], [], 0
@@ -240,10 +275,16 @@ class Forward(Step):
     a caller's thread runs it alone. The generator reads `result()` when it resumes."""
 
     def __init__(
-        self, model, ids: torch.Tensor, cache, last_only: bool = False, alone: bool = False
+        self,
+        model,
+        ids: torch.Tensor,
+        cache,
+        last_only: bool = False,
+        alone: bool = False,
+        parents: list[int] | None = None,
     ) -> None:
         self.model = model  # a LoadedModel
-        self.part = Part(ids, cache, last_only, alone)
+        self.part = Part(ids, cache, last_only, alone, parents)
         self._result: tuple[torch.Tensor, torch.Tensor] | None = None
         self._error: BaseException | None = None
 

@@ -78,7 +78,7 @@ from agent.engine.bench_peers import (
     same_share,
 )
 from agent.engine.bench_steps import mtp_targets, step_costs, verify_target
-from agent.engine.config import APPLY_COPY_BIAS, DTYPES
+from agent.engine.config import APPLY_COPY_BIAS, DRAFT_ALTERNATIVES, DTYPES
 
 STDLIB = Path(sys.base_prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
 APPLY_FILE = "genericpath.py"  # ~155 lines
@@ -121,6 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=APPLY_COPY_BIAS,
         help="fast apply's copy bias for our methods (copy_bias.py; 0: off, as the peers "
         "decode; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--draft-alternatives",
+        type=int,
+        default=DRAFT_ALTERNATIVES,
+        help="MTP: the first head's next best tokens verified beside its draft, a tree of drafts "
+        "(0: a chain; default: %(default)s)",
     )
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per (prompt, method)")
     parser.add_argument("--exact", action="store_true", help="verify steps bit for bit (exact)")
@@ -276,6 +283,7 @@ def run(args, tmp: Path) -> dict:
             max_draft_tokens=max(8, args.num_draft),
             draft_model=draft_path if method == "draft" else None,
             exact=args.exact,
+            draft_alternatives=args.draft_alternatives,
         )
         engines[method] = LocalEngine(
             EngineConfig(
@@ -432,6 +440,7 @@ def run(args, tmp: Path) -> dict:
             num_draft=args.num_draft,
             apply_max_draft=args.apply_max_draft,
             apply_copy_bias=args.apply_copy_bias,
+            draft_alternatives=args.draft_alternatives,
             repeats=args.repeats,
             group_size=args.group_size,
             concurrent=args.concurrent,

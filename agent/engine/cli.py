@@ -18,7 +18,7 @@ from pathlib import Path
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agent.engine.config import DTYPES, SPEC_METHODS
+    from agent.engine.config import DRAFT_ALTERNATIVES, DTYPES, SPEC_METHODS
 
     parser = argparse.ArgumentParser(
         prog="flywheel generate", description="Generate text from a prompt with the engine."
@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="where draft tokens come from",
     )
     spec.add_argument("--num-draft", type=int, default=4, help="draft tokens per verify step")
+    spec.add_argument(
+        "--draft-alternatives",
+        type=int,
+        default=DRAFT_ALTERNATIVES,
+        help="MTP: alternatives to the first draft, verified as a tree (0: a chain)",
+    )
     spec.add_argument("--no-adaptive", action="store_true", help="fixed draft length")
     spec.add_argument("--draft-model", help="checkpoint folder of the draft model")
     out = parser.add_argument_group("output")
@@ -100,6 +106,7 @@ def main(argv: list[str]) -> int:
             max_draft_tokens=max(8, args.num_draft),
             adaptive=not args.no_adaptive,
             draft_model=args.draft_model,
+            draft_alternatives=args.draft_alternatives,
         )
         params = SamplingParams(
             max_tokens=args.max_tokens,

@@ -17,6 +17,8 @@ SpecMethod = Literal["none", "ngram", "mtp", "ngram+mtp", "draft"]
 SPEC_METHODS: tuple[str, ...] = get_args(SpecMethod)  # what --speculative offers
 DType = Literal["float32", "bfloat16", "float16", "int8"]
 DTYPES: tuple[str, ...] = get_args(DType)  # what --dtype offers
+DRAFT_ALTERNATIVES = 1  # SpeculativeConfig's default
+MAX_ALTERNATIVES = 8  # SpeculativeConfig.draft_alternatives: rows a verify step adds for them
 APPLY_COPY_BIAS = 5.0  # fast apply's logit bonus for copying (copy_bias.py), in logits
 
 
@@ -33,6 +35,9 @@ class SpeculativeConfig:
     # precision. Where cpu_kernels build, every verify step already does, at no cost; elsewhere
     # each position attends in a call of its own (off: identical but for near-ties under int8)
     exact: bool = False
+    # MTP: the first head's next best tokens, verified beside its draft as one-token branches
+    # (a tree of drafts) where the engine's own attention kernels run the model; 0: a chain
+    draft_alternatives: int = DRAFT_ALTERNATIVES
 
     @property
     def uses_heads(self) -> bool:
@@ -51,6 +56,11 @@ class SpeculativeConfig:
             )
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise BadRequest("need 1 <= ngram_min <= ngram_max")
+        if not 0 <= self.draft_alternatives <= MAX_ALTERNATIVES:
+            raise BadRequest(
+                f"draft_alternatives must be in [0, {MAX_ALTERNATIVES}], "
+                f"got {self.draft_alternatives}"
+            )
         if self.method == "draft" and not self.draft_model:
             raise BadRequest("speculative method 'draft' needs draft_model=<checkpoint folder>")
 

@@ -190,12 +190,31 @@ static float softmax(float *s, int64_t keys, int64_t span) {
 
 #define TILE_MAX 8
 
+/* Query i of a tree step sees the first `past` keys and those of the new positions whose bits
+ * are set in `sees` (its own last), not the keys up to itself: its scores [0, keys) move
+ * together so that the softmax sums them in the lanes a decode step over the same keys would
+ * (`gather`), and go back to their places, with zeros for the keys it does not see, for the
+ * value loop (`scatter`). Returns how many keys it sees. */
+static int64_t gather(float *s, int64_t past, int64_t keys, uint64_t sees) {
+    int64_t c = past;
+    for (int64_t j = 0; past + j < keys; j++)
+        if (sees >> j & 1) s[c++] = s[past + j];
+    return c;
+}
+
+static void scatter(float *s, int64_t past, int64_t keys, int64_t seen, uint64_t sees) {
+    for (int64_t j = keys - past - 1; j >= 0; j--)
+        s[past + j] = sees >> j & 1 ? s[--seen] : 0.0f;
+}
+
 /* One tile: n <= T queries of one KV head (qs[i]: query i's vector; keys[i]: how many keys it
- * sees; outs[i]: where its output goes), L vectors of 16 per head. Each key and value row is
- * read once for the whole tile, and each query's arithmetic is the same as alone. */
+ * sees, or with sees[i] != 0 the keys up to itself, of which it sees the first `past` and the
+ * new ones in sees[i]; outs[i]: where its output goes), L vectors of 16 per head. Each key and
+ * value row is read once for the whole tile, and each query's arithmetic is the same as alone. */
 static inline __attribute__((always_inline)) void tile(
-    const float *const *qs, const int64_t *keys, float *const *outs, int n, const float *kb,
-    const float *vb, float scale, float *s, int64_t stride, const int L, const int T) {
+    const float *const *qs, const int64_t *keys, const uint64_t *sees, int64_t past,
+    float *const *outs, int n, const float *kb, const float *vb, float scale, float *s,
+    int64_t stride, const int L, const int T) {
     const int64_t hd = 16 * L;
     int64_t span = 0;
     for (int i = 0; i < n; i++) span = keys[i] > span ? keys[i] : span;
@@ -216,7 +235,17 @@ static inline __attribute__((always_inline)) void tile(
         }
     }
     float norm[TILE_MAX];
-    for (int i = 0; i < n; i++) norm[i] = softmax(s + i * stride, keys[i], span);
+    for (int i = 0; i < n; i++) {
+        float *si = s + i * stride;
+        if (!sees[i]) {
+            norm[i] = softmax(si, keys[i], span);
+            continue;
+        }
+        const int64_t seen = gather(si, past, keys[i], sees[i]);
+        norm[i] = softmax(si, seen, seen);
+        scatter(si, past, keys[i], seen, sees[i]);
+        for (int64_t t = keys[i]; t < span; t++) si[t] = 0.0f;
+    }
     __m512 acc[T][L];
     _Pragma("GCC unroll 8") for (int i = 0; i < T; i++)
         _Pragma("GCC unroll 8") for (int l = 0; l < L; l++) acc[i][l] = _mm512_setzero_ps();
@@ -239,6 +268,7 @@ static inline __attribute__((always_inline)) void tile(
 }
 
 #define TILE(L) ((L) <= 3 ? 8 : 24 / (L)) /* queries per tile: T * L accumulators in registers */
+#define META 9 /* int64s per part in flywheel_attend's meta */
 
 /* Llama's rotary embedding of one head's vector: x * cos + rotate_half(x) * sin, where
  * rotate_half(x) = [-x2, x1] for the halves of x. Separate products and sums (the library is
@@ -252,7 +282,7 @@ static void rope(const float *x, const float *cos, const float *sin, int64_t hd,
 /* Causal attention of several parts' new positions, each part over its own KV cache, in one
  * call (a batched step's decode rows and verify steps).
  *
- * Part p is meta[8p..8p+8) = {offset, rows, m, length, k, v, row_stride, head_stride}: its
+ * Part p is meta[9p..9p+9) = {offset, rows, m, length, k, v, row_stride, head_stride, tree}: its
  * rows * m new positions are tokens offset + r * m + j of q, and k, v point to its cache's
  * keys and values [rows, kv_heads, >= length, hd] (positions contiguous, the given row and
  * head strides, the same for both), whose last m positions are its new ones. Token t's query
@@ -260,7 +290,9 @@ static void rope(const float *x, const float *cos, const float *sin, int64_t hd,
  * k_new (and v_new), the new keys and values (token t, kv head g at k_new + g * kn_head + t *
  * kn_tok) are first written into the caches. With cos (and sin), token t's [hd] rows at cos +
  * t * hd, q and k_new are given before the rotary embedding, which is applied here (`rope`).
- * New position j sees the first length - m + j + 1 keys; head h reads kv head h / (heads /
+ * New position j sees the first length - m + j + 1 keys, or with a tree (a pointer to m
+ * uint64 masks, m <= 64) the first length - m and the new positions i whose bit i is set in
+ * tree[j] (a branch of drafts: its own ancestors and itself); head h reads kv head h / (heads /
  * kv_heads); hd is a multiple of 16, at most 128. A step of one new position over fewer than
  * long_context keys runs on one thread (waking a second costs more than it saves, and far more
  * while another process holds its core); any other, on `threads`.
@@ -280,7 +312,7 @@ int flywheel_attend(const float *q, int64_t q_head, int64_t q_tok, int64_t heads
     const int L = (int)(hd / 16), T = TILE(L);
     int64_t items = 0, longest = 0, positions = 0;
     for (int64_t p = 0; p < parts; p++) {
-        const int64_t *pm = meta + 8 * p, rows = pm[1], m = pm[2];
+        const int64_t *pm = meta + META * p, rows = pm[1], m = pm[2];
         items += rows * kv_heads * ((group * m + T - 1) / T);
         longest = pm[3] > longest ? pm[3] : longest;
         positions += rows * m;
@@ -293,7 +325,7 @@ int flywheel_attend(const float *q, int64_t q_head, int64_t q_tok, int64_t heads
         if (k_new) {
 #pragma omp for schedule(static)
             for (int64_t p = 0; p < parts; p++) {
-                const int64_t *pm = meta + 8 * p, past = pm[3] - pm[2];
+                const int64_t *pm = meta + META * p, past = pm[3] - pm[2];
                 float *kc = (float *)(intptr_t)pm[4], *vc = (float *)(intptr_t)pm[5];
                 for (int64_t r = 0; r < pm[1]; r++)
                     for (int64_t j = 0; j < pm[2]; j++)
@@ -317,18 +349,20 @@ int flywheel_attend(const float *q, int64_t q_head, int64_t q_tok, int64_t heads
             if (!s) continue;
             int64_t p = 0, local = item, tiles = 0;
             for (;; p++) { /* the part this item belongs to */
-                tiles = (group * meta[8 * p + 2] + T - 1) / T;
-                const int64_t count = meta[8 * p + 1] * kv_heads * tiles;
+                tiles = (group * meta[META * p + 2] + T - 1) / T;
+                const int64_t count = meta[META * p + 1] * kv_heads * tiles;
                 if (local < count) break;
                 local -= count;
             }
-            const int64_t *pm = meta + 8 * p, m = pm[2], past = pm[3] - m;
+            const int64_t *pm = meta + META * p, m = pm[2], past = pm[3] - m;
             const int64_t r = local / (kv_heads * tiles), g = local / tiles % kv_heads;
             const int64_t first = local % tiles * T, per_head = group * m;
             const int n = (int)(per_head - first < T ? per_head - first : T);
             const float *qs[TILE_MAX];
             float *outs[TILE_MAX];
             int64_t keys[TILE_MAX];
+            uint64_t sees[TILE_MAX];
+            const uint64_t *tree = (const uint64_t *)(intptr_t)pm[8];
             for (int i = 0; i < n; i++) {
                 const int64_t h = g * group + (first + i) / m, j = (first + i) % m;
                 const int64_t t = pm[0] + r * m + j;
@@ -339,19 +373,20 @@ int flywheel_attend(const float *q, int64_t q_head, int64_t q_tok, int64_t heads
                 }
                 outs[i] = out + (t * heads + h) * hd;
                 keys[i] = past + j + 1;
+                sees[i] = tree ? tree[j] : 0;
             }
             const int64_t at = r * pm[6] + g * pm[7];
             const float *kb = (const float *)(intptr_t)pm[4] + at;
             const float *vb = (const float *)(intptr_t)pm[5] + at;
             switch (L) {
-            case 1: tile(qs, keys, outs, n, kb, vb, scale, s, stride, 1, TILE(1)); break;
-            case 2: tile(qs, keys, outs, n, kb, vb, scale, s, stride, 2, TILE(2)); break;
-            case 3: tile(qs, keys, outs, n, kb, vb, scale, s, stride, 3, TILE(3)); break;
-            case 4: tile(qs, keys, outs, n, kb, vb, scale, s, stride, 4, TILE(4)); break;
-            case 5: tile(qs, keys, outs, n, kb, vb, scale, s, stride, 5, TILE(5)); break;
-            case 6: tile(qs, keys, outs, n, kb, vb, scale, s, stride, 6, TILE(6)); break;
-            case 7: tile(qs, keys, outs, n, kb, vb, scale, s, stride, 7, TILE(7)); break;
-            default: tile(qs, keys, outs, n, kb, vb, scale, s, stride, 8, TILE(8));
+            case 1: tile(qs, keys, sees, past, outs, n, kb, vb, scale, s, stride, 1, TILE(1)); break;
+            case 2: tile(qs, keys, sees, past, outs, n, kb, vb, scale, s, stride, 2, TILE(2)); break;
+            case 3: tile(qs, keys, sees, past, outs, n, kb, vb, scale, s, stride, 3, TILE(3)); break;
+            case 4: tile(qs, keys, sees, past, outs, n, kb, vb, scale, s, stride, 4, TILE(4)); break;
+            case 5: tile(qs, keys, sees, past, outs, n, kb, vb, scale, s, stride, 5, TILE(5)); break;
+            case 6: tile(qs, keys, sees, past, outs, n, kb, vb, scale, s, stride, 6, TILE(6)); break;
+            case 7: tile(qs, keys, sees, past, outs, n, kb, vb, scale, s, stride, 7, TILE(7)); break;
+            default: tile(qs, keys, sees, past, outs, n, kb, vb, scale, s, stride, 8, TILE(8));
             }
         }
         free(s);

@@ -183,12 +183,36 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> t
 
 
 def part_meta(
-    offset: int, rows: int, m: int, length: int, k: torch.Tensor, v: torch.Tensor
+    offset: int,
+    rows: int,
+    m: int,
+    length: int,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    tree: torch.Tensor | None = None,
 ) -> list[int]:
     """One part's entry for `attend_parts`: its rows * m new positions are tokens offset.. of
     the step, and k, v [rows, kv heads, >= length, hd] (the same strides, positions contiguous)
-    are its cache's buffers, whose first `length` positions it sees (its new ones last)."""
-    return [offset, rows, m, length, k.data_ptr(), v.data_ptr(), k.stride(0), k.stride(1)]
+    are its cache's buffers, whose first `length` positions it sees (its new ones last). With
+    `tree` ([m] int64, from `tree_masks`), new position j sees the cache's earlier positions and
+    the new ones whose bits are set in tree[j], instead of every new one up to itself; the
+    caller keeps `tree` alive through the call."""
+    pointer = 0 if tree is None else tree.data_ptr()
+    return [offset, rows, m, length, k.data_ptr(), v.data_ptr(), k.stride(0), k.stride(1), pointer]
+
+
+def tree_masks(parents: list[int]) -> torch.Tensor:
+    """[m] int64 bit masks for `part_meta`'s tree: position j sees itself and its ancestors, where
+    parents[j] is the position before it on its branch (-1: none, the first)."""
+    if len(parents) > 64:
+        raise ValueError("a tree step has at most 64 new positions")
+    masks: list[int] = []
+    for j, parent in enumerate(parents):
+        if not -1 <= parent < j:
+            raise ValueError(f"position {j}'s parent {parent} is not an earlier position")
+        masks.append((1 << j) | (masks[parent] if parent >= 0 else 0))
+    # the bits as int64 (position 63's bit is the sign bit)
+    return torch.tensor([mask - (1 << 64) if mask >> 63 else mask for mask in masks])
 
 
 def attend_parts(
@@ -203,7 +227,7 @@ def attend_parts(
     """Causal attention of several parts of a step, each over its own KV cache, in one call.
 
     q [1, heads, T, hd], k_new, v_new [1, kv heads, T, hd]: the step's queries and new keys and
-    values (last dimension contiguous); meta [parts, 8] int64, each row a `part_meta` whose
+    values (last dimension contiguous); meta [parts, 9] int64, each row a `part_meta` whose
     length counts its new positions. The new keys and values are written into the parts'
     caches first (the caller then counts them in), and token t's output goes to out [T, heads *
     hd] (float32, contiguous) row t; tokens of no part are left as they were. With `rotary`,

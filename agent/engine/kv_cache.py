@@ -8,7 +8,8 @@ positions into them; it grows (by half again) only past that. Attention reads vi
 filled part.
 
 It offers the `DynamicCache` methods the engine uses (update, get_seq_length, crop,
-batch_repeat_interleave, batch_select_indices, layers[i].keys/values) and is what
+batch_repeat_interleave, batch_select_indices, layers[i].keys/values), and `keep_new` for a tree
+of drafts and is what
 `LoadedModel.new_cache` returns for trunks that batched.py runs; other trunks keep DynamicCache.
 `reserve`, `buffers` and `extend` let a kernel write new positions itself
 (`cpu_kernels.attend_parts`).
@@ -95,6 +96,16 @@ class KVCache:
         for i, length in enumerate(self._length):
             keep = length + max_length if max_length < 0 else max_length
             self._length[i] = max(0, min(length, keep))
+
+    def keep_new(self, m: int, kept: list[int]) -> None:
+        """Of the last m positions (a tree step's rows), keep those at offsets `kept`
+        (increasing), moved up in that order; the rest are dropped."""
+        for layer, length in enumerate(self._length):
+            start = length - m
+            at = torch.tensor(kept, device=self._keys[layer].device) + start
+            for buffers in (self._keys, self._values):
+                buffers[layer][:, :, start : start + len(kept)] = buffers[layer][:, :, at]
+            self._length[layer] = start + len(kept)
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         """Each row becomes `repeats` rows (the samples of a group share a prompt)."""

@@ -61,7 +61,7 @@ import torch
 
 from agent.chat_format import parse_assistant
 from agent.engine import Stream
-from agent.engine.batched import Admission, Forward
+from agent.engine.batched import Admission, Forward, takes_trees
 from agent.engine.config import EngineConfig
 from agent.engine.copy_bias import CopyBias
 from agent.engine.kv_cache import reuse_freed_memory
@@ -83,7 +83,13 @@ from agent.engine.proposers import (
 from agent.engine.rejection_sampler import verify_greedy, verify_sampled
 from agent.engine.request import Delta, EngineError, Request, RequestMetrics, Result, SamplingParams
 from agent.engine.sample_output import SampleOutput
-from agent.engine.sampling import make_generator, next_tokens, target_probs, token_logprobs
+from agent.engine.sampling import (
+    make_generator,
+    next_tokens,
+    sample,
+    target_probs,
+    token_logprobs,
+)
 from agent.engine.tool_grammar import ToolGrammar
 
 MAX_GRAMMARS = 32  # tool sets whose grammar stays built, per loaded model
@@ -272,12 +278,19 @@ class LocalEngine:
             least = max(spec.ngram_min, HYBRID_MIN_MATCH)
             ngram = NgramProposer(least, max(spec.ngram_max, least), spec_ids)
             return NgramThenMTPProposer(
-                ngram, MTPProposer(model), spec.num_draft_tokens, spec.adaptive
+                ngram, self._heads_proposer(job), spec.num_draft_tokens, spec.adaptive
             )
         if spec.method == "mtp":
-            return MTPProposer(model)
+            return self._heads_proposer(job)
         assert self._draft is not None
         return DraftModelProposer(self._draft, job.params, job.generator, model.vocab_size)
+
+    def _heads_proposer(self, job: Job) -> MTPProposer:
+        """The MTP heads' proposer, with alternatives to its first draft where a verify step
+        can take a tree of drafts and stay lossless (`batched.takes_trees`)."""
+        model = job.model
+        trees = model.ragged and takes_trees(model.trunk)
+        return MTPProposer(model, alternatives=self.spec.draft_alternatives if trees else 0)
 
     # -- decoding ------------------------------------------------------------------------
 
@@ -472,17 +485,18 @@ class SpeculativeSequence:
         survives; returns True when the sample stopped."""
         with self.engine._hold(self.job.request.priority), torch.inference_mode():
             draft = self.propose()
-        ids = [[self.tokens[-1], *draft.token_ids]]
+        ids = [[self.tokens[-1], *draft.token_ids, *draft.alternatives]]
         forward = Forward(
             self.job.model,
             torch.tensor(ids, device=self.job.model.device),
             self.cache,
             alone=self.engine.spec.exact,
+            parents=draft.parents(),
         )
         yield forward
         with self.engine._hold(self.job.request.priority), torch.inference_mode():
-            emitted, logprobs, accepted, hidden = self.verify(draft, *forward.result())
-            self.append(draft, accepted, hidden)
+            emitted, logprobs, kept, hidden = self.verify(draft, *forward.result())
+            self.append(draft, kept, hidden)
         return self.add(emitted, logprobs)
 
     def propose(self) -> Draft:
@@ -492,43 +506,71 @@ class SpeculativeSequence:
 
     def verify(
         self, draft: Draft, logits: torch.Tensor, hidden: torch.Tensor
-    ) -> tuple[list[int], list[float] | None, int, torch.Tensor]:
-        """The rejection sampler over the target's forward pass over [last token, drafts]:
-        logits [1, k + 1, vocab], hidden [1, k + 1, hidden]."""
+    ) -> tuple[list[int], list[float] | None, list[int], torch.Tensor]:
+        """The rejection sampler over the target's forward pass over [last token, drafts,
+        alternatives]: logits [1, k + 1 + a, vocab], hidden [1, k + 1 + a, hidden]. Returns the
+        emitted tokens, their logprobs, the rows kept in the cache (the last token's and the
+        accepted drafts') and their hidden states.
+
+        An alternative costs the sampler nothing: when the chain's first draft is rejected, the
+        token emitted in its place is drawn as always; if it is an alternative, that branch's
+        row is the decode step after it, so the token that follows comes from its row."""
         model, params = self.job.model, self.job.params
-        logits = logits[0]  # [k + 1, vocab]
+        logits = logits[0]  # [k + 1 + a, vocab]
+        k = len(draft.token_ids)
         draft_ids = torch.tensor(draft.token_ids, dtype=torch.long, device=model.device)  # [k]
-        if self.rule:  # position j's rule: the state after the first j drafts
+        if self.rule:  # row j's rule: the state after the drafts on its branch
             logits, state = logits.clone(), self.rule.copy()
-            for j in range(len(logits)):
+            for j in range(k + 1):
                 state.adjust_(logits[j])
-                if j < len(draft.token_ids):
+                if j < k:
                     state.advance(draft.token_ids[j])
+            for i, token in enumerate(draft.alternatives):
+                branch = self.rule.copy()
+                branch.advance(token)
+                branch.adjust_(logits[k + 1 + i])
         if params.greedy:
-            emitted, accepted = verify_greedy(draft_ids, logits.argmax(-1))
+            emitted, accepted = verify_greedy(draft_ids, logits[: k + 1].argmax(-1))
             probs = None
         else:
-            probs = target_probs(logits, params)  # [k + 1, vocab]
-            emitted, accepted = verify_sampled(draft_ids, draft.probs, probs, self.job.generator)
+            probs = target_probs(logits, params)  # [k + 1 + a, vocab]
+            emitted, accepted = verify_sampled(
+                draft_ids, draft.probs, probs[: k + 1], self.job.generator
+            )
+        kept = list(range(accepted + 1))
+        if accepted == 0 and emitted[0] in draft.alternatives:
+            row = k + 1 + draft.alternatives.index(emitted[0])
+            kept.append(row)
+            following = (
+                logits[row].argmax()
+                if probs is None
+                else sample(probs[row][None], self.job.generator)
+            )
+            emitted.append(int(following))
         logprobs = None
         if params.logprobs:
-            positions = slice(0, accepted + 1)
+            rows = torch.tensor(kept, device=model.device)
             emitted_t = torch.tensor(emitted, device=model.device)
             logprobs = token_logprobs(
-                logits[positions], None if probs is None else probs[positions], emitted_t
+                logits[rows], None if probs is None else probs[rows], emitted_t
             ).tolist()
-        return emitted, logprobs, accepted, hidden[0, : accepted + 1]
+        return emitted, logprobs, kept, hidden[0, kept]
 
-    def append(self, draft: Draft, accepted: int, hidden: torch.Tensor) -> None:
-        """Roll the cache back past the rejected drafts; update metrics and the draft length."""
-        k = len(draft.token_ids)
-        if k > accepted:
-            self.cache.crop(accepted - k)  # drop the rejected drafts' keys and values
+    def append(self, draft: Draft, kept: list[int], hidden: torch.Tensor) -> None:
+        """Keep the cache's rows `kept` of the verify step (the last token's and the accepted
+        drafts'); update metrics and the draft length."""
+        k, rows = len(draft.token_ids), 1 + len(draft.token_ids) + len(draft.alternatives)
+        accepted = len(kept) - 1
+        if kept == list(range(len(kept))):
+            if rows > len(kept):
+                self.cache.crop(len(kept) - rows)  # drop the rejected drafts' keys and values
+        else:  # an alternative's branch: its row moves up beside the last token's
+            self.cache.keep_new(rows, kept)
         if self.proposer.needs_hidden:
             self.proposer.observe(hidden)  # [accepted + 1, hidden]
         if k:
             self.metrics.verify_steps += 1
-            self.metrics.drafts_proposed += k
+            self.metrics.drafts_proposed += rows - 1
             self.metrics.drafts_accepted += accepted
             if self.adaptive:
                 self.k = min(self.k + 2, self.max_k) if accepted == k else max(self.k - 1, 1)

@@ -38,7 +38,7 @@ that run a model (`mtp`, `draft`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -53,6 +53,18 @@ from agent.engine.sampling import sample, target_probs
 class Draft:
     token_ids: list[int]  # [k'] k' <= k draft tokens (may be empty)
     probs: torch.Tensor | None = None  # [k', vocab] q of each draft, None when deterministic
+    # other candidates for the first draft (deterministic drafts only): each is verified as a
+    # branch of one token beside the chain, and kept with the token after it when the chain's
+    # first draft is rejected and the target's own token there is that candidate
+    alternatives: list[int] = field(default_factory=list)
+
+    def parents(self) -> list[int] | None:
+        """The verify step's tree over [last token, drafts, alternatives] (batched.Part), or
+        None for a chain."""
+        if not self.alternatives:
+            return None
+        k = len(self.token_ids)
+        return [-1, *range(k)] + [0] * len(self.alternatives)
 
 
 class Proposer(Protocol):
@@ -153,7 +165,7 @@ class MTPProposer:
     needs_hidden = True
     adapts = True
 
-    def __init__(self, model: LoadedModel, window: int = MTP_WINDOW):
+    def __init__(self, model: LoadedModel, window: int = MTP_WINDOW, alternatives: int = 0):
         heads = model.checkpoint.heads
         if heads is None:
             raise ValueError("MTPProposer needs a checkpoint with MTP heads")
@@ -162,12 +174,15 @@ class MTPProposer:
         self.heads = heads
         self.max_depth = heads.config.depth
         self.window = window
+        self.alternatives = (
+            alternatives  # the first head's next best tokens, as `Draft.alternatives`
+        )
         self.device = model.device
         self.draft_vocab = heads.draft_vocab  # [d] ids drafted from, or None: every id
         self.draft_rows = heads.draft_rows()  # [d, hidden] their lm_head rows, or None
         self.known = 0  # positions whose h_0 has been observed (= target KV cache length)
         self.history: torch.Tensor | None = None  # [<= 2 window, hidden] h_0 of the last positions
-        self.last: tuple[int, list[int]] = (0, [])  # len(tokens) and drafts of the last call
+        self.last: tuple[int, Draft] = (0, NO_DRAFT)  # len(tokens), the last call's draft
         self._restart(0)
 
     def _restart(self, base: int) -> None:
@@ -196,10 +211,12 @@ class MTPProposer:
         if k <= 0 or self.known == 0 or self.known != n - 1:
             return NO_DRAFT
         if self.last[0] == n:  # asked again with nothing new observed: head 0 has no input
-            return Draft(self.last[1][:k])
+            last = self.last[1]
+            return Draft(last.token_ids[:k], alternatives=last.alternatives)
         if n - 1 - self.base > 2 * self.window:  # also the first call after a long prompt
             self._restart(n - 1 - self.window)
         drafts: list[int] = []
+        alternatives: list[int] = []
         speculative = None  # h_j of positions [n - j, n - 2]: built on drafts, never cached
         for j in range(k):
             start = self.cached[j]
@@ -212,8 +229,13 @@ class MTPProposer:
                 torch.arange(start, n - 1, device=self.device)[None],
                 self.cache,
             )[0]  # [n - 1 - start, hidden] h_j+1 of [start, n - 2]
-            best = int(self.heads.logits(j, out[-1], self.draft_rows).argmax())  # of d or vocab
-            drafts.append(best if self.draft_vocab is None else int(self.draft_vocab[best]))
+            logits = self.heads.logits(j, out[-1], self.draft_rows)  # [d] or [vocab]
+            wanted = 1 + (self.alternatives if j == 0 else 0)
+            best = (logits.topk(wanted).indices if wanted > 1 else logits.argmax()[None]).tolist()
+            if self.draft_vocab is not None:
+                best = self.draft_vocab[best].tolist()
+            drafts.append(best[0])
+            alternatives += best[1:]
             final = n - 1 - j  # head j read only accepted tokens at positions < final
             if j:
                 self.cache[j].crop(-j)  # drop the positions that read drafts
@@ -223,8 +245,9 @@ class MTPProposer:
             if j + 1 < self.max_depth:
                 self.pending[j + 1] = _cat(self.pending[j + 1], out[: final - start])
             speculative = out[final - start :]  # h_j+1 of [final, n - 2]
-        self.last = (n, drafts)
-        return Draft(drafts)
+        draft = Draft(drafts, alternatives=alternatives)
+        self.last = (n, draft)
+        return draft
 
 
 class NgramThenMTPProposer:

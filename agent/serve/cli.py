@@ -14,7 +14,7 @@ import socket
 import sys
 
 from agent.engine import EngineConfig, EngineError, SpeculativeConfig
-from agent.engine.config import APPLY_COPY_BIAS, DTYPES, SPEC_METHODS
+from agent.engine.config import APPLY_COPY_BIAS, DRAFT_ALTERNATIVES, DTYPES, SPEC_METHODS
 from agent.registry import Registry, RegistryError, RegistryWatcher, path_from_cli
 from agent.serve.app import ServerConfig, build_app
 
@@ -75,6 +75,13 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=4,
         help="draft tokens per verify step, the start value (default: %(default)s)",
+    )
+    s.add_argument(
+        "--draft-alternatives",
+        type=int,
+        default=DRAFT_ALTERNATIVES,
+        help="MTP: alternatives to the first draft, verified as a tree (0: a chain; default: "
+        "%(default)s)",
     )
     s.add_argument("--draft-model", default=None, help="checkpoint folder of the draft model")
     r = p.add_argument_group("model registry (with --model registry)")
@@ -144,6 +151,7 @@ def main(argv: list[str]) -> int:
                 num_draft_tokens=args.num_draft,
                 max_draft_tokens=max(8, args.num_draft),
                 draft_model=args.draft_model,
+                draft_alternatives=args.draft_alternatives,
             ),
         )
         from agent.engine import open_engine

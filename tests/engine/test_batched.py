@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
-from agent.engine.batched import Part, forward_parts, supports_ragged
+from agent.engine.batched import Part, forward_parts, supports_ragged, takes_trees
 from agent.engine.local import LocalEngine
 from agent.engine.loop import BATCH_ROWS, STEP, EngineLoop, Step
 from agent.engine.model_runner import LoadedModel
@@ -284,3 +284,62 @@ def test_exact_speculation_marks_verify_steps_to_attend_alone(tiny_checkpoint, m
     engine.generate(Request(prompt="a b a b a b a b a b", params=params))
     engine.close()
     assert seen and set(seen) == {exact}  # verify steps ran, each marked as asked
+
+
+def test_under_int8_a_tree_step_computes_each_branchs_decode_steps_bit_for_bit():
+    """A tree of drafts (`Part.parents`): two branches after the last token, [x, a1, a2] and
+    [x, b1, b2], in one verify step. Each row is what plain decoding's step at that point of its
+    own branch computes, and keeping branch b's rows leaves the cache plain decoding would."""
+    from agent.engine.kv_cache import KVCache
+    from agent.engine.model_runner import use_int8_linear
+
+    trunk = build_trunk("40m", vocab_size=512, seed=3).eval()
+    use_int8_linear(trunk)
+    if not takes_trees(trunk):
+        pytest.skip("the CPU kernels do not build here")
+    torch.manual_seed(1)
+    prompt = torch.randint(0, 512, (1, 300))
+    x, a1, a2, b1, b2 = torch.randint(0, 512, (5,)).tolist()
+    layers = trunk.config.num_hidden_layers
+    with torch.inference_mode():
+        tree, plain_a, plain_b = KVCache(layers), KVCache(layers), KVCache(layers)
+        for cache in (tree, plain_a, plain_b):
+            forward_parts(trunk, [Part(prompt, cache, last_only=True)])
+        rows = torch.tensor([[x, a1, a2, b1, b2]])
+        ((logits, _),) = forward_parts(trunk, [Part(rows, tree, parents=[-1, 0, 1, 0, 3])])
+
+        def steps(cache, tokens):
+            return [forward_parts(trunk, [Part(torch.tensor([[t]]), cache)])[0][0] for t in tokens]
+
+        branch_a, branch_b = steps(plain_a, [x, a1, a2]), steps(plain_b, [x, b1, b2])
+        tree.keep_new(5, [0, 3, 4])
+    assert torch.equal(logits, torch.cat(branch_a + branch_b[1:], dim=1))
+    for layer in range(layers):
+        assert tree.get_seq_length(layer) == plain_b.get_seq_length(layer) == 303
+        assert torch.equal(tree.layers[layer].keys, plain_b.layers[layer].keys)
+        assert torch.equal(tree.layers[layer].values, plain_b.layers[layer].values)
+
+
+def test_a_tree_step_off_the_kernels_attends_through_a_masked_call():
+    """A float32 trunk has no kernel of ours: a tree part's rows see their own branch through a
+    mask, and come out close to each branch's own decode steps."""
+    from agent.engine.kv_cache import KVCache
+
+    trunk = build_trunk("test", vocab_size=256, seed=2).eval()
+    assert not takes_trees(trunk)
+    generator = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, 256, (1, 40), generator=generator)
+    x, a1, b1 = torch.randint(0, 256, (3,), generator=generator).tolist()
+    layers = trunk.config.num_hidden_layers
+    with torch.inference_mode():
+        tree, plain_a, plain_b = KVCache(layers), KVCache(layers), KVCache(layers)
+        for cache in (tree, plain_a, plain_b):
+            forward_parts(trunk, [Part(prompt, cache, last_only=True)])
+        rows = torch.tensor([[x, a1, b1]])
+        ((logits, _),) = forward_parts(trunk, [Part(rows, tree, parents=[-1, 0, 0])])
+        want = [
+            forward_parts(trunk, [Part(torch.tensor([tokens]), cache)])[0][0]
+            for tokens, cache in (([x, a1], plain_a), ([x, b1], plain_b))
+        ]
+    assert torch.allclose(logits[0, :2], want[0][0], atol=1e-4)
+    assert torch.allclose(logits[0, 2], want[1][0, 1], atol=1e-4)

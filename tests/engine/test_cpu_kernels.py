@@ -219,3 +219,14 @@ def test_parts_apply_the_rotary_embedding_as_torch_does():
         caches.append(cache.layers[0].keys)
     assert torch.equal(outs[0], outs[1])
     assert torch.equal(caches[0], caches[1])
+
+
+def test_tree_masks_mark_each_position_s_branch():
+    # [x, a1, a2, b1]: a2 follows a1, b1 is a second branch after x
+    masks = cpu_kernels.tree_masks([-1, 0, 1, 0]).tolist()
+    assert masks == [0b0001, 0b0011, 0b0111, 0b1001]
+    assert cpu_kernels.tree_masks(list(range(-1, 63)))[-1] == -1  # 64 bits, the sign bit set
+    with pytest.raises(ValueError, match="earlier position"):
+        cpu_kernels.tree_masks([-1, 1])
+    with pytest.raises(ValueError, match="at most 64"):
+        cpu_kernels.tree_masks([-1] * 65)

@@ -9,6 +9,7 @@ import torch
 
 from agent.chat_format import END
 from agent.engine import (
+    BadRequest,
     EngineConfig,
     EngineError,
     Request,
@@ -148,6 +149,12 @@ def test_mtp_without_heads_is_refused(tmp_path, tokenizer):
     folder = make_checkpoint(tmp_path / "noheads", tokenizer, seed=0, mtp_depth=0)
     with pytest.raises(EngineError, match="MTP heads"):
         local(folder, "mtp")
+
+
+@pytest.mark.parametrize("alternatives", [-1, 9])
+def test_draft_alternatives_out_of_range_are_refused(alternatives):
+    with pytest.raises(BadRequest, match=r"draft_alternatives must be in \[0, 8\]"):
+        SpeculativeConfig(method="mtp", draft_alternatives=alternatives)
 
 
 def test_draft_model_with_another_tokenizer_is_refused(tmp_path, tiny_checkpoint):

@@ -18,6 +18,8 @@ import torch
 from scipy.stats import chisquare
 
 from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
+from agent.engine.batched import takes_trees
+from agent.engine.kv_cache import KVCache
 from agent.engine.local import LocalEngine
 from agent.engine.model_runner import LoadedModel
 from agent.engine.sampling import target_probs
@@ -176,3 +178,71 @@ def test_sampled_distribution_matches_the_target(vocab16, method, setting):
             ).metrics.drafts_proposed
             > 0
         )
+
+
+# -- a tree of drafts: the first head's alternatives (int8, where the kernels take trees) -------
+
+
+def int8_model(path) -> LoadedModel:
+    model = LoadedModel.load(str(path), dtype="int8")
+    if not (model.int8 and takes_trees(model.trunk)):
+        pytest.skip("no int8 kernels here: the engine drafts chains only")
+    return model
+
+
+def kept_branches(monkeypatch) -> list[list[int]]:
+    """The rows each kept alternative's branch kept, as the engine's caches are told them."""
+    branches: list[list[int]] = []
+    keep_new = KVCache.keep_new
+
+    def spy(self, m, kept):
+        branches.append(kept)
+        keep_new(self, m, kept)
+
+    monkeypatch.setattr(KVCache, "keep_new", spy)
+    return branches
+
+
+def test_greedy_identical_with_alternatives_to_the_first_draft(lively_checkpoint, monkeypatch):
+    """With alternatives, a verify step is a tree; the output is still plain decoding's, and some
+    steps keep an alternative's branch (the cache moves its row up)."""
+    alternatives = 3  # the lively model's heads are untrained: room for them to be right
+    target = int8_model(lively_checkpoint)
+    prompts = code_prompts(20, seed=0)
+    plain = greedy_outputs(
+        LocalEngine(EngineConfig(model=str(lively_checkpoint), dtype="int8"), target), prompts
+    )
+    branches = kept_branches(monkeypatch)
+    for method in ("mtp", "ngram+mtp"):
+        spec = SpeculativeConfig(method=method, draft_alternatives=alternatives)
+        config = EngineConfig(model=str(lively_checkpoint), dtype="int8", speculative=spec)
+        outputs = greedy_outputs(LocalEngine(config, target), prompts)
+        for i, (want, got) in enumerate(zip(plain, outputs, strict=True)):
+            assert got == want, f"{method} with {alternatives} alternatives differs on prompt {i}"
+    assert branches  # an alternative was kept at least once
+
+
+def test_sampling_with_alternatives_matches_plain_sampling_under_int8(monkeypatch):
+    """Sampled tokens with the heads' drafts and their alternatives against plain decoding's,
+    both int8 (whose distribution the brute-force float32 one only approximates): a two-sample
+    chi-square test at each speculative position."""
+    from scipy.stats import chi2_contingency
+
+    checkpoint = tiny_vocab_model(seed=3, heads=True).checkpoint
+    target = LoadedModel.wrap(checkpoint, int8=True)
+    if not (target.int8 and takes_trees(target.trunk)):
+        pytest.skip("no int8 kernels here: the engine drafts chains only")
+    params = SamplingParams(temperature=1.0)
+    spec = SpeculativeConfig(method="mtp", num_draft_tokens=2, draft_alternatives=2)
+    branches = kept_branches(monkeypatch)
+    samples = {
+        name: sample_tokens(
+            LocalEngine(EngineConfig(model="memory", speculative=s), target), 768, params
+        )
+        for name, s in (("plain", SpeculativeConfig()), ("tree", spec))
+    }
+    for position in range(1, STEPS):
+        counts = np.array([np.bincount(samples[n][:, position], minlength=VOCAB) for n in samples])
+        counts = counts[:, counts.sum(axis=0) > 0]
+        assert chi2_contingency(counts).pvalue > 1e-3, f"position {position}"
+    assert branches
