@@ -28,7 +28,9 @@ that run a model (`mtp`, `draft`).
   once they span 2 * `window` (heads trained on short sequences draft worse over long contexts,
   and a long prompt costs them only `window` positions). Drafts are argmax over the heads'
   draft vocabulary (`MTPHeads.draft_vocab`, else the whole vocabulary), deterministic, at most
-  `depth` per step. Approximate by design: the verifier makes the output exact.
+  `depth` per step, and with `alternatives` the first head's next best tokens beside them: a
+  tree of drafts (`Draft.parents`) that the verify step checks in one pass. Approximate by
+  design: the verifier makes the output exact.
 - `NgramThenMTPProposer` ("ngram+mtp"): the n-gram draft where a suffix of two or more tokens
   occurs earlier, the heads' draft elsewhere; only the n-gram draft length adapts.
 - `DraftModelProposer`: a smaller model sharing the tokenizer, with its own KV cache that is
@@ -87,6 +89,7 @@ class Proposer(Protocol):
 
 NO_DRAFT = Draft([])
 MTP_WINDOW = 32  # positions of trunk hidden states the MTP heads attend over
+MIN_ALTERNATIVE_P = 0.1  # MTPProposer: the first head's least probability for an alternative
 
 
 class NgramProposer:
@@ -160,7 +163,13 @@ class MTPProposer:
     Every call drafts with every head (`adapts`: the engine passes only its cap, never a
     shortened length): a head step costs a small fraction of a trunk step and a draft row a
     smaller one of the verify step, so cutting the draft after a miss saves almost nothing and
-    loses the steps where both heads would have been right."""
+    loses the steps where both heads would have been right.
+
+    With `alternatives`, the first head's next best tokens come with the draft
+    (`Draft.alternatives`) where their probability is at least MIN_ALTERNATIVE_P: where its best
+    is wrong its second is often right, and the verify step checks each as a branch of one token
+    for one more row (local.SpeculativeSequence). The heads' probabilities are close to how
+    often they are right, and a row pays only where it is right often enough."""
 
     needs_hidden = True
     adapts = True
@@ -230,8 +239,13 @@ class MTPProposer:
                 self.cache,
             )[0]  # [n - 1 - start, hidden] h_j+1 of [start, n - 2]
             logits = self.heads.logits(j, out[-1], self.draft_rows)  # [d] or [vocab]
-            wanted = 1 + (self.alternatives if j == 0 else 0)
-            best = (logits.topk(wanted).indices if wanted > 1 else logits.argmax()[None]).tolist()
+            if j == 0 and self.alternatives:
+                top = logits.softmax(-1).topk(1 + self.alternatives)
+                kept = top.values >= MIN_ALTERNATIVE_P
+                kept[0] = True
+                best = top.indices[kept].tolist()
+            else:
+                best = [int(logits.argmax())]
             if self.draft_vocab is not None:
                 best = self.draft_vocab[best].tolist()
             drafts.append(best[0])

@@ -17,7 +17,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
+from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig, proposers
 from agent.engine.batched import takes_trees
 from agent.engine.kv_cache import KVCache
 from agent.engine.local import LocalEngine
@@ -207,6 +207,7 @@ def test_greedy_identical_with_alternatives_to_the_first_draft(lively_checkpoint
     """With alternatives, a verify step is a tree; the output is still plain decoding's, and some
     steps keep an alternative's branch (the cache moves its row up)."""
     alternatives = 3  # the lively model's heads are untrained: room for them to be right
+    monkeypatch.setattr(proposers, "MIN_ALTERNATIVE_P", 0.0)  # and too unsure to offer any
     target = int8_model(lively_checkpoint)
     prompts = code_prompts(20, seed=0)
     plain = greedy_outputs(
@@ -234,6 +235,7 @@ def test_sampling_with_alternatives_matches_plain_sampling_under_int8(monkeypatc
         pytest.skip("no int8 kernels here: the engine drafts chains only")
     params = SamplingParams(temperature=1.0)
     spec = SpeculativeConfig(method="mtp", num_draft_tokens=2, draft_alternatives=2)
+    monkeypatch.setattr(proposers, "MIN_ALTERNATIVE_P", 0.0)
     branches = kept_branches(monkeypatch)
     samples = {
         name: sample_tokens(
@@ -246,3 +248,20 @@ def test_sampling_with_alternatives_matches_plain_sampling_under_int8(monkeypatc
         counts = counts[:, counts.sum(axis=0) > 0]
         assert chi2_contingency(counts).pvalue > 1e-3, f"position {position}"
     assert branches
+
+
+@pytest.mark.parametrize("least, offered", [(0.0, 3), (1.01, 0)])
+def test_the_heads_offer_alternatives_as_likely_as_the_threshold(
+    lively_checkpoint, monkeypatch, least, offered
+):
+    monkeypatch.setattr(proposers, "MIN_ALTERNATIVE_P", least)
+    model = int8_model(lively_checkpoint)
+    proposer = proposers.MTPProposer(model, alternatives=3)
+    ids = model.tokenizer.encode("def add(a, b):\n    return a + b\n")
+    with torch.inference_mode():
+        _, hidden = model.forward(torch.tensor([ids[:-1]]), model.new_cache())
+        proposer.observe(hidden[0])
+        draft = proposer.propose(ids, 2)
+    assert len(draft.token_ids) == 2
+    assert len(draft.alternatives) == offered
+    assert draft.token_ids[0] not in draft.alternatives
