@@ -8,9 +8,9 @@ positions into them; it grows (by half again) only past that. Attention reads vi
 filled part.
 
 It offers the `DynamicCache` methods the engine uses (update, get_seq_length, crop,
-batch_repeat_interleave, batch_select_indices, layers[i].keys/values), and `keep_new` for a tree
-of drafts and is what
-`LoadedModel.new_cache` returns for trunks that batched.py runs; other trunks keep DynamicCache.
+batch_repeat_interleave, batch_select_indices, layers[i].keys/values) and `keep_new` (a tree of
+drafts keeps a branch), and is what `LoadedModel.new_cache` returns for trunks that batched.py
+runs; other trunks keep DynamicCache.
 `reserve`, `buffers` and `extend` let a kernel write new positions itself
 (`cpu_kernels.attend_parts`).
 """

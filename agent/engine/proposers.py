@@ -183,9 +183,7 @@ class MTPProposer:
         self.heads = heads
         self.max_depth = heads.config.depth
         self.window = window
-        self.alternatives = (
-            alternatives  # the first head's next best tokens, as `Draft.alternatives`
-        )
+        self.alternatives = alternatives  # the first head's next best tokens, at most
         self.device = model.device
         self.draft_vocab = heads.draft_vocab  # [d] ids drafted from, or None: every id
         self.draft_rows = heads.draft_rows()  # [d, hidden] their lm_head rows, or None

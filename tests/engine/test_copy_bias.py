@@ -80,13 +80,15 @@ def test_sources_of_a_request_are_the_speculation_and_the_prompt_after_it(tokeni
     assert apply_parts("no apply layout") is None
 
 
-def _apply(checkpoint, method: str, bias: float, prompt: str, temperature: float = 0.0):
+def _apply(checkpoint, method: str, bias: float, prompt: str, temperature=0.0, **config):
+    spec = SpeculativeConfig(method=method, max_draft_tokens=8, exact=True)
     engine = LocalEngine(
         EngineConfig(
             model=str(checkpoint),
             apply_copy_bias=bias,
             prefix_cache_mb=0,
-            speculative=SpeculativeConfig(method=method, max_draft_tokens=8, exact=True),
+            speculative=spec,
+            **config,
         )
     )
     params = SamplingParams(temperature=temperature, max_tokens=40, seed=3, logprobs=False)
@@ -101,6 +103,30 @@ def test_decoding_under_the_bias_is_the_same_with_every_drafting_method(lively_c
         for method in ("none", "ngram", "mtp", "ngram+mtp")
     }
     assert len(set(map(tuple, outputs.values()))) == 1, outputs
+
+
+def test_the_bias_shapes_every_branch_of_a_tree_of_drafts(lively_checkpoint, monkeypatch):
+    """Under int8 a verify step may be a tree of drafts; each branch's row is biased by its own
+    state. Heads that always put the right token among the alternatives and a wrong one first
+    make every step keep a branch, and the output is still plain decoding's."""
+    from agent.engine.proposers import Draft, MTPProposer
+    from tests.engine.test_speculative_equivalence import int8_model, kept_branches
+
+    vocab = int8_model(lively_checkpoint).vocab_size  # skips where the kernels do not build
+    prompt = ORIGINAL + "# the same, with area renamed to surface:\n"
+    plain = _apply(lively_checkpoint, "none", 4.0, prompt, dtype="int8").completions[0].token_ids
+    emitted_from: list[int] = []  # len(tokens) before the first output token
+
+    def knowing(self, tokens, k):
+        emitted_from[:] = emitted_from or [len(tokens) - 1]
+        right = plain[len(tokens) - emitted_from[0]]
+        return Draft([(right + 1) % vocab], alternatives=[(right + 2) % vocab, right])
+
+    monkeypatch.setattr(MTPProposer, "propose", knowing)
+    branches = kept_branches(monkeypatch)
+    tree = _apply(lively_checkpoint, "mtp", 4.0, prompt, dtype="int8").completions[0].token_ids
+    assert tree == plain
+    assert len(branches) >= len(plain) // 2 - 1  # two tokens per step, each from a branch
 
 
 def test_a_large_bias_makes_a_random_model_copy_the_original(lively_checkpoint, tokenizer):
