@@ -10,7 +10,7 @@ One process loads the model twice, float32 and int8, and compares:
 - held-out loss: mean next-token cross-entropy on the assistant tokens (what the SFT stage's
   eval_loss scores, `training.stages.encode_conversation`) and on all tokens, plus how often the
   two models' argmax agree. The int8 model scores with the int8 product forced for every row,
-  as decoding computes each token (and, with Flywheel's kernel, as the engine's prefill does).
+  as decoding computes each token; the engine's prefill uses float32, so this is the worst case.
 
     .venv/bin/python benchmarks/int8.py --model default --threads 2 \
         --json benchmarks/results/int8-2026-12-02.json

@@ -12,12 +12,10 @@ The engine runs every trunk forward through here, alone or batched, so a request
 not depend on which others shared its step (but for the rounding of a different row count in
 float32 matrix products, which `tests/engine/test_batched.py` checks does not change greedy
 output; int8 products are per row). Under int8, where Flywheel's CPU kernels build
-(`cpu_kernels`), every part attends through `cpu_kernels.attend`, which computes every position
-alone in one call, and every product is per row (`Int8Linear`): a verify step then computes
-what plain decoding's steps would, and a prefill chunk after a prefix-cache hit what a cold
-prefill would, bit for bit, whatever `SpeculativeConfig.exact` says. Elsewhere `exact` makes
-each of a verify step's positions attend in a torch call of its own (`_attend`) for the first
-guarantee.
+(`cpu_kernels`), the decode-sized parts attend through `cpu_kernels.attend`, which computes
+every position alone in one call: a verify step then computes what plain decoding's steps
+would, bit for bit, whatever `SpeculativeConfig.exact` says. Elsewhere `exact` makes each of
+its positions attend in a torch call of its own (`_attend`) for the same guarantee.
 
 Written out for the Llama decoder (Llama and Qwen2, what `agent.model` builds and the base is);
 any other trunk runs one part at a time through its own forward.
@@ -99,7 +97,7 @@ def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Te
     ]
     x = body.embed_tokens(flat)[None]  # [1, T, hidden]
     cos, sin = body.rotary_emb(x, positions[None])
-    own = [own_attention(body)] * len(parts)  # cpu_kernels.attend: every part, prefill too
+    own = [not big and own_attention(body) for big in large]  # cpu_kernels.attend, per part
     masks = [
         _tree_mask(tree, part.cache, device)
         if tree is not None
@@ -178,8 +176,9 @@ def takes_trees(trunk) -> bool:
 
 
 def own_attention(body) -> bool:
-    """Whether the parts of this trunk body attend through `cpu_kernels.attend`: an int8 trunk
-    where the kernels build. A float32 trunk keeps torch's attention, the reference path."""
+    """Whether the decode-sized parts of this trunk body attend through `cpu_kernels.attend`:
+    an int8 trunk where the kernels build. A float32 trunk keeps torch's attention, the
+    reference path."""
     int8 = getattr(body.layers[0].self_attn.q_proj, "int8_weight", None) is not None
     return int8 and cpu_kernels.unavailable() is None
 

@@ -9,12 +9,9 @@ with `crop(-n)` after rejected draft tokens.
 On the CPU, every `nn.Linear` of the trunk and heads becomes a `FewRowsLinear`: the same
 weights, with a product for 1..16 rows (a decode or verify step, an MTP head over a few new
 positions) that runs faster on torch's CPU BLAS (see its docstring). Long inputs (prefill) run
-exactly as before. With dtype "int8" they become `Int8Linear` instead, products with an int8
-copy of the weights (lossy). With Flywheel's kernel every row goes through it, prefill too, so
-a position's keys and values are the same bits whether a prefill chunk of any length, a decode
-step or a verify step computed them: a prefix-cache hit decodes what a cold prefill would. With
-torch's int8 kernel only decode-sized inputs do, and prefill keeps float32, or a bfloat16 copy
-where the CPU multiplies bfloat16 fast (`bf16_matmul_is_fast`).
+exactly as before. With dtype "int8" they become `Int8Linear` instead:
+decode-sized inputs use an int8 copy of the weights (lossy); prefill keeps float32, or runs on a
+bfloat16 copy where the CPU multiplies bfloat16 fast (`bf16_matmul_is_fast`).
 
 Not thread-safe by itself: the engine holds its lock around every call.
 """
@@ -197,26 +194,25 @@ def use_few_rows_linear(module: nn.Module) -> None:
 
 
 class Int8Linear(FewRowsLinear):
-    """`FewRowsLinear` that multiplies its inputs by int8 weights.
+    """`FewRowsLinear` that multiplies inputs of at most MAX_INT8_ROWS rows by int8 weights.
 
     Why: decoding on a CPU reads every weight per step; an int8 copy is a quarter of the bytes.
-    Where the CPU and a C compiler allow, every input takes Flywheel's kernel
-    (`cpu_kernels.int8_mm`: int16 activations with a scale per row, exact integer sums, weights
-    with evened-out columns, `cpu_kernels.quantize_int8`), prefill included: each row's product
-    does not depend on the other rows, so speculative decoding writes plain decoding's tokens bit
-    for bit where verify steps attend each position alone too (batched.py), and a prefix-cache
-    hit computes what a cold prefill would. Elsewhere inputs of at most MAX_INT8_ROWS rows take
-    torch's `_weight_int8pack_mm` (bf16 activations, per-output-channel weights,
-    `quantize_int8`), and longer ones keep the float32 weight, or, where the CPU has fast
-    bfloat16 products (AVX-512 BF16 or AMX), a bfloat16 copy (`bf16_weight`). Lossy against
-    float32, and a near-tie can turn either way.
+    Few rows (decode, verify, a batched step) take Flywheel's kernel where the CPU and a C
+    compiler allow (`cpu_kernels.int8_mm`: int16 activations with a scale per row, exact integer
+    sums, weights with evened-out columns, `cpu_kernels.quantize_int8`), else torch's
+    `_weight_int8pack_mm` (bf16 activations, per-output-channel weights, `quantize_int8`). Long
+    inputs (prefill) keep the float32 weight, or, where the CPU has fast bfloat16 products
+    (AVX-512 BF16 or AMX), a second, bfloat16 copy (`bf16_weight`). Lossy against float32, and a
+    near-tie can turn either way. Each row's product does not depend on the other rows, so
+    speculative decoding writes plain decoding's tokens bit for bit where verify steps attend
+    each position alone too (batched.py).
 
     `int8_weight`/`int8_scales`/`int8_columns` are plain attributes, not buffers: the state dict
     and training never see them, and they do not follow later changes to `weight`.
     """
 
-    # torch's kernel: int8 stays ahead of float32 well past this on a CPU (benchmarks/int8.py
-    # measures the rows); a batched step (loop.BATCH_ROWS rows at most) takes its steps' path
+    # int8 stays ahead of float32 well past this on a CPU (benchmarks/int8.py measures the rows);
+    # a batched step (loop.BATCH_ROWS rows at most) takes the path its steps take alone
     MAX_INT8_ROWS = BATCH_ROWS
     int8_weight: torch.Tensor  # int8: [out, in] for torch's kernel, `pack_int8`'s for ours
     int8_scales: torch.Tensor  # [out]: float32 for our kernel, bf16 for torch's
@@ -225,14 +221,13 @@ class Int8Linear(FewRowsLinear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        ours = self.int8_columns is not None  # every row, as rows of their own (see above)
-        if not rows or not (ours or rows <= self.MAX_INT8_ROWS):
+        if not 0 < rows <= self.MAX_INT8_ROWS:
             if self.bf16_weight is None:
                 return super().forward(x)
             y = nn.functional.linear(x.to(torch.bfloat16), self.bf16_weight).to(x.dtype)
             return y if self.bias is None else y + self.bias
         flat = x.reshape(rows, x.shape[-1])
-        if ours:
+        if self.int8_columns is not None:
             y = int8_mm(flat.float(), self.int8_weight, self.int8_scales, self.int8_columns)
         else:
             x16 = flat.to(torch.bfloat16).contiguous()
@@ -260,9 +255,8 @@ def use_int8_linear(
 ) -> None:
     """Give every `nn.Linear`/`FewRowsLinear` inside `module` whose input width a kernel takes
     an int8 copy of its weight and make it an `Int8Linear`, in place (the rest keep float32).
-    `kernel` (default: where `cpu_kernels` run here) lets Flywheel's kernel take every row;
-    without it `bf16_prefill` (default: `bf16_matmul_is_fast()`) adds a bfloat16 copy for the
-    long inputs that torch's int8 kernel leaves to the float weights."""
+    `bf16_prefill` (default: `bf16_matmul_is_fast()`) adds the bfloat16 copy for long inputs;
+    `kernel` (default: where `cpu_kernels` run here) lets Flywheel's kernel take few rows."""
     if bf16_prefill is None:
         bf16_prefill = bf16_matmul_is_fast()
     if kernel is None:
@@ -275,8 +269,7 @@ def use_int8_linear(
             else:
                 (q, scales), columns = quantize_int8(child.weight), None
             child.int8_weight, child.int8_scales, child.int8_columns = q, scales, columns
-            long_bf16 = bf16_prefill and columns is None  # our kernel takes long inputs too
-            child.bf16_weight = child.weight.detach().to(torch.bfloat16) if long_bf16 else None
+            child.bf16_weight = child.weight.detach().to(torch.bfloat16) if bf16_prefill else None
             child.__class__ = Int8Linear
 
 
