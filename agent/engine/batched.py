@@ -98,19 +98,15 @@ def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Te
     x = body.embed_tokens(flat)[None]  # [1, T, hidden]
     cos, sin = body.rotary_emb(x, positions[None])
     own = [not big and own_attention(body) for big in large]  # cpu_kernels.attend, per part
-    masks = [
-        _tree_mask(tree, part.cache, device)
-        if tree is not None
-        else None
-        if part.alone or mine
-        else _causal(m, part.cache, device)
-        for part, (_, m), mine, tree in zip(parts, shapes, own, trees, strict=True)
-    ]
     # the own parts on caches with buffers attend in one call per layer, which also writes
     # their new keys and values into the caches
     fused = [
         mine and isinstance(part.cache, KVCache) and part.cache.reserve(m)
         for part, (_, m), mine in zip(parts, shapes, own, strict=True)
+    ]
+    masks = [
+        None if done else _mask(part, m, mine, tree, device)
+        for part, (_, m), mine, done, tree in zip(parts, shapes, own, fused, trees, strict=True)
     ]
     metas = _fused_meta(parts, shapes, fused, trees, trunk.config.num_hidden_layers)
     # every part fused: the kernel applies the rotary embedding too, to the same bits
@@ -230,6 +226,15 @@ def _attend(q, k, v, mask, scale: float) -> torch.Tensor:
         ],
         dim=2,
     )  # fmt: skip
+
+
+def _mask(part: Part, m: int, mine: bool, tree, device) -> torch.Tensor | None:
+    """The mask of a part that attends outside the fused kernel call: its tree's, else none for
+    one that attends position by position (`alone`, or through `cpu_kernels.attend`), else
+    causal."""
+    if tree is not None:
+        return _tree_mask(tree, part.cache, device)
+    return None if part.alone or mine else _causal(m, part.cache, device)
 
 
 def _causal(m: int, cache, device) -> torch.Tensor | None:

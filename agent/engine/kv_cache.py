@@ -100,9 +100,10 @@ class KVCache:
     def keep_new(self, m: int, kept: list[int]) -> None:
         """Of the last m positions (a tree step's rows), keep those at offsets `kept`
         (increasing), moved up in that order; the rest are dropped."""
+        offsets = torch.tensor(kept, device=self._keys[0].device)
         for layer, length in enumerate(self._length):
             start = length - m
-            at = torch.tensor(kept, device=self._keys[layer].device) + start
+            at = offsets + start
             for buffers in (self._keys, self._values):
                 buffers[layer][:, :, start : start + len(kept)] = buffers[layer][:, :, at]
             self._length[layer] = start + len(kept)

@@ -288,9 +288,8 @@ class LocalEngine:
     def _heads_proposer(self, job: Job) -> MTPProposer:
         """The MTP heads' proposer, with alternatives to its first draft where a verify step
         can take a tree of drafts and stay lossless (`batched.takes_trees`)."""
-        model = job.model
-        trees = model.ragged and takes_trees(model.trunk)
-        return MTPProposer(model, alternatives=self.spec.draft_alternatives if trees else 0)
+        trees = takes_trees(job.model.trunk)
+        return MTPProposer(job.model, alternatives=self.spec.draft_alternatives if trees else 0)
 
     # -- decoding ------------------------------------------------------------------------
 
@@ -561,7 +560,7 @@ class SpeculativeSequence:
         drafts'); update metrics and the draft length."""
         k, rows = len(draft.token_ids), 1 + len(draft.token_ids) + len(draft.alternatives)
         accepted = len(kept) - 1
-        if kept == list(range(len(kept))):
+        if kept[-1] == accepted:  # a prefix of the rows: the chain's
             if rows > len(kept):
                 self.cache.crop(len(kept) - rows)  # drop the rejected drafts' keys and values
         else:  # an alternative's branch: its row moves up beside the last token's
