@@ -5,11 +5,14 @@ every assistant turn's prompt is the conversation so far, as the harness sends i
 goes to two local engines on the same weights, one with the prefix cache and one without,
 alternating which runs first; each generates `--max-tokens` greedy tokens. Reported per turn and
 in total: prompt tokens, tokens read from the cache, time to first token (the prefill) and the
-request's total time, with and without the cache, and whether the outputs are identical.
+request's total time, with and without the cache, and whether the outputs are identical
+(`--exact` asks for the same bits: `EngineConfig.exact`).
 
     .venv/bin/python benchmarks/prefix_cache.py --model default \
         --trajectories runs/starter/tasks/trajectories.jsonl --conversations 4 \
         --json benchmarks/results/prefix-cache.json
+    .venv/bin/python benchmarks/prefix_cache.py --model default --dtype int8 --exact \
+        --speculative ngram+mtp --trajectories runs/base/tasks/trajectories.jsonl --max-tokens 48
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ def main() -> int:
     p.add_argument("--trajectories", default="runs/starter/tasks/trajectories.jsonl")
     p.add_argument("--conversations", type=int, default=4)
     p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--dtype", default="float32", help="float32 or int8 (the product's default)")
+    p.add_argument("--speculative", default="none", help="drafting method of both engines")
+    p.add_argument("--exact", action="store_true", help="EngineConfig.exact on both engines")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args()
     path = Path(args.trajectories)
@@ -57,14 +63,19 @@ def main() -> int:
     import torch
 
     from agent.chat_format import render_chat
-    from agent.engine import EngineConfig, Request, SamplingParams
+    from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
     from agent.engine.local import LocalEngine
-    from agent.engine.model_runner import LoadedModel
 
     torch.set_num_threads(2)
     engines = {
         mode: LocalEngine(
-            EngineConfig(model=args.model, prefix_cache_mb=mb), LoadedModel.load(args.model)
+            EngineConfig(
+                model=args.model,
+                prefix_cache_mb=mb,
+                dtype=args.dtype,
+                exact=args.exact,
+                speculative=SpeculativeConfig(method=args.speculative),
+            )
         )
         for mode, mb in (("off", 0), ("on", 1024))
     }
@@ -137,6 +148,9 @@ def main() -> int:
             "model": args.model,
             "model_version": engines["on"].model_version,
             "max_tokens": args.max_tokens,
+            "dtype": args.dtype,
+            "speculative": args.speculative,
+            "exact": args.exact,
             "summary": summary,
             "turns": rows,
         }

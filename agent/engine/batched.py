@@ -14,8 +14,10 @@ float32 matrix products, which `tests/engine/test_batched.py` checks does not ch
 output; int8 products are per row). Under int8, where Flywheel's CPU kernels build
 (`cpu_kernels`), the decode-sized parts attend through `cpu_kernels.attend`, which computes
 every position alone in one call: a verify step then computes what plain decoding's steps
-would, bit for bit, whatever `SpeculativeConfig.exact` says. Elsewhere `exact` makes each of
-its positions attend in a torch call of its own (`_attend`) for the same guarantee.
+would, bit for bit, whatever `EngineConfig.exact` says. Elsewhere `exact` makes each of its
+positions attend in a torch call of its own (`_attend`) for the same guarantee. With `exact`
+under int8, prefill chunks take the kernels too (`rows_alone`), so a prefix-cache hit's tail
+computes what a cold prefill would, bit for bit.
 
 Written out for the Llama decoder (Llama and Qwen2, what `agent.model` builds and the base is);
 any other trunk runs one part at a time through its own forward.
@@ -97,7 +99,8 @@ def forward_parts(trunk, parts: list[Part]) -> list[tuple[torch.Tensor, torch.Te
     ]
     x = body.embed_tokens(flat)[None]  # [1, T, hidden]
     cos, sin = body.rotary_emb(x, positions[None])
-    own = [not big and own_attention(body) for big in large]  # cpu_kernels.attend, per part
+    small_own, large_own = own_attention(body), rows_alone(body)
+    own = [large_own if big else small_own for big in large]  # cpu_kernels.attend, per part
     # the own parts on caches with buffers attend in one call per layer, which also writes
     # their new keys and values into the caches
     fused = [
@@ -177,6 +180,13 @@ def own_attention(body) -> bool:
     reference path."""
     int8 = getattr(body.layers[0].self_attn.q_proj, "int8_weight", None) is not None
     return int8 and cpu_kernels.unavailable() is None
+
+
+def rows_alone(body) -> bool:
+    """Whether every part of this trunk body, prefill chunks too, takes Flywheel's kernels
+    (products and attention): an int8 trunk loaded `exact` where they build."""
+    q_proj = body.layers[0].self_attn.q_proj
+    return own_attention(body) and getattr(q_proj, "every_row", False)
 
 
 def _segments(sizes: list[int], large: list[bool]) -> list[tuple[int, int]]:

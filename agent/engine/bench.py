@@ -130,7 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(0: a chain; default: %(default)s)",
     )
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per (prompt, method)")
-    parser.add_argument("--exact", action="store_true", help="verify steps bit for bit (exact)")
+    parser.add_argument(
+        "--exact",
+        action="store_true",
+        help="every output the bits of a cold, unbatched, plain decode (EngineConfig.exact)",
+    )
     parser.add_argument("--step-samples", type=int, default=60, help="forward calls timed for (b)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's)")
     parser.add_argument("--group-size", type=int, default=8, help="samples of the RL group")
@@ -270,8 +274,8 @@ def run(args, tmp: Path) -> dict:
     if random_weights:
         model_path, built_draft = build_default_models(tmp)
         draft_path = draft_path or built_draft
-    target = LoadedModel.load(model_path, dtype=args.dtype)
-    draft = LoadedModel.load(draft_path, dtype=args.dtype) if draft_path else None
+    target = LoadedModel.load(model_path, dtype=args.dtype, exact=args.exact)
+    draft = LoadedModel.load(draft_path, dtype=args.dtype, exact=args.exact) if draft_path else None
     heads = target.checkpoint.heads is not None
     methods = ["plain", "ngram"] + (["mtp", "ngram+mtp"] if heads else [])
     methods += ["draft"] if draft is not None else []
@@ -282,7 +286,6 @@ def run(args, tmp: Path) -> dict:
             num_draft_tokens=args.num_draft,
             max_draft_tokens=max(8, args.num_draft),
             draft_model=draft_path if method == "draft" else None,
-            exact=args.exact,
             draft_alternatives=args.draft_alternatives,
         )
         engines[method] = LocalEngine(
@@ -292,6 +295,7 @@ def run(args, tmp: Path) -> dict:
                 speculative=spec,
                 prefix_cache_mb=0,
                 apply_copy_bias=args.apply_copy_bias,
+                exact=args.exact,
             ),
             target,
             draft,
@@ -303,11 +307,11 @@ def run(args, tmp: Path) -> dict:
             dtype=args.dtype,
             prefix_cache_mb=0,
             apply_copy_bias=args.apply_copy_bias,
+            exact=args.exact,
             speculative=SpeculativeConfig(
                 method="ngram",
                 num_draft_tokens=args.num_draft,
                 max_draft_tokens=max(args.apply_max_draft, args.num_draft),
-                exact=args.exact,
             ),
         ),
         target,
@@ -396,7 +400,9 @@ def run(args, tmp: Path) -> dict:
     step_ids = items[-1]["prompt_ids"]
     decode_ms, verify_ms = step_costs(target, step_ids, args)
     heads = mtp_targets(target, rows, step_ids, decode_ms, args) if heads else {}
-    cached = LocalEngine(EngineConfig(model=model_path, dtype=args.dtype), target, draft)
+    cached = LocalEngine(
+        EngineConfig(model=model_path, dtype=args.dtype, exact=args.exact), target, draft
+    )
     serving = serving_targets(cached, engines["plain"], target, model_path, items, args)
     against_hf = {}  # (a) needs the hf peers
     if hf_tps:
@@ -621,9 +627,11 @@ def print_report(report: dict) -> None:
     for key, label, unit, mine, theirs in serving:
         t = targets.get(key)
         if t:
+            same = t.get("greedy_identical", t.get("greedy_rows_identical"))
             console.print(
                 f"{label.format(**t)}: {t[mine]:.1f} vs {t[theirs]:.1f} {unit} = "
                 f"{t['ratio']:.2f}× (target {t['target']}: {'pass' if t['passed'] else 'FAIL'})"
+                + ("" if same is None else f"; greedy outputs identical: {'yes' if same else 'NO'}")
             )
     for row in report["rows"]:
         if row["method"] == "plain" and row.get("similarity_to_expected") is not None:

@@ -7,13 +7,15 @@ Three workloads, each on the engine's own loaded weights, each with the engine i
   per second, target >= 3x. Greedy, every batched row must equal the single greedy output.
 - *agent turn*: an agent's second turn (the first turn's prompt, its output and a tool result)
   with the prefix cache warm from the first turn, against the same prompt prefilled cold: time to
-  first token, target <= 0.2x. The second prompt appends the first turn's output tokens as they
-  were generated; a real agent's re-rendered conversation matches them as far as its
-  tokenisation agrees.
+  first token, target <= 0.2x. Greedy, the warm turn's output is checked against the cold one's
+  (the same bits under `EngineConfig.exact`). The second prompt appends the first turn's output
+  tokens as they were generated; a real agent's re-rendered conversation matches them as far as
+  its tokenisation agrees.
 - *concurrent completions*: k editor completions (priority "interactive") sent at once from k
-  threads, against each alone: p50 latency, target <= 1.5x. It runs in a fresh process
-  (`concurrent_completions_fresh`) on an engine opened as servers open it, on its own thread
-  (`EngineConfig.own_thread`), whose loop batches the requests' steps. In this process, whose
+  threads, against each alone: p50 latency, target <= 1.5x; each output is checked against its
+  output alone. It runs in a fresh process (`concurrent_completions_fresh`) on an engine opened
+  as servers open it, on its own thread (`EngineConfig.own_thread`), whose loop batches the
+  requests' steps. In this process, whose
   main thread ran torch work, every caller thread would grow an OpenMP team of its own and be
   slowed by the others (`benchmarks/omp_threads.py`); `benchmarks/concurrent_completions.py`
   compares that path too.
@@ -48,7 +50,13 @@ def serving_targets(engine, cold_engine, model, model_path: str, items: list[dic
         rl_group=rl_group(engine, free["prompt_ids"], args),
         agent_turn=agent_turn(engine, cold_engine, model, apply["prompt_ids"], tool_result, args),
         concurrent_completions=concurrent_completions_fresh(
-            model_path, args.dtype, free["prompt_ids"], args.concurrent, args.repeats, args.threads
+            model_path,
+            args.dtype,
+            free["prompt_ids"],
+            args.concurrent,
+            args.repeats,
+            args.threads,
+            exact=args.exact,
         ),
     )
 
@@ -116,6 +124,11 @@ def agent_turn(
         warm = engine.generate(Request(prompt=second, params=one))
         warm_s.append(warm.metrics.ttft_s)
         cached = warm.metrics.cached_tokens
+    # the whole second turn, greedy: what the cache hit decodes against what a cold prefill does
+    prefixes.clear()
+    engine.generate(Request(prompt=prompt_ids, params=params))
+    warm_out = engine.generate(Request(prompt=second, params=params)).completions[0].token_ids
+    cold_out = cold_engine.generate(Request(prompt=second, params=params)).completions[0].token_ids
     ratio = min(warm_s) / min(cold_s)
     return dict(
         prompt_tokens=len(second),
@@ -125,6 +138,7 @@ def agent_turn(
         ratio=ratio,
         target=f"<= {AGENT_TURN_TARGET}",
         passed=ratio <= AGENT_TURN_TARGET,
+        greedy_identical=warm_out == cold_out,
     )
 
 
@@ -135,22 +149,22 @@ def concurrent_completions(engine, prompt_ids: list[int], args) -> dict:
     # k editors, each on its own file: distinct prompts of the same length, cached once first
     prompts = [prompt_ids[i:] for i in range(k)]
     params = SamplingParams(max_tokens=16, temperature=0, logprobs=False)
+    outputs: dict[int, set[tuple[int, ...]]] = {i: set() for i in range(k)}  # greedy outputs
 
-    def complete(prompt: list[int]) -> float:
+    def complete(i: int) -> float:
         start = time.perf_counter()
-        engine.generate(Request(prompt=prompt, params=params, priority="interactive"))
+        request = Request(prompt=prompts[i], params=params, priority="interactive")
+        result = engine.generate(request)
+        outputs[i].add(tuple(result.completions[0].token_ids))
         return time.perf_counter() - start
 
-    for prompt in prompts:
-        complete(prompt)
+    for i in range(k):
+        complete(i)
     alone, together = [], []
     for _ in range(args.repeats):
-        alone += [complete(prompt) for prompt in prompts]
+        alone += [complete(i) for i in range(k)]
         latencies = [0.0] * k
-        threads = [
-            threading.Thread(target=_timed, args=(complete, prompts[i], latencies, i))
-            for i in range(k)
-        ]
+        threads = [threading.Thread(target=_timed, args=(complete, i, latencies)) for i in range(k)]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -164,11 +178,12 @@ def concurrent_completions(engine, prompt_ids: list[int], args) -> dict:
         ratio=ratio,
         target=f"<= {CONCURRENT_TARGET}",
         passed=ratio <= CONCURRENT_TARGET,
+        greedy_identical=all(len(seen) == 1 for seen in outputs.values()),
     )
 
 
-def _timed(complete, prompt: list[int], into: list[float], i: int) -> None:
-    into[i] = complete(prompt)
+def _timed(complete, i: int, into: list[float]) -> None:
+    into[i] = complete(i)
 
 
 def concurrent_completions_fresh(
@@ -179,11 +194,12 @@ def concurrent_completions_fresh(
     repeats: int,
     threads: int,
     own_thread: bool = True,
+    exact: bool = False,
 ) -> dict:
     """`concurrent_completions` in a fresh process: the engine on its own thread (a server's)
     or, with `own_thread=False`, each request on its caller's thread."""
     job = dict(model=model, dtype=dtype, prompt_ids=prompt_ids, k=k, repeats=repeats)
-    job.update(threads=threads, own_thread=own_thread)
+    job.update(threads=threads, own_thread=own_thread, exact=exact)
     command = [sys.executable, "-m", "agent.engine.bench_serving"]
     done = subprocess.run(
         command, input=json.dumps(job), capture_output=True, text=True, check=False
@@ -205,7 +221,9 @@ def _fresh_process() -> None:
     job = json.loads(sys.stdin.read())
     if job["threads"]:
         torch.set_num_threads(job["threads"])
-    config = EngineConfig(model=job["model"], dtype=job["dtype"], own_thread=job["own_thread"])
+    config = EngineConfig(
+        model=job["model"], dtype=job["dtype"], own_thread=job["own_thread"], exact=job["exact"]
+    )
     engine = LocalEngine(config)
     args = types.SimpleNamespace(concurrent=job["k"], repeats=job["repeats"])
     result = concurrent_completions(engine, job["prompt_ids"], args)

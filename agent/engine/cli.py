@@ -37,6 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=DTYPES,
         help="weights; int8: int8 copies for decoding on the CPU, lossy (default: %(default)s)",
     )
+    model.add_argument(
+        "--exact",
+        action="store_true",
+        help="output the bits of a cold, unbatched, plain decode (see EngineConfig.exact)",
+    )
     prompt = parser.add_argument_group("prompt")
     source = prompt.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="prompt text")
@@ -118,7 +123,13 @@ def main(argv: list[str]) -> int:
             stop=args.stop,
         )
         engine = open_engine(
-            EngineConfig(model=args.model, backend=args.backend, dtype=args.dtype, speculative=spec)
+            EngineConfig(
+                model=args.model,
+                backend=args.backend,
+                dtype=args.dtype,
+                speculative=spec,
+                exact=args.exact,
+            )
         )
         request = Request(prompt=prompt, params=params, speculation=speculation)
         if args.stream:

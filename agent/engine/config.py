@@ -31,10 +31,6 @@ class SpeculativeConfig:
     ngram_max: int = 4  # longest suffix n-gram matched by prompt lookup
     ngram_min: int = 1  # shortest suffix n-gram matched by prompt lookup
     draft_model: str | None = None  # checkpoint folder of the draft model (method "draft")
-    # verify steps compute plain decoding's steps bit for bit: outputs identical to plain at any
-    # precision. Where cpu_kernels build, every verify step already does, at no cost; elsewhere
-    # each position attends in a call of its own (off: identical but for near-ties under int8)
-    exact: bool = False
     # MTP: the first head's next best tokens, verified beside its draft as one-token branches
     # (a tree of drafts) where the engine's own attention kernels run the model; 0: a chain
     draft_alternatives: int = DRAFT_ALTERNATIVES
@@ -82,6 +78,14 @@ class EngineConfig:
     # (loop.py). For servers, whose requests come from many threads; a process that runs torch
     # work of its own (training, benchmarks) keeps it off and calls from its own thread.
     own_thread: bool = False
+    # local backend: every output the same bits as a cold, unbatched, plain decode of the same
+    # request (SGLang's deterministic inference, here). Verify steps compute plain decoding's
+    # steps (where cpu_kernels build they do anyway; elsewhere each position attends in a call of
+    # its own), and under int8 every prefill row takes the int8 kernel, so a prefix-cache hit
+    # computes a cold prefill's bits. Costs cold prefill time; where rows cannot be computed
+    # alone (no cpu_kernels, float weights) the prefix cache is off instead. Off: a hit or a
+    # chunk boundary can turn a near-tie
+    exact: bool = False
     # local backend: the logit bonus of the tokens that continue the original file or the edit
     # sketch in a fast-apply request (copy_bias.py); 0 turns it off
     apply_copy_bias: float = APPLY_COPY_BIAS

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import threading
 import time
 from collections.abc import Generator
@@ -92,6 +93,7 @@ from agent.engine.sampling import (
 )
 from agent.engine.tool_grammar import ToolGrammar
 
+log = logging.getLogger("flywheel.engine")
 MAX_GRAMMARS = 32  # tool sets whose grammar stays built, per loaded model
 PREFILL_CHUNK = 512  # prompt tokens per prefill forward pass (the lock is free between them)
 # While a more urgent lane is active (an editor asked for a completion in the last
@@ -140,12 +142,16 @@ class LocalEngine:
         self._draft: LoadedModel | None = None
         try:
             if model is None:
-                model = self._call(LoadedModel.load, config.model, config.device, config.dtype)
+                model = self._call(self._load, config.model)
             self._with_prefix_cache(model)
-            if self.spec.method == "draft":
-                self._draft = draft or self._call(
-                    LoadedModel.load, self.spec.draft_model, config.device, config.dtype
+            if config.prefix_cache_mb and not self._caches_prefixes(model):
+                log.warning(
+                    "exact: %s computes prefill rows together (dtype int8 with Flywheel's "
+                    "kernels computes each alone), so the prefix cache is off",
+                    model.checkpoint.path,
                 )
+            if self.spec.method == "draft":
+                self._draft = draft or self._call(self._load, self.spec.draft_model)
             self._check(model)
         except BaseException:
             if self._loop is not None:  # no engine: its thread (and torch's team on it) ends
@@ -178,7 +184,7 @@ class LocalEngine:
 
     def swap(self, model: str) -> str:
         with self._swap_lock:
-            new = self._call(LoadedModel.load, model, self.config.device, self.config.dtype)
+            new = self._call(self._load, model)
             self._check(new)
             self._with_prefix_cache(new)
             self._model = new  # running requests keep their own reference to the old one
@@ -216,8 +222,17 @@ class LocalEngine:
 
     # -- set-up --------------------------------------------------------------------------
 
+    def _load(self, model: str) -> LoadedModel:
+        config = self.config
+        return LoadedModel.load(model, config.device, config.dtype, exact=config.exact)
+
+    def _caches_prefixes(self, model: LoadedModel) -> bool:
+        """Whether requests on `model` reuse cached prefixes: with `exact`, only where a hit
+        computes a cold prefill's bits (`LoadedModel.rows_alone`)."""
+        return bool(self.config.prefix_cache_mb) and (not self.config.exact or model.rows_alone)
+
     def _with_prefix_cache(self, model: LoadedModel) -> None:
-        if self.config.prefix_cache_mb and model.prefix_cache is None:
+        if self._caches_prefixes(model) and model.prefix_cache is None:
             model.prefix_cache = PrefixCache(self.config.prefix_cache_mb << 20)
 
     def _check(self, model: LoadedModel) -> None:
@@ -436,7 +451,7 @@ class LocalEngine:
 
     def _prefixes(self, model: LoadedModel) -> PrefixCache | None:
         """The model's prefix cache, or None when the engine runs without one."""
-        return model.prefix_cache if self.config.prefix_cache_mb else None
+        return model.prefix_cache if self._caches_prefixes(model) else None
 
     def _remember(self, job: Job, tokens: list[int], cache) -> None:
         """Store a finished one-sample request's prompt and output in the prefix cache: an
@@ -489,7 +504,7 @@ class SpeculativeSequence:
             self.job.model,
             torch.tensor(ids, device=self.job.model.device),
             self.cache,
-            alone=self.engine.spec.exact,
+            alone=self.engine.config.exact,
             parents=draft.parents(),
         )
         yield forward

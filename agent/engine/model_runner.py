@@ -11,7 +11,10 @@ weights, with a product for 1..16 rows (a decode or verify step, an MTP head ove
 positions) that runs faster on torch's CPU BLAS (see its docstring). Long inputs (prefill) run
 exactly as before. With dtype "int8" they become `Int8Linear` instead:
 decode-sized inputs use an int8 copy of the weights (lossy); prefill keeps float32, or runs on a
-bfloat16 copy where the CPU multiplies bfloat16 fast (`bf16_matmul_is_fast`).
+bfloat16 copy where the CPU multiplies bfloat16 fast (`bf16_matmul_is_fast`). Loaded `exact`
+(`EngineConfig.exact`), every row takes Flywheel's int8 kernel, prefill too, so a position's
+keys and values are the same bits however a prefill chunk, a decode or a verify step computed
+them: a prefix-cache hit then decodes what a cold prefill would.
 
 Not thread-safe by itself: the engine holds its lock around every call.
 """
@@ -28,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from agent.engine.batched import Part, forward_parts, supports_ragged
+from agent.engine.batched import Part, forward_parts, rows_alone, supports_ragged
 from agent.engine.cpu_kernels import K_MULTIPLE as INT8_KERNEL_K_MULTIPLE
 from agent.engine.cpu_kernels import int8_mm, pack_int8
 from agent.engine.cpu_kernels import quantize_int8 as kernel_quantize_int8
@@ -51,6 +54,7 @@ class LoadedModel:
     prefix_cache: PrefixCache | None = None  # prompt prefixes computed on these weights
     grammars: dict[str, Any] = field(default_factory=dict)  # tool set -> ToolGrammar (or None)
     int8: bool = False  # decode-sized products in int8 (`Int8Linear`)
+    exact: bool = False  # int8 products for every row, prefill too (`use_int8_linear`)
     _apply: list = field(default_factory=list, repr=False)  # [fast-apply model] once loaded
     _apply_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -75,17 +79,21 @@ class LoadedModel:
         return self.trunk.device
 
     @classmethod
-    def load(cls, model: str, device: str = "cpu", dtype: str = "float32") -> LoadedModel:
+    def load(
+        cls, model: str, device: str = "cpu", dtype: str = "float32", exact: bool = False
+    ) -> LoadedModel:
         """Load a checkpoint folder ("default" is the built-in starter model); dtype "int8"
-        loads float32 and adds int8 weights for decoding (`Int8Linear`)."""
+        loads float32 and adds int8 weights for decoding (`Int8Linear`), for every row with
+        `exact`."""
         int8 = dtype == "int8"
         checkpoint = load_checkpoint(model, device=device, dtype="float32" if int8 else dtype)
-        return cls.wrap(checkpoint, int8=int8)
+        return cls.wrap(checkpoint, int8=int8, exact=exact)
 
     @classmethod
-    def wrap(cls, checkpoint: Checkpoint, int8: bool = False) -> LoadedModel:
+    def wrap(cls, checkpoint: Checkpoint, int8: bool = False, exact: bool = False) -> LoadedModel:
         """Wrap models already in memory; on the CPU their `nn.Linear`s become `FewRowsLinear`
-        in place (same weights and numerics for one row), or `Int8Linear` with `int8`."""
+        in place (same weights and numerics for one row), or `Int8Linear` with `int8` (taking
+        every row with `exact`)."""
         tokenizer = checkpoint.tokenizer
         vocab = checkpoint.trunk.config.vocab_size
         known = decode_table(tokenizer)
@@ -101,11 +109,12 @@ class LoadedModel:
                 log.error("dtype int8: %s; running float32 instead", why_not)
             elif int8:
                 for module in modules:
-                    use_int8_linear(module)
+                    use_int8_linear(module, every_row=exact)
         params = inspect.signature(type(checkpoint.trunk.model).forward).parameters
         cache_kw = "cache" if "cache" in params else "past_key_values"
         ragged = supports_ragged(checkpoint.trunk)
-        return cls(checkpoint, token_bytes, cache_kw, ragged=ragged, int8=int8 and not why_not)
+        int8 = int8 and not why_not
+        return cls(checkpoint, token_bytes, cache_kw, ragged=ragged, int8=int8, exact=exact)
 
     def for_apply(self) -> LoadedModel:
         """The model that decodes fast-apply requests: the checkpoint's apply/ adapter
@@ -115,8 +124,16 @@ class LoadedModel:
             if not self._apply:
                 device, dtype = str(self.device), "float32" if self.int8 else self.dtype
                 apply = load_apply_checkpoint(self.checkpoint, device, dtype)
-                self._apply.append(self if apply is None else self.wrap(apply, int8=self.int8))
+                wrapped = None if apply is None else self.wrap(apply, self.int8, self.exact)
+                self._apply.append(wrapped or self)
             return self._apply[0]
+
+    @property
+    def rows_alone(self) -> bool:
+        """Whether every position's numbers are the same bits however the positions around it
+        were grouped (prefill chunks, cache hits, batches, verify steps): `exact` int8 where
+        Flywheel's kernels run (batched.rows_alone)."""
+        return self.ragged and rows_alone(self.trunk.model)
 
     @property
     def dtype(self) -> str:
@@ -205,7 +222,9 @@ class Int8Linear(FewRowsLinear):
     (AVX-512 BF16 or AMX), a second, bfloat16 copy (`bf16_weight`). Lossy against float32, and a
     near-tie can turn either way. Each row's product does not depend on the other rows, so
     speculative decoding writes plain decoding's tokens bit for bit where verify steps attend
-    each position alone too (batched.py).
+    each position alone too (batched.py). With `every_row` (`EngineConfig.exact`) Flywheel's
+    kernel takes long inputs too and there is no bfloat16 copy: a prefill chunk then computes
+    each row as a decode step would, whatever its length, at some cost in prefill speed.
 
     `int8_weight`/`int8_scales`/`int8_columns` are plain attributes, not buffers: the state dict
     and training never see them, and they do not follow later changes to `weight`.
@@ -218,10 +237,11 @@ class Int8Linear(FewRowsLinear):
     int8_scales: torch.Tensor  # [out]: float32 for our kernel, bf16 for torch's
     int8_columns: torch.Tensor | None  # [in] float32 for our kernel; None: torch's kernel
     bf16_weight: torch.Tensor | None  # [out, in] bf16 for long inputs; None: float32
+    every_row: bool = False  # long inputs take the int8 product too (only with our kernel)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if not 0 < rows <= self.MAX_INT8_ROWS:
+        if not rows or (rows > self.MAX_INT8_ROWS and not self.every_row):
             if self.bf16_weight is None:
                 return super().forward(x)
             y = nn.functional.linear(x.to(torch.bfloat16), self.bf16_weight).to(x.dtype)
@@ -251,12 +271,16 @@ def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def use_int8_linear(
-    module: nn.Module, bf16_prefill: bool | None = None, kernel: bool | None = None
+    module: nn.Module,
+    bf16_prefill: bool | None = None,
+    kernel: bool | None = None,
+    every_row: bool = False,
 ) -> None:
     """Give every `nn.Linear`/`FewRowsLinear` inside `module` whose input width a kernel takes
     an int8 copy of its weight and make it an `Int8Linear`, in place (the rest keep float32).
     `bf16_prefill` (default: `bf16_matmul_is_fast()`) adds the bfloat16 copy for long inputs;
-    `kernel` (default: where `cpu_kernels` run here) lets Flywheel's kernel take few rows."""
+    `kernel` (default: where `cpu_kernels` run here) lets Flywheel's kernel take few rows, and
+    every row with `every_row` (no bfloat16 copy then)."""
     if bf16_prefill is None:
         bf16_prefill = bf16_matmul_is_fast()
     if kernel is None:
@@ -269,7 +293,9 @@ def use_int8_linear(
             else:
                 (q, scales), columns = quantize_int8(child.weight), None
             child.int8_weight, child.int8_scales, child.int8_columns = q, scales, columns
-            child.bf16_weight = child.weight.detach().to(torch.bfloat16) if bf16_prefill else None
+            child.every_row = every_row and columns is not None
+            long_bf16 = bf16_prefill and not child.every_row
+            child.bf16_weight = child.weight.detach().to(torch.bfloat16) if long_bf16 else None
             child.__class__ = Int8Linear
 
 

@@ -52,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
         help="memory for cached prompt prefixes, local backend; 0 turns it off (default: %(default)s)",
     )
     m.add_argument(
+        "--exact",
+        action="store_true",
+        help="local backend: every output the bits of a cold, unbatched, plain decode; under "
+        "int8, prefill takes the int8 kernel too (slower cold prefill)",
+    )
+    m.add_argument(
         "--apply-copy-bias",
         type=float,
         default=APPLY_COPY_BIAS,
@@ -145,6 +151,7 @@ def main(argv: list[str]) -> int:
             dtype=args.dtype,
             prefix_cache_mb=args.prefix_cache_mb,
             apply_copy_bias=args.apply_copy_bias,
+            exact=args.exact,
             own_thread=True,  # requests arrive on the HTTP server's threads
             speculative=SpeculativeConfig(
                 method=args.speculative,

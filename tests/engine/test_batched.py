@@ -278,8 +278,8 @@ def test_exact_speculation_marks_verify_steps_to_attend_alone(tiny_checkpoint, m
         return forward_parts(trunk, parts)
 
     monkeypatch.setattr(runner, "forward_parts", spy)
-    spec = SpeculativeConfig(method="ngram", exact=exact)
-    engine = LocalEngine(EngineConfig(model=str(tiny_checkpoint), speculative=spec))
+    spec = SpeculativeConfig(method="ngram")
+    engine = LocalEngine(EngineConfig(model=str(tiny_checkpoint), speculative=spec, exact=exact))
     params = SamplingParams(max_tokens=24, temperature=0, logprobs=False)
     engine.generate(Request(prompt="a b a b a b a b a b", params=params))
     engine.close()

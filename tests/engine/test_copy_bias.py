@@ -81,13 +81,14 @@ def test_sources_of_a_request_are_the_speculation_and_the_prompt_after_it(tokeni
 
 
 def _apply(checkpoint, method: str, bias: float, prompt: str, temperature=0.0, **config):
-    spec = SpeculativeConfig(method=method, max_draft_tokens=8, exact=True)
+    spec = SpeculativeConfig(method=method, max_draft_tokens=8)
     engine = LocalEngine(
         EngineConfig(
             model=str(checkpoint),
             apply_copy_bias=bias,
             prefix_cache_mb=0,
             speculative=spec,
+            exact=True,
             **config,
         )
     )

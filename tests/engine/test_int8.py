@@ -1,4 +1,5 @@
-"""dtype "int8": int8 weights for decode-sized inputs, float32 (or bf16) for prefill, engine only."""
+"""dtype "int8": int8 weights for decode-sized inputs, float32 (or bf16) for prefill (int8 too
+under `exact`), engine only."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from agent.engine import BadRequest, EngineConfig, Request, SamplingParams, open_engine
+from agent.engine import BadRequest, EngineConfig, Request, SamplingParams, cpu_kernels, open_engine
 from agent.engine.model_runner import (
     FewRowsLinear,
     Int8Linear,
@@ -25,12 +26,21 @@ PROMPT = "def parse(text):\n    return json.loads(text)\n\ndef parse("
 
 
 def int8_layer(
-    in_features: int = 64, out_features: int = 48, bias: bool = True, bf16_prefill: bool = False
+    in_features: int = 64,
+    out_features: int = 48,
+    bias: bool = True,
+    bf16_prefill: bool = False,
+    every_row: bool = False,
 ) -> nn.Linear:
     torch.manual_seed(0)
     layer = nn.Linear(in_features, out_features, bias=bias)
-    use_int8_linear(layer, bf16_prefill)
+    use_int8_linear(layer, bf16_prefill, every_row=every_row)
     return layer
+
+
+ours = pytest.mark.skipif(
+    cpu_kernels.unavailable() is not None, reason=f"Flywheel's kernels: {cpu_kernels.unavailable()}"
+)
 
 
 @pytest.mark.parametrize("rows", [1, 3, Int8Linear.MAX_INT8_ROWS])
@@ -97,6 +107,42 @@ def test_prefill_is_float32_and_decoding_int8(lively_checkpoint, monkeypatch):
         got, _ = int8.forward(ids[:, -1:], int8_cache)
     assert not torch.equal(got, want)
     assert (got - want).norm() <= 0.05 * want.norm()
+
+
+@ours
+def test_with_every_row_prefill_sized_inputs_take_the_int8_kernel_row_by_row():
+    """`every_row` (exact): a row's result is the same alone or among 300 others, what makes a
+    prefix-cache hit compute what a cold prefill does; no bfloat16 copy is made."""
+    layer = int8_layer(bf16_prefill=True, every_row=True)
+    assert layer.bf16_weight is None
+    x = torch.randn(300, 64)
+    together = layer(x)
+    assert not torch.equal(together, nn.functional.linear(x, layer.weight, layer.bias))
+    for i in (0, 7, 299):
+        assert torch.equal(layer(x[i : i + 1]), together[i : i + 1])
+
+
+@ours
+def test_exact_int8_prefill_computes_what_chunks_and_decode_steps_would(lively_checkpoint):
+    """Loaded `exact`: the prompt in one prefill, in two chunks (a prefix-cache hit's tail) and
+    token by token give the same logits and cache, bit for bit; without `exact` they differ."""
+    int8 = LoadedModel.load(str(lively_checkpoint), dtype="int8", exact=True)
+    assert int8.rows_alone
+    assert not LoadedModel.load(str(lively_checkpoint), dtype="int8").rows_alone
+    ids = torch.tensor([int8.tokenizer.encode(PROMPT * 3)])
+    n = ids.shape[1]
+    assert n > Int8Linear.MAX_INT8_ROWS + 8
+    with torch.inference_mode():
+        whole, split, steps = (int8.new_cache() for _ in range(3))
+        want, _ = int8.forward(ids, whole)
+        head, _ = int8.forward(ids[:, : n - 40], split)
+        tail, _ = int8.forward(ids[:, n - 40 :], split)
+        int8.forward(ids[:, : n - 8], steps)
+        singles = [int8.forward(ids[:, i : i + 1], steps)[0] for i in range(n - 8, n)]
+    assert torch.equal(torch.cat([head, tail], dim=1), want)
+    assert torch.equal(torch.cat(singles, dim=1), want[:, n - 8 :])
+    for a, b in zip(whole.layers, split.layers, strict=True):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
 
 
 def test_engine_with_int8_generates(tiny_checkpoint):

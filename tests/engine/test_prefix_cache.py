@@ -9,16 +9,21 @@ from transformers import DynamicCache
 
 from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
 from agent.engine.local import LocalEngine
-from agent.engine.model_runner import LoadedModel
 from agent.engine.prefix_cache import MIN_MATCH, PrefixCache
 from tests.engine.test_speculative_equivalence import code_prompts
 
 
-def _engine(folder, mb: int, method: str = "none") -> LocalEngine:
+def _engine(
+    folder, mb: int, method: str = "none", dtype: str = "float32", exact: bool = False
+) -> LocalEngine:
     config = EngineConfig(
-        model=str(folder), prefix_cache_mb=mb, speculative=SpeculativeConfig(method=method)
+        model=str(folder),
+        prefix_cache_mb=mb,
+        speculative=SpeculativeConfig(method=method),
+        dtype=dtype,
+        exact=exact,
     )
-    return LocalEngine(config, LoadedModel.load(str(folder)))
+    return LocalEngine(config)
 
 
 def _conversation(turns: int = 4) -> list[str]:
@@ -31,7 +36,33 @@ def _conversation(turns: int = 4) -> list[str]:
 @pytest.mark.parametrize("method", ["none", "ngram", "mtp", "ngram+mtp"])
 def test_outputs_are_the_same_with_and_without_the_cache(lively_checkpoint, method):
     cached, plain = _engine(lively_checkpoint, 64, method), _engine(lively_checkpoint, 0, method)
-    greedy = SamplingParams(temperature=0, max_tokens=16, logprobs=False)
+    _same_with_and_without(cached, plain, method)
+
+
+@pytest.mark.parametrize("method", ["none", "ngram+mtp"])
+def test_exact_int8_hits_compute_a_cold_prefill_s_logprobs_bit_for_bit(lively_checkpoint, method):
+    """`exact` int8 computes every row alone, prefill included, so a hit's logprobs are a cold
+    prefill's to the last bit (not only its tokens)."""
+    cached = _engine(lively_checkpoint, 64, method, dtype="int8", exact=True)
+    if not cached._model.rows_alone:
+        pytest.skip("no int8 kernels of ours here")
+    plain = _engine(lively_checkpoint, 0, method, dtype="int8", exact=True)
+    _same_with_and_without(cached, plain, method, logprobs=True)
+
+
+def test_exact_without_rows_computed_alone_turns_the_cache_off(lively_checkpoint, caplog):
+    """float32 prefill rounds by the rows in a call, so `exact` there keeps no prefixes."""
+    engine = _engine(lively_checkpoint, 64, exact=True)
+    assert "the prefix cache is off" in caplog.text
+    params = SamplingParams(temperature=0, max_tokens=4, logprobs=False)
+    prompt = _conversation(1)[0]
+    for _ in range(2):
+        assert engine.generate(Request(prompt=prompt, params=params)).metrics.cached_tokens == 0
+    assert engine.prefix_cache_stats() == {}
+
+
+def _same_with_and_without(cached, plain, method: str, logprobs: bool = False) -> None:
+    greedy = SamplingParams(temperature=0, max_tokens=16, logprobs=logprobs)
     sampled = SamplingParams(temperature=1.0, max_tokens=12, n=3, seed=7, logprobs=False)
     hits = []
     for prompt in _conversation():
@@ -39,6 +70,7 @@ def test_outputs_are_the_same_with_and_without_the_cache(lively_checkpoint, meth
             got = cached.generate(Request(prompt=prompt, params=params))
             want = plain.generate(Request(prompt=prompt, params=params))
             assert [c.token_ids for c in got.completions] == [c.token_ids for c in want.completions]
+            assert [c.logprobs for c in got.completions] == [c.logprobs for c in want.completions]
             assert want.metrics.cached_tokens == 0
             hits.append((got.metrics.cached_tokens, got.metrics.prompt_tokens))
     assert hits[0][0] == 0  # the first prompt was new
