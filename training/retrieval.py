@@ -4,8 +4,8 @@ for at its end.
 Continued pretraining on long code alone lowers the loss past the old context but teaches little
 retrieval: few tokens of real code depend on one line thousands of tokens back. A share of the
 stage's windows (`Recipe.retrieval_fraction`) therefore carry 1–3 facts ("the build number is
-41873") at random depths, with a question about one of them and its answer as the window's last
-tokens, so the loss rewards looking back across the whole window.
+41873", "the locker code is 902") at random depths, with a question about each of them and its
+answer as the window's last tokens, so the loss rewards looking back across the whole window.
 
 The facts are Python comments, assignments or short sentences, with names and phrasing of their
 own. `flywheel bench passkey` hides a "pass key" in filler prose, neither of which the stage
@@ -21,17 +21,18 @@ THINGS = [
     "build", "ticket", "order", "invoice", "room", "account", "serial", "batch", "locker",
     "flight", "parcel", "badge", "release", "session", "voucher", "station",
 ]  # fmt: skip
+KINDS = ["number", "code", "key", "id"]  # what a fact names: "the locker code is 41873"
 FACTS = [  # each on a line of its own, wherever it lands
-    "\n# Note: the {thing} number is {value}.\n",
-    "\n{name} = {value}  # the {thing} number\n",
-    "\n# Remember this: {value} is the {thing} number.\n",
-    "\nThe {thing} number is {value}. Keep it in mind.\n",
+    "\n# Note: the {thing} is {value}.\n",
+    "\n{name} = {value}  # the {thing}\n",
+    "\n# Remember this: {value} is the {thing}.\n",
+    "\nThe {thing} is {value}. Keep it in mind.\n",
 ]
 QUESTIONS = [
-    "\n# Question: what is the {thing} number? Answer: the {thing} number is {value}.\n",
-    "\n# The {thing} number noted above is {value}.\n",
-    "\nassert {name} == {value}  # the {thing} number from above\n",
-    "\nWhat was the {thing} number? The {thing} number was {value}.\n",
+    "\n# Question: what is the {thing}? Answer: the {thing} is {value}.\n",
+    "\n# The {thing} noted above is {value}.\n",
+    "\nassert {name} == {value}  # the {thing} from above\n",
+    "\nWhat was the {thing}? The {thing} was {value}.\n",
 ]
 
 
@@ -39,23 +40,28 @@ def retrieval_row(
     tokenizer, window: torch.Tensor, rng: np.random.Generator, max_facts: int = 3
 ) -> torch.Tensor:
     """`window` [length] with 1..max_facts facts inserted at random depths and a question about
-    one of them (and its answer) at the end; as long as `window`, its code cut to make room."""
+    each of them (and its answer), in another order, at the end; as long as `window`, its code
+    cut to make room. Every answer is a token the loss scores against a fact far back."""
     length = len(window)
     count = int(rng.integers(1, max_facts + 1))
     things = rng.choice(len(THINGS), size=count, replace=False)
     facts = []
     for index in things:
-        thing = THINGS[index]
+        thing, kind = THINGS[index], KINDS[int(rng.integers(len(KINDS)))]
         value = int(rng.integers(10 ** int(rng.integers(3, 6)), 10**6))
-        facts.append({"thing": thing, "name": f"{thing.upper()}_NUMBER", "value": value})
-    asked = facts[int(rng.integers(count))]
+        name = f"{thing.upper()}_{kind.upper()}"
+        facts.append({"thing": f"{thing} {kind}", "name": name, "value": value})
 
     def encode(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False)
 
     inserts = [encode(FACTS[int(rng.integers(len(FACTS)))].format(**f)) for f in facts]
-    question = encode(QUESTIONS[int(rng.integers(len(QUESTIONS)))].format(**asked))
-    room = length - len(question) - sum(map(len, inserts))
+    questions = [
+        t
+        for i in rng.permutation(count)
+        for t in encode(QUESTIONS[int(rng.integers(len(QUESTIONS)))].format(**facts[i]))
+    ]
+    room = length - len(questions) - sum(map(len, inserts))
     if room < length // 2:  # a window too short to hide facts in: left as it is
         return window
     code = window[:room].tolist()
@@ -64,7 +70,7 @@ def retrieval_row(
     for depth, insert in zip(depths, inserts, strict=True):
         pieces += [code[last:depth], insert]
         last = depth
-    out = [t for piece in [*pieces, code[last:], question] for t in piece]
+    out = [t for piece in [*pieces, code[last:], questions] for t in piece]
     return torch.tensor(out[:length], dtype=window.dtype, device=window.device)
 
 

@@ -10,17 +10,19 @@ import torch
 from training.retrieval import add_retrieval_rows, retrieval_row
 
 
-def test_a_retrieval_row_keeps_its_length_and_ends_with_the_answer_to_a_fact_inside(tokenizer):
+def test_a_retrieval_row_keeps_its_length_and_ends_with_the_answers_to_the_facts_inside(tokenizer):
     code = tokenizer.encode("def f(x):\n    return x + 1\n" * 80, add_special_tokens=False)
     window = torch.tensor(code[:400])
     for seed in range(20):
         row = retrieval_row(tokenizer, window, np.random.default_rng(seed))
         assert row.shape == window.shape and row.dtype == window.dtype
         text = tokenizer.decode(row.tolist())
-        *facts, asked = re.findall(r"\b(\d{4,6})\b", text)
-        assert asked in facts  # the question at the end names a number stated earlier
-        assert asked in text.rstrip().splitlines()[-1]  # ...on the window's last line
-        assert "return x + 1" in text  # code around the facts
+        numbers = re.findall(r"\b(\d{4,6})\b", text)
+        stated = numbers[: len(numbers) // 2]  # each fact once inside, once answered at the end
+        asked = numbers[len(numbers) // 2 :]
+        assert sorted(asked) == sorted(stated) and stated
+        end = text[text.rindex("return x + 1") :]  # after the code: the questions
+        assert all(a in end for a in asked) and "return x + 1" in text[: len(text) // 2]
 
 
 def test_rows_become_retrieval_rows_at_the_given_rate(tokenizer):
