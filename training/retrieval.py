@@ -56,13 +56,17 @@ def retrieval_row(
         return tokenizer.encode(text, add_special_tokens=False)
 
     inserts = [encode(FACTS[int(rng.integers(len(FACTS)))].format(**f)) for f in facts]
-    questions = [
-        t
-        for i in rng.permutation(count)
-        for t in encode(QUESTIONS[int(rng.integers(len(QUESTIONS)))].format(**facts[i]))
-    ]
+    order = [int(i) for i in rng.permutation(count)]  # the questions' order
+    asks = {
+        i: encode(QUESTIONS[int(rng.integers(len(QUESTIONS)))].format(**facts[i])) for i in order
+    }
+    while count > 1 and length - sum(map(len, [*inserts, *asks.values()])) < length // 2:
+        count -= 1  # a short window: fewer facts
+        inserts, order = inserts[:count], [i for i in order if i < count]
+        asks.pop(count)
+    questions = [t for i in order for t in asks[i]]
     room = length - len(questions) - sum(map(len, inserts))
-    if room < length // 2:  # a window too short to hide facts in: left as it is
+    if room < length // 2:  # a window too short to hide even one fact in: left as it is
         return window
     code = window[:room].tolist()
     depths = sorted(int(rng.integers(0, max(1, len(code) - 1))) for _ in inserts)
