@@ -239,12 +239,25 @@ def tokenizer_folder(folder: Path) -> Path:
     return adapter_base(folder)
 
 
+def quiet_transformers() -> None:
+    """No progress bars from transformers while it loads or saves a model: what a command prints
+    is its own (a `flywheel run` transcript, a training run's progress). Its warnings stay."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    # peft's merge asks transformers a deprecated question; the warning is for peft's authors
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+
+
 def load_pretrained(folder: str | Path, dtype: str = "float32"):
     """A transformers causal LM from a folder, with the Hub's kernels off: left on (transformers'
     default), putting the model in training mode on a GPU fetches replacement layers from the
     Hugging Face Hub, which an offline machine cannot reach."""
     from transformers import AutoModelForCausalLM
 
+    quiet_transformers()
     return AutoModelForCausalLM.from_pretrained(
         str(folder), dtype=getattr(torch, dtype), use_kernels=False
     )
@@ -378,6 +391,7 @@ def save_checkpoint(
     """Write a checkpoint folder (trunk + tokenizer [+ heads] [+ flywheel.json]); a trunk with a
     PEFT adapter writes the adapter folder instead (adapter + [heads] + flywheel.json naming the
     base it belongs to)."""
+    quiet_transformers()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if hasattr(trunk, "peft_config"):  # an adapter on the base: save the adapter alone

@@ -225,11 +225,8 @@ def export_model(
     folder: Path, recipe: Recipe, job: stages.Job, runtime: Runtime, step: int, extra: dict
 ) -> None:
     """A loadable checkpoint folder (trunk + tokenizer [+ MTP heads] + flywheel.json)."""
-    from transformers.utils import logging as hf_logging
-
     from agent.model import carry_apply, save_checkpoint
 
-    hf_logging.disable_progress_bar()
     meta = {
         "version": f"{recipe.name}-step{step}",
         "stage": recipe.stage,

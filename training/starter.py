@@ -17,7 +17,8 @@
            query, value and output layers), on examples made from stdlib files
            (tasks/apply_code.jsonl, training/code_apply.py); the engine decodes fast-apply
            requests with it
-    eval   held-out tasks through the real harness (training/evaluate.py; each task's
+    eval   held-out tasks through the real harness, with the product's weights and drafts
+           (int8 and prompt lookup on a CPU; training/evaluate.py; each task's
            conversation in eval-transcripts/) -> model/ (the last SFT adapter plus mtp/ and
            apply/)
 
@@ -29,8 +30,8 @@ checkpoints, so a killed run continues where it stopped. `quick` shrinks every s
 The result, `OUT/model/`, is an adapter folder (`agent.model.load_checkpoint` merges it into the
 base) carrying `flywheel.json` with version `starter-<date>` and its lineage: the base, the
 recipes (text and sha256), the task manifest's hash, the stage's final metrics, the evaluation
-and the time of each step. `ship()` copies it into agent/starter/ (its MTP heads in int4, to
-fit the package's budget).
+and the time of each step over every invocation (OUT/timings.json, `Ledger`). `ship()` copies it
+into agent/starter/ (its MTP heads in int4, to fit the package's budget).
 
 What it does not do: use telemetry exports (the starter is trained from offline sources only),
 RL (`flywheel train rl`) or continued pretraining on the base.
@@ -45,9 +46,11 @@ from __future__ import annotations
 import datetime
 import json
 import shutil
+import threading
 import time
 import tomllib
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -112,29 +115,108 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
     from agent.base import ensure_base
     from training.loop import train
     from training.recipe import load_recipe
-    from training.tasks.dataset import export, load_tasks, write_recovery
-    from training.tasks.generation import default_workers, generate_tasks
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    # Seconds per step over every invocation of this run (a killed run resumes; its time counts).
-    ledger = out / "timings.json"
-    timings: dict[str, float] = json.loads(ledger.read_text()) if ledger.exists() else {}
+    ledger = Ledger(out / "timings.json", log, t0)
 
-    def mark(step: str, start: float) -> None:
-        seconds = time.monotonic() - start
-        if seconds >= 1.0:  # the step ran (a finished step is skipped in no time)
-            timings[step] = round(timings.get(step, 0.0) + seconds, 1)
-            ledger.write_text(json.dumps(timings, indent=2) + "\n")
-        log(f"[starter] {step} done in {seconds:.0f}s (total {time.monotonic() - t0:.0f}s)")
+    def stage(step: str, recipe_name: str, overrides: dict, prepare=None) -> None:
+        """Train one recipe unless its model exists; `prepare` builds its data first."""
+        with ledger.step(step):
+            recipe = load_recipe(RECIPES / f"{recipe_name}.toml", overrides)
+            if (Path(recipe.out) / "model" / "flywheel.json").exists():
+                return
+            if prepare is not None:
+                prepare(recipe)
+            log(f"[starter] {step}: {recipe.steps} steps of {recipe.batch_size}x{recipe.seq_len}")
+            train(recipe, resume=True, progress=True)
 
-    start = time.monotonic()
-    ensure_base(log=log)
-    mark("base", start)
-
-    start = time.monotonic()
+    with ledger.step("base"):
+        ensure_base(log=log)
     tasks_dir = out / "tasks"
+    with ledger.step("tasks"):
+        make_tasks(config, tasks_dir, log)
+    for name in STAGE_ORDER:
+        stage(name, name, stage_overrides(config, name))
+
+    def corpus(make: Callable[[StarterConfig], None]) -> Callable:
+        def prepare(recipe) -> None:
+            if not (Path(recipe.data) / "manifest.json").exists():
+                log(f"[starter] corpus -> {recipe.data}")
+                make(config)
+
+        return prepare
+
+    def examples(recipe) -> None:
+        path = Path(recipe.sft_data[0])
+        if not path.exists():
+            log(f"[starter] apply: examples -> {path}")
+            apply_examples(config, path)
+
+    stage("mtp", MTP_RECIPE, mtp_overrides(config), corpus(mtp_corpus))
+    stage("mtp_self", MTP_SELF_RECIPE, mtp_self_overrides(config), corpus(self_text_corpus))
+    stage("apply", APPLY_RECIPE, apply_overrides(config), examples)
+
+    evaluation = None
+    if config.eval_tasks:
+        with ledger.step("eval"):
+            evaluation = evaluate_agent_stage(config, log)
+        with ledger.step("eval_apply"):
+            evaluation["apply"] = evaluate_apply_stage(config, log)
+
+    final = finish(config, evaluation, ledger.timings)
+    log(f"[starter] model written to {final} in {time.monotonic() - t0:.0f}s")
+    return final
+
+
+class Ledger:
+    """Seconds each step of a run has taken, over every invocation (a killed run resumes, and
+    the time it spent counts): OUT/timings.json. The running step's figure is rewritten every
+    `every` seconds, so a kill loses at most that much of it; a step that was already done
+    adds nothing."""
+
+    def __init__(self, path: Path, log: Callable[[str], None], t0: float, every: float = 30.0):
+        self.path, self.log, self.t0, self.every = path, log, t0, every
+        try:
+            self.timings: dict[str, float] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            self.timings = {}
+
+    def _write(self, step: str, seconds: float) -> None:
+        self.timings[step] = round(seconds, 1)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.timings, indent=2) + "\n")
+        tmp.replace(self.path)  # a kill mid-write leaves the previous ledger
+
+    @contextmanager
+    def step(self, step: str):
+        before, start = self.timings.get(step, 0.0), time.monotonic()
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(self.every):
+                self._write(step, before + time.monotonic() - start)
+
+        thread = threading.Thread(target=beat, name=f"ledger-{step}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+            seconds = time.monotonic() - start
+            if seconds >= 1.0:  # the step ran (a finished step is skipped in no time)
+                self._write(step, before + seconds)
+        total = time.monotonic() - self.t0
+        self.log(f"[starter] {step} done in {seconds:.0f}s (total {total:.0f}s)")
+
+
+def make_tasks(config: StarterConfig, tasks_dir: Path, log: Callable[[str], None]) -> None:
+    """Synthetic tasks, oracle and recovery trajectories in `tasks_dir`, unless already there."""
+    from training.tasks.dataset import export, load_tasks, write_recovery
+    from training.tasks.generation import default_workers, generate_tasks
+
     if not (tasks_dir / "manifest.json").exists():
         log(f"[starter] tasks: {config.projects} projects -> {tasks_dir}")
         workers = default_workers()
@@ -143,78 +225,38 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
     elif not (tasks_dir / "recovery.jsonl").exists():  # a run from before recovery existed
         log(f"[starter] tasks: recovery trajectories -> {tasks_dir / 'recovery.jsonl'}")
         write_recovery(load_tasks(tasks_dir), tasks_dir, config.seed, default_workers())
-    mark("tasks", start)
 
-    for stage in STAGE_ORDER:
-        start = time.monotonic()
-        recipe = load_recipe(RECIPES / f"{stage}.toml", stage_overrides(config, stage))
-        if not (Path(recipe.out) / "model" / "flywheel.json").exists():
-            log(f"[starter] {stage}: {recipe.steps} steps of {recipe.batch_size}x{recipe.seq_len}")
-            train(recipe, resume=True, progress=True)
-        mark(stage, start)
 
-    heads_steps = (  # (step, recipe, its paths, what builds its corpus)
-        ("mtp", MTP_RECIPE, mtp_overrides, mtp_corpus),
-        ("mtp_self", MTP_SELF_RECIPE, mtp_self_overrides, self_text_corpus),
+def evaluate_agent_stage(config: StarterConfig, log: Callable[[str], None]) -> dict:
+    """The last SFT stage's model on held-out tasks through the real harness, with the weights
+    and drafts a product path gives it (agent/engine/config.py `default_dtype`,
+    `default_speculative`), kept in OUT/eval.json for a rerun of the same model and settings."""
+    from agent.engine.config import default_dtype, default_speculative
+    from training.evaluate import EvalConfig, evaluate_agent, write_report
+
+    out = Path(config.out)
+    model = str(out / STAGE_ORDER[-1] / "model")
+    settings = EvalConfig(
+        limit=config.eval_tasks,
+        dtype=default_dtype(model),
+        speculative=default_speculative(model),
+        transcripts=str(out / "eval-transcripts"),
+        **(QUICK_EVAL if config.quick else {}),
     )
-    for step, name, overrides, make_corpus in heads_steps:
-        start = time.monotonic()
-        recipe = load_recipe(RECIPES / f"{name}.toml", overrides(config))
-        if not (Path(recipe.out) / "model" / "flywheel.json").exists():
-            if not (Path(recipe.data) / "manifest.json").exists():
-                log(f"[starter] {step}: corpus -> {recipe.data}")
-                make_corpus(config)
-            log(f"[starter] {step}: {recipe.steps} steps of {recipe.batch_size}x{recipe.seq_len}")
-            train(recipe, resume=True, progress=True)
-        mark(step, start)
-
-    start = time.monotonic()
-    recipe = load_recipe(RECIPES / f"{APPLY_RECIPE}.toml", apply_overrides(config))
-    if not (Path(recipe.out) / "model" / "flywheel.json").exists():
-        examples = Path(recipe.sft_data[0])
-        if not examples.exists():
-            log(f"[starter] apply: examples -> {examples}")
-            apply_examples(config, examples)
-        log(f"[starter] apply: {recipe.steps} steps of {recipe.batch_size}x{recipe.seq_len}")
-        train(recipe, resume=True, progress=True)
-    mark("apply", start)
-
-    evaluation = None
-    final_stage = str(out / STAGE_ORDER[-1] / "model")
-    kept = json.loads((out / "eval.json").read_text()) if (out / "eval.json").exists() else None
-    if config.eval_tasks and kept and kept.get("model") == final_stage:
-        evaluation = kept  # a rerun (e.g. to --ship) keeps the evaluation of the same model
-        evaluation.pop("results", None)
-    elif config.eval_tasks:
-        from training.evaluate import EvalConfig, evaluate_agent, write_report
-
-        start = time.monotonic()
-        report = evaluate_agent(
-            final_stage,
-            tasks_dir,
-            EvalConfig(
-                limit=config.eval_tasks,
-                transcripts=str(out / "eval-transcripts"),
-                **(QUICK_EVAL if config.quick else {}),
-            ),
-            log=lambda line: log(f"[starter] {line}"),
-        )
-        write_report(report, out / "eval.json")
-        evaluation = {k: v for k, v in report.to_dict().items() if k != "results"}
-        mark("eval", start)
-
-    if evaluation is not None:
-        evaluation["apply"] = evaluate_apply_stage(config, mark, log)
-
-    final = finish(config, evaluation, timings, time.monotonic() - t0)
-    log(f"[starter] model written to {final} in {time.monotonic() - t0:.0f}s")
-    return final
+    path = out / "eval.json"
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    same = (model, settings.dtype, settings.speculative)
+    if (kept.get("model"), kept.get("dtype"), kept.get("speculative")) == same:
+        return {k: v for k, v in kept.items() if k != "results"}  # a rerun, e.g. to --ship
+    report = evaluate_agent(model, out / "tasks", settings, log=lambda x: log(f"[starter] {x}"))
+    write_report(report, path)
+    return {k: v for k, v in report.to_dict().items() if k != "results"}
 
 
 APPLY_EVAL_EXAMPLES = 12  # held-out fast-apply examples the starter's evaluation runs
 
 
-def evaluate_apply_stage(config: StarterConfig, mark: Callable, log: Callable) -> dict:
+def evaluate_apply_stage(config: StarterConfig, log: Callable) -> dict:
     """The fast-apply adapter on held-out files (training/evaluate.py `evaluate_apply`), kept in
     OUT/eval-apply.json for a rerun of the same adapter."""
     from agent.model import checkpoint_version
@@ -227,7 +269,6 @@ def evaluate_apply_stage(config: StarterConfig, mark: Callable, log: Callable) -
         report = json.loads(kept.read_text())
         if report.get("version") == checkpoint_version(model):
             return report
-    start = time.monotonic()
     limit = 1 if config.quick else APPLY_EVAL_EXAMPLES
     examples = out / "tasks" / "apply_code.jsonl"
     try:
@@ -237,7 +278,6 @@ def evaluate_apply_stage(config: StarterConfig, mark: Callable, log: Callable) -
         return {"skipped": str(exc)}
     report.pop("per_example")
     kept.write_text(json.dumps(report, indent=2) + "\n")
-    mark("eval_apply", start)
     return report
 
 
@@ -379,7 +419,7 @@ def _lineage(recipe: str, overrides: dict, corpus: Path | None = None) -> dict:
     return entry
 
 
-def finish(config: StarterConfig, evaluation: dict | None, timings: dict, seconds: float) -> Path:
+def finish(config: StarterConfig, evaluation: dict | None, timings: dict) -> Path:
     """OUT/model: the last stage's adapter folder, with the starter's version and lineage."""
     from agent.base import base_version
 
@@ -599,9 +639,8 @@ def model_card(model: Path) -> str:
         "",
         "    nice -n 5 flywheel train starter --out runs/starter --ship",
         "",
-        "Wall-clock of the run that made this model, step by step, as recorded by the",
-        "invocations that finished a step (timings_s in flywheel.json; an invocation killed",
-        f"mid-stage is not counted): {_minutes(meta.get('timings_s', {}))}, on "
+        "Wall-clock of the run that made this model, step by step, over every invocation",
+        f"(timings_s in flywheel.json): {_minutes(meta.get('timings_s', {}))}, on "
         f"{meta.get('machine', 'an unrecorded machine')}.",
         "Lineage (base, recipes and their hashes, the task manifest's hash, per-stage metrics) is",
         "in flywheel.json.",

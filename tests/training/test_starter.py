@@ -10,6 +10,7 @@ from agent.model import is_adapter, load_apply_checkpoint, load_checkpoint
 from training.cli import main
 from training.starter import (
     STAGE_ORDER,
+    Ledger,
     StarterConfig,
     apply_overrides,
     compress_apply,
@@ -60,6 +61,34 @@ def test_compress_heads_stores_them_in_int4_and_leaves_the_trunk(tmp_path, tiny_
         step = float(weight.abs().max()) / 7  # the largest group's int4 step
         error = (after.heads.state_dict()[name] - weight).abs().max()
         assert error <= step * 0.51  # half a step, plus the float16 rounding of the scale
+
+
+def test_ledger_counts_a_killed_step_and_not_a_finished_one(tmp_path):
+    import threading
+
+    path = tmp_path / "timings.json"
+    ledger = Ledger(path, log=lambda _: None, t0=0.0, every=0.01)
+    beat = threading.Event()
+    written = ledger._write
+
+    def write(step, seconds):
+        written(step, seconds)
+        beat.set()
+
+    ledger._write = write
+    with pytest.raises(KeyboardInterrupt):  # a kill mid-step: its time so far is on disk
+        with ledger.step("sft"):
+            assert beat.wait(10)
+            raise KeyboardInterrupt
+    first = json.loads(path.read_text())["sft"]  # the heartbeat's figure
+    resumed = Ledger(path, log=lambda _: None, t0=0.0, every=60)
+    with resumed.step("sft"):  # the resumed invocation finds the step done: nothing added
+        pass
+    with resumed.step("tasks"):
+        pass
+    assert json.loads(path.read_text()) == {"sft": first}
+    path.write_text("{not json")  # a ledger cut short starts again rather than failing the run
+    assert Ledger(path, log=lambda _: None, t0=0.0).timings == {}
 
 
 @pytest.mark.slow

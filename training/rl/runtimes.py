@@ -45,11 +45,9 @@ class RolloutWorker:
 
     def __init__(self, env, model_path: str, device: str, worker_id: int, threads: int = 0):
         import torch
-        from transformers.utils import logging as hf_logging
 
         from agent.engine import EngineConfig, open_engine
 
-        hf_logging.disable_progress_bar()
         if threads:
             torch.set_num_threads(threads)
         self.env = env

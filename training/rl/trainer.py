@@ -50,11 +50,8 @@ class Policy:
 
     @classmethod
     def load(cls, path: str, recipe: RLRecipe) -> Policy:
-        from transformers.utils import logging as hf_logging
-
         from agent.model import load_checkpoint
 
-        hf_logging.disable_progress_bar()
         return cls(load_checkpoint(path, device=recipe.device), recipe)
 
     # -- scoring -----------------------------------------------------------------------------
@@ -175,11 +172,8 @@ class Policy:
 
     def export(self, folder: Path, meta: dict) -> Path:
         """A loadable checkpoint folder, written beside `folder` and renamed into place."""
-        from transformers.utils import logging as hf_logging
-
         from agent.model import carry_apply, save_checkpoint
 
-        hf_logging.disable_progress_bar()
         folder = Path(folder)
         tmp = folder.with_name(f".{folder.name}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
