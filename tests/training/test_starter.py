@@ -76,11 +76,10 @@ def test_ledger_counts_a_killed_step_and_not_a_finished_one(tmp_path):
         beat.set()
 
     ledger._write = write
-    with pytest.raises(KeyboardInterrupt):  # a kill mid-step: its time so far is on disk
-        with ledger.step("sft"):
-            assert beat.wait(10)
-            raise KeyboardInterrupt
-    first = json.loads(path.read_text())["sft"]  # the heartbeat's figure
+    with pytest.raises(KeyboardInterrupt), ledger.step("sft"):  # a kill mid-step
+        assert beat.wait(10)
+        raise KeyboardInterrupt
+    first = json.loads(path.read_text())["sft"]  # its time so far, from the heartbeat
     resumed = Ledger(path, log=lambda _: None, t0=0.0, every=60)
     with resumed.step("sft"):  # the resumed invocation finds the step done: nothing added
         pass
