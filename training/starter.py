@@ -118,17 +118,17 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    ledger = Ledger(out / "timings.json", log, t0)
+    ledger = Ledger(out / "timings.json", log)
 
-    def stage(step: str, recipe_name: str, overrides: dict, prepare=None) -> None:
-        """Train one recipe unless its model exists; `prepare` builds its data first."""
+    def stage(step: str, recipe_name: str, overrides: dict, data: Path | None = None, make=None):
+        """Train one recipe unless its model exists; `make()` first writes its `data` if absent."""
         with ledger.step(step):
             recipe = load_recipe(RECIPES / f"{recipe_name}.toml", overrides)
             if (Path(recipe.out) / "model" / "flywheel.json").exists():
                 return
-            if prepare is not None:
-                prepare(recipe)
+            if make is not None and not data.exists():
+                log(f"[starter] {step}: data -> {data}")
+                make()
             log(f"[starter] {step}: {recipe.steps} steps of {recipe.batch_size}x{recipe.seq_len}")
             train(recipe, resume=True, progress=True)
 
@@ -139,24 +139,21 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
         make_tasks(config, tasks_dir, log)
     for name in STAGE_ORDER:
         stage(name, name, stage_overrides(config, name))
-
-    def corpus(make: Callable[[StarterConfig], None]) -> Callable:
-        def prepare(recipe) -> None:
-            if not (Path(recipe.data) / "manifest.json").exists():
-                log(f"[starter] corpus -> {recipe.data}")
-                make(config)
-
-        return prepare
-
-    def examples(recipe) -> None:
-        path = Path(recipe.sft_data[0])
-        if not path.exists():
-            log(f"[starter] apply: examples -> {path}")
-            apply_examples(config, path)
-
-    stage("mtp", MTP_RECIPE, mtp_overrides(config), corpus(mtp_corpus))
-    stage("mtp_self", MTP_SELF_RECIPE, mtp_self_overrides(config), corpus(self_text_corpus))
-    stage("apply", APPLY_RECIPE, apply_overrides(config), examples)
+    mtp, mtp_self, apply = (
+        mtp_overrides(config),
+        mtp_self_overrides(config),
+        apply_overrides(config),
+    )
+    stage("mtp", MTP_RECIPE, mtp, Path(mtp["data"]) / "manifest.json", lambda: mtp_corpus(config))
+    stage(
+        "mtp_self",
+        MTP_SELF_RECIPE,
+        mtp_self,
+        Path(mtp_self["data"]) / "manifest.json",
+        lambda: self_text_corpus(config),
+    )
+    examples = Path(apply["sft_data"][0])
+    stage("apply", APPLY_RECIPE, apply, examples, lambda: apply_examples(config, examples))
 
     evaluation = None
     if config.eval_tasks:
@@ -166,7 +163,7 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
             evaluation["apply"] = evaluate_apply_stage(config, log)
 
     final = finish(config, evaluation, ledger.timings)
-    log(f"[starter] model written to {final} in {time.monotonic() - t0:.0f}s")
+    log(f"[starter] model written to {final} in {time.monotonic() - ledger.t0:.0f}s")
     return final
 
 
@@ -176,18 +173,19 @@ class Ledger:
     `every` seconds, so a kill loses at most that much of it; a step that was already done
     adds nothing."""
 
-    def __init__(self, path: Path, log: Callable[[str], None], t0: float, every: float = 30.0):
-        self.path, self.log, self.t0, self.every = path, log, t0, every
+    def __init__(self, path: Path, log: Callable[[str], None], every: float = 30.0):
+        self.path, self.log, self.every = path, log, every
+        self.t0 = time.monotonic()
         try:
             self.timings: dict[str, float] = json.loads(path.read_text())
         except (OSError, ValueError):
             self.timings = {}
 
     def _write(self, step: str, seconds: float) -> None:
+        from training.loop import _atomic_write  # a kill mid-write leaves the previous ledger
+
         self.timings[step] = round(seconds, 1)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.timings, indent=2) + "\n")
-        tmp.replace(self.path)  # a kill mid-write leaves the previous ledger
+        _atomic_write(self.path, json.dumps(self.timings, indent=2) + "\n")
 
     @contextmanager
     def step(self, step: str):

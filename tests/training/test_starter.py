@@ -67,7 +67,7 @@ def test_ledger_counts_a_killed_step_and_not_a_finished_one(tmp_path):
     import threading
 
     path = tmp_path / "timings.json"
-    ledger = Ledger(path, log=lambda _: None, t0=0.0, every=0.01)
+    ledger = Ledger(path, log=lambda _: None, every=0.01)
     beat = threading.Event()
     written = ledger._write
 
@@ -80,14 +80,14 @@ def test_ledger_counts_a_killed_step_and_not_a_finished_one(tmp_path):
         assert beat.wait(10)
         raise KeyboardInterrupt
     first = json.loads(path.read_text())["sft"]  # its time so far, from the heartbeat
-    resumed = Ledger(path, log=lambda _: None, t0=0.0, every=60)
+    resumed = Ledger(path, log=lambda _: None, every=60)
     with resumed.step("sft"):  # the resumed invocation finds the step done: nothing added
         pass
     with resumed.step("tasks"):
         pass
     assert json.loads(path.read_text()) == {"sft": first}
     path.write_text("{not json")  # a ledger cut short starts again rather than failing the run
-    assert Ledger(path, log=lambda _: None, t0=0.0).timings == {}
+    assert Ledger(path, log=lambda _: None).timings == {}
 
 
 @pytest.mark.slow
