@@ -54,6 +54,15 @@ def main(argv: list[str]) -> int:
     tasks.add_argument("--heldout", type=float, default=0.1, help="held-out share of projects")
     tasks.add_argument("--samples", type=int, default=2, help="oracle trajectories per task")
     tasks.add_argument(
+        "--templates", default="", help="comma-separated project templates (default: all)"
+    )
+    tasks.add_argument(
+        "--pytest-fraction",
+        type=float,
+        default=0.0,
+        help="share of projects whose tests are pytest functions instead of unittest",
+    )
+    tasks.add_argument(
         "--workers", type=int, default=0, help="processes (0: twice the cores, at most 8)"
     )
 
@@ -192,6 +201,8 @@ def _tasks(args: argparse.Namespace) -> int:
         heldout_fraction=args.heldout,
         log=lambda line: print(line, file=sys.stderr),
         workers=workers,
+        templates=[t for t in args.templates.split(",") if t] or None,
+        pytest_fraction=args.pytest_fraction,
     )
     manifest = export(
         tasks, args.out, seed=args.seed, samples_per_task=args.samples, workers=workers

@@ -14,7 +14,9 @@ from agent.harness import Sandbox, ToolContext, Workspace, run_tool
 from agent.harness.prompts import SYSTEM_PROMPT, tool_schemas
 from training.tasks import (
     MISTAKES,
+    PYTEST_COMMAND,
     TEMPLATES,
+    TEST_STYLES,
     Task,
     TaskRejected,
     apply_hunks,
@@ -33,6 +35,7 @@ from training.tasks import (
     run_tests,
     task_tools_config,
     verify,
+    verify_command,
 )
 
 EDIT_FAMILIES = {
@@ -52,18 +55,39 @@ def tasks() -> list[Task]:
     return edits + bugfix_tasks(project, rng, heldout_fraction=0.5, limit=4)
 
 
+@pytest.mark.parametrize("style", TEST_STYLES)
 @pytest.mark.parametrize("template", sorted(TEMPLATES))
-def test_every_template_makes_a_passing_project(template):
-    code, output = run_tests(project_files(make_project(template, 7)))
+def test_every_template_makes_a_passing_project(template, style):
+    project = make_project(template, 7, style)
+    code, output = run_tests(project_files(project), verify_command(project))
     assert code == 0, output
+    assert ("import pytest" in project_files(project)[f"test_{project.module}.py"]) == (
+        style == "pytest"
+    )
+
+
+def test_a_pytest_project_gives_tasks_that_pytest_verifies():
+    project = make_project("tally", 2, "pytest")
+    rng = random.Random(0)
+    bugs = bugfix_tasks(project, rng, heldout_fraction=0.0, limit=3)
+    edits = [verify(t) for t in edit_tasks(project, rng, heldout_fraction=0.0)]
+    assert bugs and {t.test_command for t in bugs + edits} == {PYTEST_COMMAND}
+    for task in bugs:  # the failing test is read from pytest's summary line
+        assert task.notes["failing"] and all(n.startswith("test_") for n in task.notes["failing"])
+        assert run_tests(task.files, task.test_command)[0] != 0
+
+
+def test_generation_takes_a_subset_of_templates():
+    with pytest.raises(ValueError, match="unknown templates"):
+        generate_tasks(1, templates=["no-such-template"])
 
 
 def test_tasks_fail_before_and_pass_after(tasks):
     assert {t.family for t in tasks} >= EDIT_FAMILIES
     assert any(t.family.startswith("bugfix/") for t in tasks)
     for task in tasks[:: max(1, len(tasks) // 4)]:  # spot-check: verify() already ran them all
-        assert run_tests(task.files)[0] != 0
-        assert run_tests({**task.files, **task.solution})[0] == 0
+        assert run_tests(task.files, task.test_command)[0] != 0
+        assert run_tests({**task.files, **task.solution}, task.test_command)[0] == 0
     assert len({t.split for t in tasks}) == 1  # one project -> one split
 
 
@@ -109,6 +133,9 @@ def test_oracle_trajectories_are_correct_and_varied(tasks, tokenizer):
         assert "tests passed" in messages[-2]["content"]
         calls = [c["function"]["name"] for m in messages for c in m.get("tool_calls", [])]
         assert {"edit_file", "write_file"} & set(calls) and calls[-1] == "run_tests"
+        if task.family.startswith("bugfix/"):  # a fix follows the failure, seen first
+            first_edit = min(calls.index(n) for n in ("edit_file", "write_file") if n in calls)
+            assert "run_tests" in calls[:first_edit]
         shapes.add(tuple(calls))
         for m in messages:  # every call id is answered by one tool message
             for call in m.get("tool_calls", []):

@@ -1,7 +1,8 @@
 """Synthetic verifiable tasks (SWE-smith style), their oracle trajectories and fast-apply examples.
 
-    templates.py   name pools and the five project templates
-    projects.py    a template made concrete: module, helper module, passing unittest file
+    names.py       name pools: modules, helpers, classes, verbs and nouns
+    templates.py   the eight project templates
+    projects.py    a template made concrete: module, helper module, passing test file
     task.py        the Task record, its split, verification by running its tests
     edit.py        edit families (instruction-explicit changes)
     bugfix.py      bug-fix families (one-token mutations the tests catch)
@@ -13,8 +14,8 @@
 Vocabulary used throughout:
 
     project    a small Python package made from a template with random names and constants:
-               a module, a helper module that calls it, and a unittest file whose expected
-               values were computed by running the module itself
+               a module, a helper module that calls it, and a test file (unittest or pytest)
+               whose expected values were computed by running the module itself
     task       an instruction, the workspace files before, the reference solution (the files
                that change, with their new text) and the verifying command; a task is kept only
                if its verifying command FAILS on the workspace and PASSES on the solution, both
@@ -47,14 +48,25 @@ from training.tasks.oracle import (
     oracle_trajectory,
     task_tools_config,
 )
-from training.tasks.projects import Project, make_project, project_files, write_tests
-from training.tasks.task import TEST_COMMAND, TEST_TIMEOUT_S, Task, TaskRejected, run_tests, verify
+from training.tasks.projects import (
+    PYTEST_COMMAND,
+    TEST_COMMAND,
+    TEST_STYLES,
+    Project,
+    make_project,
+    project_files,
+    verify_command,
+    write_tests,
+)
+from training.tasks.task import TEST_TIMEOUT_S, Task, TaskRejected, run_tests, verify
 from training.tasks.templates import TEMPLATES
 
 __all__ = [
     "MISTAKES",
+    "PYTEST_COMMAND",
     "TEMPLATES",
     "TEST_COMMAND",
+    "TEST_STYLES",
     "TEST_TIMEOUT_S",
     "HarnessScratch",
     "Mutation",
@@ -78,6 +90,7 @@ __all__ = [
     "project_files",
     "run_tests",
     "task_tools_config",
+    "verify_command",
     "verify",
     "write_tests",
 ]

@@ -11,7 +11,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from training.tasks.projects import Project, project_files
+from training.tasks.projects import Project, project_files, verify_command
 from training.tasks.task import Task, make_task, run_tests
 
 _OPERATOR_SWAPS = {"+": "-", "-": "+", "*": "/", "/": "*", "//": "/", "%": "//", "**": "*"}
@@ -135,10 +135,11 @@ def bugfix_tasks(p: Project, rng: random.Random, heldout_fraction: float, limit:
         lines = p.source.splitlines(keepends=True)
         lines[m.line - 1] = m.after + "\n"
         broken = "".join(lines)
-        code, output = run_tests({**files, mod_file: broken})
+        code, output = run_tests({**files, mod_file: broken}, verify_command(p))
         if code in (0, 124):
             continue  # tests do not notice this mutation (or it hangs): not a verifiable task
-        failing = re.findall(r"(?:FAIL|ERROR): (test_\w+)", output)
+        # unittest's "FAIL: test_x (...)", pytest's "FAILED test_m.py::test_x - ..."
+        failing = re.findall(r"(?:FAIL: |ERROR: |FAILED \S+::)(test_\w+)", output)
         test = failing[0] if failing else "a test"
         instruction = rng.choice(_BUG_PHRASES).format(t=test_file, f=mod_file, test=test)
         task = make_task(

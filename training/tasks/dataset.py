@@ -11,7 +11,7 @@ from pathlib import Path
 from training.tasks.fast_apply import fast_apply_example
 from training.tasks.generation import in_order
 from training.tasks.oracle import MISTAKES, oracle_trajectory
-from training.tasks.task import TEST_COMMAND, Task, TaskRejected
+from training.tasks.task import Task, TaskRejected
 
 
 def export(
@@ -51,7 +51,7 @@ def export(
         "format": "flywheel-tasks/1",
         "counts": counts,
         "families": families,
-        "test_command": TEST_COMMAND,
+        "test_commands": sorted({task.test_command for task in tasks}),
         "seed": seed,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))

@@ -10,9 +10,9 @@ import ast
 import random
 import re
 
+from training.tasks.names import function_name
 from training.tasks.projects import Project, project_files, write_tests
 from training.tasks.task import Task, make_task
-from training.tasks.templates import function_name
 
 
 def _sub_word(text: str, old: str, new: str) -> str:
@@ -117,7 +117,7 @@ def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[
     variant = rng.choice(["logging", "pathlib"])
     if variant == "logging":
         addition = "import logging\n\nlogger = logging.getLogger(__name__)\n"
-        extra = ["import logging", "self.assertIsInstance(mod.logger, logging.Logger)"]
+        extra = ["import logging", "assert isinstance(mod.logger, logging.Logger)"]
         phr = rng.choice(
             [
                 "Add `import logging` to {f} and a module-level "
@@ -129,8 +129,8 @@ def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[
         addition = 'from pathlib import Path\n\nDATA_DIR = Path(__file__).parent / "data"\n'
         extra = [
             "from pathlib import Path",
-            "self.assertIsInstance(mod.DATA_DIR, Path)",
-            'self.assertEqual(mod.DATA_DIR.name, "data")',
+            "assert isinstance(mod.DATA_DIR, Path)",
+            'assert mod.DATA_DIR.name == "data"',
         ]
         phr = rng.choice(
             [
@@ -141,7 +141,7 @@ def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[
         )
     doc_end = p.source.index('"""', 3) + 4
     src = p.source[:doc_end] + "\n" + addition + p.source[doc_end:]
-    tests = write_tests(p.module, p.helper, src, p.helper_source, p.calls, extra)
+    tests = write_tests(p.module, p.helper, src, p.helper_source, p.calls, extra, p.test_style)
     tasks.append(
         make_task(
             "edit/add_import",
@@ -164,7 +164,8 @@ def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[
         src,
         p.helper_source,
         p.calls,
-        [f'self.assertFalse(hasattr(mod, "{legacy}"))'],
+        [f'assert not hasattr(mod, "{legacy}")'],
+        p.test_style,
     )
     phr = rng.choice(
         [

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from training.tasks.bugfix import bugfix_tasks
 from training.tasks.edit import edit_tasks
-from training.tasks.projects import make_project, project_files
+from training.tasks.projects import make_project, project_files, verify_command
 from training.tasks.task import Task, TaskRejected, run_tests, verify
 from training.tasks.templates import TEMPLATES
 
@@ -24,17 +24,29 @@ def generate_tasks(
     bugs_per_project: int = 3,
     log: Callable[[str], None] | None = None,
     workers: int = 1,
+    templates: list[str] | None = None,
+    pytest_fraction: float = 0.0,
 ) -> list[Task]:
     """Tasks from `projects` projects (templates in turn), every one verified by running tests.
+
+    `templates` picks which templates take turns (default: all). A `pytest_fraction` of the
+    projects, drawn per project from the seed, have pytest test files instead of unittest ones.
 
     With `workers` > 1 the projects are built in that many processes; the tasks are the same
     (each project draws from its own seeded generator) and come back in project order.
     """
-    names = sorted(TEMPLATES)
-    jobs = [
-        (names[i % len(names)], seed * 100_000 + i, heldout_fraction, bugs_per_project)
-        for i in range(projects)
-    ]
+    names = sorted(templates or TEMPLATES)
+    unknown = sorted(set(names) - set(TEMPLATES))
+    if unknown:
+        raise ValueError(f"unknown templates {unknown}; known: {sorted(TEMPLATES)}")
+    jobs = []
+    for i in range(projects):
+        project_seed = seed * 100_000 + i
+        draw = random.Random(f"style:{project_seed}").random()
+        style = "pytest" if draw < pytest_fraction else "unittest"
+        jobs.append(
+            (names[i % len(names)], project_seed, style, heldout_fraction, bugs_per_project)
+        )
     tasks: list[Task] = []
     rejected = 0
     for project_tasks, rejections in in_order(_project_tasks, jobs, workers):
@@ -47,11 +59,11 @@ def generate_tasks(
     return tasks
 
 
-def _project_tasks(job: tuple[str, int, float, int]) -> tuple[list[Task], list[str]]:
+def _project_tasks(job: tuple[str, int, str, float, int]) -> tuple[list[Task], list[str]]:
     """One project's verified tasks and the rejected candidates' reasons (a worker's unit)."""
-    template, project_seed, heldout_fraction, bugs_per_project = job
-    project = make_project(template, project_seed)
-    code, output = run_tests(project_files(project))
+    template, project_seed, style, heldout_fraction, bugs_per_project = job
+    project = make_project(template, project_seed, style)
+    code, output = run_tests(project_files(project), verify_command(project))
     if code != 0:  # a template bug, not a task: say so loudly
         raise RuntimeError(f"project {project.key} does not pass its own tests:\n{output[-800:]}")
     rng = random.Random(f"tasks:{project.key}")

@@ -192,7 +192,7 @@ def oracle_trajectory(task: Task, rng: random.Random, mistake: str | None = None
         bug = task.family.startswith("bugfix/")
         if rng.random() < 0.5:
             step(rng.choice(_INTROS), ("list_files", {}))
-        if bug and rng.random() < 0.7:
+        if bug:  # see the failure before touching the code: a fix is read from the evidence
             step(rng.choice(_TEST_INTROS), ("run_tests", {}))
         symbol = (
             task.notes.get("old")

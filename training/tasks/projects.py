@@ -1,7 +1,9 @@
-"""Projects: a template made concrete as a module, a helper module and a passing unittest file.
+"""Projects: a template made concrete as a module, a helper module and a passing test file.
 
 `write_tests` takes each expected value from running the sources themselves, so a project passes
-its own tests by construction; the task families then change or break it.
+its own tests by construction; the task families then change or break it. The test file is a
+unittest class or plain pytest functions (`Project.test_style`), so the agent learns to read both
+kinds of failure report; `verify_command` is the command each runs with.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import re
 import sys
 from dataclasses import dataclass
 
-from training.tasks.templates import HELPER_NAMES, MODULE_NAMES, TEMPLATES
+from training.tasks.names import HELPER_NAMES, MODULE_NAMES
+from training.tasks.templates import TEMPLATES
 
 
 @dataclass
@@ -27,9 +30,22 @@ class Project:
     source: str  # the module's text
     helper_source: str  # the helper module's text
     calls: list[str]  # expressions the tests check, in terms of `mod.` and `helper.`
+    test_style: str = "unittest"  # or "pytest": how the test file is written and run
 
 
-def make_project(template: str, seed: int) -> Project:
+TEST_COMMAND = "python -m unittest"  # unittest projects, the default
+PYTEST_COMMAND = "python -m pytest -q -p no:cacheprovider --tb=short"  # what the harness detects
+TEST_STYLES = ("unittest", "pytest")
+
+
+def verify_command(p: Project) -> str:
+    """The command that runs `p`'s tests from the workspace root."""
+    return PYTEST_COMMAND if p.test_style == "pytest" else TEST_COMMAND
+
+
+def make_project(template: str, seed: int, test_style: str = "unittest") -> Project:
+    if test_style not in TEST_STYLES:
+        raise ValueError(f"test_style must be one of {TEST_STYLES}, not {test_style!r}")
     rng = random.Random(f"{template}:{seed}")
     used: set[str] = set()
     names, constants, source, helper_source, calls = TEMPLATES[template](rng, used)
@@ -47,6 +63,10 @@ def make_project(template: str, seed: int) -> Project:
             "interest",
             "fee",
             "count",
+            "score",
+            "retries",
+            "total_of",
+            "shipping",
         )
         if k in names
     ]
@@ -60,6 +80,7 @@ def make_project(template: str, seed: int) -> Project:
         source=source,
         helper_source=helper_source.replace("{module}", module),
         calls=calls,
+        test_style=test_style,
     )
 
 
@@ -70,42 +91,64 @@ def write_tests(
     helper_source: str,
     calls: list[str],
     extra: list[str] = (),
+    style: str = "unittest",
 ) -> str:
-    """A unittest file asserting what the given module and helper sources compute for `calls`.
+    """A test file asserting what the given module and helper sources compute for `calls`.
 
     Expected values come from executing the sources themselves; a call that raises becomes an
-    assertRaises. `extra` lines are added verbatim to one more test method.
+    assertRaises (`pytest.raises`). `extra` lines (plain `assert` statements, valid in both
+    styles) make one more test. `style` is "unittest" (a TestCase class) or "pytest" (functions).
     """
     mod = _load(module, source, {})
     helper_mod = _load(helper, helper_source, {module: mod})
-    lines = [
-        "import unittest",
-        "",
-        f"import {helper} as helper",
-        f"import {module} as mod",
-        "",
-        "",
-        f"class Test{module.title().replace('_', '')}(unittest.TestCase):",
-    ]
+    pytest_style = style == "pytest"
+    indent = "    " if pytest_style else "        "
+    if pytest_style:
+        lines = ["import pytest", "", f"import {helper} as helper", f"import {module} as mod"]
+    else:
+        lines = [
+            "import unittest",
+            "",
+            f"import {helper} as helper",
+            f"import {module} as mod",
+            "",
+            "",
+            f"class Test{module.title().replace('_', '')}(unittest.TestCase):",
+        ]
+
+    def test(name: str, body: list[str]) -> None:
+        if pytest_style:
+            lines.extend(["", "", f"def {name}():"])
+        else:
+            lines.append(f"    def {name}(self):")
+        lines.extend(indent + line for line in body)
+        if not pytest_style:
+            lines.append("")
+
     for i, expr in enumerate(calls):
         name = re.sub(r"\W+", "_", expr.split("(")[0].split(".")[-1]).strip("_")
-        lines.append(f"    def test_{name}_{i}(self):")
         try:
             value = eval(expr, {"mod": mod, "helper": helper_mod})  # noqa: S307 - our own text
         except Exception as exc:  # the code under test raises: the test expects it
-            lines.append(f"        with self.assertRaises({type(exc).__name__}):")
-            lines.append(f"            {expr}")
+            kind = type(exc).__name__
+            raises = f"pytest.raises({kind})" if pytest_style else f"self.assertRaises({kind})"
+            body = [f"with {raises}:", f"    {expr}"]
         else:
-            if isinstance(value, float):
-                lines.append(f"        self.assertAlmostEqual({expr}, {value!r})")
+            if pytest_style and isinstance(value, float):
+                body = [f"assert {expr} == pytest.approx({value!r})"]
+            elif pytest_style:
+                body = [f"assert {expr} == {value!r}"]
+            elif isinstance(value, float):
+                body = [f"self.assertAlmostEqual({expr}, {value!r})"]
             else:
-                lines.append(f"        self.assertEqual({expr}, {value!r})")
-        lines.append("")
+                body = [f"self.assertEqual({expr}, {value!r})"]
+        test(f"test_{name}_{i}", body)
     if extra:
-        lines.append("    def test_requested_change(self):")
-        lines += [f"        {line}" for line in extra]
+        test("test_requested_change", list(extra))
+    if pytest_style:
         lines.append("")
-    lines += ["", 'if __name__ == "__main__":', "    unittest.main()", ""]
+    else:
+        lines += ["", 'if __name__ == "__main__":', "    unittest.main()", ""]
     return "\n".join(lines)
 
 
@@ -136,5 +179,7 @@ def project_files(
 ) -> dict[str, str]:
     source = p.source if source is None else source
     helper_source = p.helper_source if helper_source is None else helper_source
-    tests = write_tests(p.module, p.helper, source, helper_source, calls or p.calls, extra)
+    tests = write_tests(
+        p.module, p.helper, source, helper_source, calls or p.calls, extra, p.test_style
+    )
     return {f"{p.module}.py": source, f"{p.helper}.py": helper_source, f"test_{p.module}.py": tests}

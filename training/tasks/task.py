@@ -17,9 +17,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from training.tasks.projects import Project
+from training.tasks.projects import TEST_COMMAND, Project, verify_command
 
-TEST_COMMAND = "python -m unittest"
 TEST_TIMEOUT_S = 20.0
 
 
@@ -98,7 +97,15 @@ def make_task(
     digest = hashlib.sha256(json.dumps([instruction, files, solution], sort_keys=True).encode())
     split = "heldout" if _is_heldout(p.key, heldout_fraction) else "train"
     return Task(
-        digest.hexdigest()[:16], family, p.key, split, instruction, files, solution, notes=notes
+        digest.hexdigest()[:16],
+        family,
+        p.key,
+        split,
+        instruction,
+        files,
+        solution,
+        verify_command(p),
+        notes=notes,
     )
 
 

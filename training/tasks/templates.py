@@ -1,8 +1,8 @@
-"""Project templates: five small modules, their helper modules and the calls their tests check.
+"""Project templates: eight small modules, their helper modules and the calls their tests check.
 
-Each template draws symbol names from the name pools and constants from a seeded generator and
-returns (names, constants, module source, helper source, calls). `{module}` in the helper source
-stands for the module's file name, which `make_project` picks from `MODULE_NAMES`.
+Each template draws symbol names from the name pools (names.py) and constants from a seeded
+generator and returns (names, constants, module source, helper source, calls). `{module}` in the
+helper source stands for the module's file name, which `make_project` picks from `MODULE_NAMES`.
 """
 
 from __future__ import annotations
@@ -10,215 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-# Name pools. They are wide on purpose: with a handful of module names a small model learns
-# them by heart and writes `budget.py` whatever the prompt says; with hundreds, the only way to
-# get a name right is to copy it from the instruction or a tool result.
-_NOUNS = [
-    "price",
-    "order",
-    "item",
-    "score",
-    "reading",
-    "sample",
-    "packet",
-    "record",
-    "entry",
-    "ticket",
-    "invoice",
-    "metric",
-    "task",
-    "batch",
-    "token",
-    "frame",
-    "cell",
-    "point",
-    "parcel",
-    "shipment",
-    "fare",
-    "quote",
-    "bid",
-    "payment",
-    "refund",
-    "voucher",
-    "coupon",
-    "credit",
-    "debit",
-    "grade",
-    "mark",
-    "vote",
-    "rating",
-    "review",
-    "visit",
-    "booking",
-    "seat",
-    "slot",
-    "shift",
-    "lap",
-    "split",
-    "stage",
-    "step",
-    "tick",
-    "pulse",
-    "signal",
-    "event",
-    "alert",
-    "report",
-    "row",
-    "column",
-    "chunk",
-    "block",
-    "page",
-    "line",
-    "word",
-]
-_VERBS = [
-    "compute",
-    "calc",
-    "get",
-    "find",
-    "make",
-    "count",
-    "measure",
-    "collect",
-    "sum",
-    "build",
-    "fetch",
-    "load",
-    "derive",
-    "tally",
-    "gather",
-    "resolve",
-    "estimate",
-    "score",
-    "rank",
-    "check",
-    "pick",
-    "total",
-    "average",
-    "merge",
-]
-_MODULE_WORDS = [
-    "pricing",
-    "ledger",
-    "stats",
-    "scoring",
-    "inventory",
-    "billing",
-    "metrics",
-    "grading",
-    "shipping",
-    "payroll",
-    "sensors",
-    "tally",
-    "budget",
-    "orders",
-    "timesheet",
-    "rates",
-    "tickets",
-    "invoices",
-    "refunds",
-    "vouchers",
-    "coupons",
-    "credits",
-    "fares",
-    "quotes",
-    "bids",
-    "bookings",
-    "seats",
-    "visits",
-    "reviews",
-    "ratings",
-    "votes",
-    "marks",
-    "grades",
-    "shifts",
-    "laps",
-    "splits",
-    "stages",
-    "signals",
-    "alerts",
-    "reports",
-    "rows",
-    "columns",
-    "chunks",
-    "blocks",
-    "pages",
-    "parcels",
-    "shipments",
-    "payments",
-    "readings",
-    "samples",
-    "packets",
-    "records",
-    "entries",
-    "tokens",
-    "frames",
-    "cells",
-    "points",
-    "totals",
-    "taxes",
-    "fees",
-    "discounts",
-    "balances",
-    "wallets",
-    "accounts",
-    "meters",
-    "buckets",
-    "queues",
-    "stocks",
-    "counters",
-    "registers",
-]
-_MODULE_SUFFIXES = ["", "", "", "_core", "_utils", "_calc", "_lib", "_ops", "_math"]
-MODULE_NAMES = sorted({w + s for w in _MODULE_WORDS for s in _MODULE_SUFFIXES})
-HELPER_NAMES = [
-    f"{word}{suffix}"
-    for word in ["report", "service", "app", "views", "jobs", "tasks", "cli", "main", "api"]
-    for suffix in ["", "_app", "s_v2", "_runner"]
-]
-_CLASSES = [
-    "Account",
-    "Wallet",
-    "Counter",
-    "Register",
-    "Meter",
-    "Bucket",
-    "Queue",
-    "Stock",
-    "Ledger",
-    "Purse",
-    "Tab",
-    "Till",
-    "Vault",
-    "Tracker",
-    "Gauge",
-    "Tank",
-    "Reservoir",
-    "Budget",
-    "Fund",
-    "Pot",
-    "Kitty",
-    "Bank",
-    "Safe",
-    "Store",
-    "Cache",
-]
-
-
-def _fresh(rng: random.Random, pool: list[str], used: set[str]) -> str:
-    for _ in range(100):
-        name = rng.choice(pool)
-        if name not in used:
-            used.add(name)
-            return name
-    name = f"{rng.choice(pool)}_{len(used)}"
-    used.add(name)
-    return name
-
-
-def function_name(rng: random.Random, used: set[str], noun: str | None = None) -> str:
-    """A `verb_noun` function name not yet in `used` (the noun given or drawn), added to it."""
-    return _fresh(rng, [f"{v}_{noun or n}" for v in _VERBS for n in _NOUNS], used)
+from training.tasks.names import CLASSES, function_name
 
 
 def _template_totals(rng: random.Random, used: set[str]) -> tuple[dict, dict, str, str, list[str]]:
@@ -420,7 +212,7 @@ def report(scores):
 
 
 def _template_account(rng: random.Random, used: set[str]) -> tuple[dict, dict, str, str, list[str]]:
-    cls = rng.choice(_CLASSES)
+    cls = rng.choice(CLASSES)
     n = {
         "cls": cls,
         "interest": function_name(rng, used, "interest"),
@@ -562,10 +354,250 @@ def mentions(text, words):
     return n, c, src, helper, calls
 
 
+def _template_tally(rng: random.Random, used: set[str]) -> tuple[dict, dict, str, str, list[str]]:
+    n = {
+        "add": function_name(rng, used, "count"),
+        "remove": function_name(rng, used, "count"),
+        "top": function_name(rng, used, "leaders"),
+        "score": function_name(rng, used, "score"),
+        "legacy": "legacy_" + function_name(rng, used),
+    }
+    c = {
+        "TOP_COUNT": rng.choice([2, 3]),
+        "MIN_COUNT": rng.choice([1, 2]),
+        "POINTS": rng.choice([5, 10, 20]),
+    }
+    src = f'''"""Named counts kept in a dict: adding, removing, ranking."""
+
+TOP_COUNT = {c["TOP_COUNT"]}
+MIN_COUNT = {c["MIN_COUNT"]}
+POINTS = {c["POINTS"]}
+
+
+def {n["add"]}(tally, name, amount):
+    """Add `amount` to the count of `name` (a new name starts at 0)."""
+    tally[name] = tally.get(name, 0) + amount
+    return tally
+
+
+def {n["remove"]}(tally, name, amount):
+    """Take `amount` from `name`; a count that drops below MIN_COUNT is removed."""
+    left = tally.get(name, 0) - amount
+    if left < MIN_COUNT:
+        tally.pop(name, None)
+    else:
+        tally[name] = left
+    return tally
+
+
+def {n["top"]}(tally, limit=TOP_COUNT):
+    """The `limit` names with the highest counts, ties by name."""
+    ranked = sorted(tally.items(), key=lambda item: (-item[1], item[0]))
+    return [name for name, _ in ranked[:limit]]
+
+
+def {n["score"]}(tally, name):
+    return tally.get(name, 0) * POINTS
+
+
+def {n["legacy"]}(tally):
+    return dict(tally)
+'''
+    helper = f"""from {{module}} import {n["add"]}, {n["top"]}
+
+
+def from_pairs(pairs):
+    tally = {{}}
+    for name, amount in pairs:
+        {n["add"]}(tally, name, amount)
+    return tally
+
+
+def leaders(pairs, limit):
+    return {n["top"]}(from_pairs(pairs), limit)
+"""
+    m = c["MIN_COUNT"]
+    calls = [
+        f"mod.{n['add']}({{'a': 2}}, 'a', 3)",
+        f"mod.{n['add']}({{}}, 'b', 4)",
+        f"mod.{n['remove']}({{'a': 5}}, 'a', 2)",
+        f"mod.{n['remove']}({{'a': 2}}, 'a', 2)",
+        f"mod.{n['remove']}({{'a': 5}}, 'a', {5 - m})",
+        f"mod.{n['top']}({{'a': 1, 'b': 3, 'c': 2, 'd': 3}})",
+        f"mod.{n['top']}({{'x': 1}}, 5)",
+        f"mod.{n['score']}({{'a': 3}}, 'a')",
+        f"mod.{n['score']}({{}}, 'z')",
+        "helper.from_pairs([('a', 1), ('b', 2), ('a', 3)])",
+        "helper.leaders([('a', 1), ('b', 2), ('c', 2)], 2)",
+    ]
+    return n, c, src, helper, calls
+
+
+def _template_queue(rng: random.Random, used: set[str]) -> tuple[dict, dict, str, str, list[str]]:
+    cls = rng.choice(CLASSES)
+    n = {
+        "cls": cls,
+        "drain": function_name(rng, used, "batch"),
+        "retries": function_name(rng, used, "retries"),
+        "legacy": "legacy_" + function_name(rng, used),
+    }
+    c = {
+        "CAPACITY": rng.choice([4, 5, 6]),
+        "BATCH_SIZE": rng.choice([2, 3]),
+        "RETRY_LIMIT": rng.choice([2, 3, 4]),
+    }
+    src = f'''"""A bounded first-in, first-out queue of jobs."""
+
+CAPACITY = {c["CAPACITY"]}
+BATCH_SIZE = {c["BATCH_SIZE"]}
+RETRY_LIMIT = {c["RETRY_LIMIT"]}
+
+
+class {cls}:
+    def __init__(self, capacity=CAPACITY):
+        self.items = []
+        self.capacity = capacity
+
+    def push(self, item):
+        if len(self.items) >= self.capacity:
+            raise OverflowError("queue is full")
+        self.items.append(item)
+        return len(self.items)
+
+    def pop(self):
+        if len(self.items) == 0:
+            raise IndexError("queue is empty")
+        return self.items.pop(0)
+
+    def free(self):
+        return self.capacity - len(self.items)
+
+
+def {n["drain"]}(queue, count=BATCH_SIZE):
+    taken = []
+    for _ in range(min(count, len(queue.items))):
+        taken.append(queue.pop())
+    return taken
+
+
+def {n["retries"]}(attempts):
+    return max(0, RETRY_LIMIT - attempts)
+
+
+def {n["legacy"]}(queue):
+    return list(queue.items)
+'''
+    helper = f"""from {{module}} import {cls}, {n["drain"]}
+
+
+def filled(capacity, items):
+    queue = {cls}(capacity)
+    for item in items:
+        queue.push(item)
+    return queue
+
+
+def first_batch(items, count):
+    return {n["drain"]}(filled(len(items) + 1, items), count)
+"""
+    r = c["RETRY_LIMIT"]
+    calls = [
+        f"mod.{cls}(2).push('a')",
+        "helper.filled(3, ['a', 'b']).free()",
+        "helper.filled(2, ['a', 'b', 'c'])",
+        "helper.filled(2, ['a', 'b']).items",
+        f"mod.{cls}().pop()",
+        "helper.filled(3, ['a', 'b']).pop()",
+        f"mod.{cls}().capacity",
+        f"mod.{n['drain']}(helper.filled(6, ['a', 'b', 'c', 'd']))",
+        f"mod.{n['drain']}(helper.filled(5, ['a']), 3)",
+        "helper.first_batch(['x', 'y', 'z'], 2)",
+        f"mod.{n['retries']}(1)",
+        f"mod.{n['retries']}({r + 1})",
+    ]
+    return n, c, src, helper, calls
+
+
+def _template_orders(rng: random.Random, used: set[str]) -> tuple[dict, dict, str, str, list[str]]:
+    n = {
+        "total_of": function_name(rng, used, "total"),
+        "large": function_name(rng, used, "orders"),
+        "shipping": function_name(rng, used, "shipping"),
+        "group": function_name(rng, used, "orders"),
+        "legacy": "legacy_" + function_name(rng, used),
+    }
+    c = {
+        "MIN_QUANTITY": rng.choice([1, 2, 3]),
+        "SHIPPING_FEE": rng.choice([3, 5, 7]),
+        "FREE_SHIPPING_OVER": rng.choice([50, 100]),
+    }
+    src = f'''"""Order records as dicts: totals, filters, shipping and grouping."""
+
+MIN_QUANTITY = {c["MIN_QUANTITY"]}
+SHIPPING_FEE = {c["SHIPPING_FEE"]}
+FREE_SHIPPING_OVER = {c["FREE_SHIPPING_OVER"]}
+
+
+def {n["total_of"]}(orders):
+    return sum(order["price"] * order["quantity"] for order in orders)
+
+
+def {n["large"]}(orders, minimum=MIN_QUANTITY):
+    """Names of the orders of more than `minimum` items."""
+    return [order["name"] for order in orders if order["quantity"] > minimum]
+
+
+def {n["shipping"]}(amount):
+    if amount >= FREE_SHIPPING_OVER:
+        return 0
+    return SHIPPING_FEE
+
+
+def {n["group"]}(orders):
+    """Order names by kind, in order of appearance."""
+    groups = {{}}
+    for order in orders:
+        groups.setdefault(order["kind"], []).append(order["name"])
+    return groups
+
+
+def {n["legacy"]}(orders):
+    return len(orders)
+'''
+    helper = f"""from {{module}} import {n["shipping"]}, {n["total_of"]}
+
+
+def order(name, kind, price, quantity):
+    return {{"name": name, "kind": kind, "price": price, "quantity": quantity}}
+
+
+def checkout(orders):
+    amount = {n["total_of"]}(orders)
+    return amount + {n["shipping"]}(amount)
+"""
+    q, f = c["MIN_QUANTITY"], c["FREE_SHIPPING_OVER"]
+    o = "helper.order"
+    calls = [
+        f"mod.{n['total_of']}([{o}('a', 'x', 2, 3), {o}('b', 'y', 5, 1)])",
+        f"mod.{n['total_of']}([])",
+        f"mod.{n['large']}([{o}('a', 'x', 1, {q}), {o}('b', 'x', 1, {q + 1})])",
+        f"mod.{n['large']}([{o}('a', 'x', 1, 1), {o}('b', 'y', 1, 0)], 0)",
+        f"mod.{n['shipping']}({f})",
+        f"mod.{n['shipping']}({f - 1})",
+        f"mod.{n['group']}([{o}('a', 'x', 1, 1), {o}('b', 'y', 1, 1), {o}('c', 'x', 1, 1)])",
+        f"helper.checkout([{o}('a', 'x', 10, 2)])",
+        f"helper.checkout([{o}('a', 'x', {f}, 1)])",
+    ]
+    return n, c, src, helper, calls
+
+
 TEMPLATES: dict[str, Callable] = {
     "totals": _template_totals,
     "ranges": _template_ranges,
     "grades": _template_grades,
     "account": _template_account,
     "text": _template_text,
+    "tally": _template_tally,
+    "queue": _template_queue,
+    "orders": _template_orders,
 }

@@ -1,0 +1,217 @@
+"""Name pools for the project templates: module, helper, class, verb and noun words.
+
+They are wide on purpose: with a handful of module names a small model learns them by heart and
+writes `budget.py` whatever the prompt says; with hundreds, the only way to get a name right is
+to copy it from the instruction or a tool result.
+"""
+
+from __future__ import annotations
+
+import random
+
+_NOUNS = [
+    "price",
+    "order",
+    "item",
+    "score",
+    "reading",
+    "sample",
+    "packet",
+    "record",
+    "entry",
+    "ticket",
+    "invoice",
+    "metric",
+    "task",
+    "batch",
+    "token",
+    "frame",
+    "cell",
+    "point",
+    "parcel",
+    "shipment",
+    "fare",
+    "quote",
+    "bid",
+    "payment",
+    "refund",
+    "voucher",
+    "coupon",
+    "credit",
+    "debit",
+    "grade",
+    "mark",
+    "vote",
+    "rating",
+    "review",
+    "visit",
+    "booking",
+    "seat",
+    "slot",
+    "shift",
+    "lap",
+    "split",
+    "stage",
+    "step",
+    "tick",
+    "pulse",
+    "signal",
+    "event",
+    "alert",
+    "report",
+    "row",
+    "column",
+    "chunk",
+    "block",
+    "page",
+    "line",
+    "word",
+]
+_VERBS = [
+    "compute",
+    "calc",
+    "get",
+    "find",
+    "make",
+    "count",
+    "measure",
+    "collect",
+    "sum",
+    "build",
+    "fetch",
+    "load",
+    "derive",
+    "tally",
+    "gather",
+    "resolve",
+    "estimate",
+    "score",
+    "rank",
+    "check",
+    "pick",
+    "total",
+    "average",
+    "merge",
+]
+_MODULE_WORDS = [
+    "pricing",
+    "ledger",
+    "stats",
+    "scoring",
+    "inventory",
+    "billing",
+    "metrics",
+    "grading",
+    "shipping",
+    "payroll",
+    "sensors",
+    "tally",
+    "budget",
+    "orders",
+    "timesheet",
+    "rates",
+    "tickets",
+    "invoices",
+    "refunds",
+    "vouchers",
+    "coupons",
+    "credits",
+    "fares",
+    "quotes",
+    "bids",
+    "bookings",
+    "seats",
+    "visits",
+    "reviews",
+    "ratings",
+    "votes",
+    "marks",
+    "grades",
+    "shifts",
+    "laps",
+    "splits",
+    "stages",
+    "signals",
+    "alerts",
+    "reports",
+    "rows",
+    "columns",
+    "chunks",
+    "blocks",
+    "pages",
+    "parcels",
+    "shipments",
+    "payments",
+    "readings",
+    "samples",
+    "packets",
+    "records",
+    "entries",
+    "tokens",
+    "frames",
+    "cells",
+    "points",
+    "totals",
+    "taxes",
+    "fees",
+    "discounts",
+    "balances",
+    "wallets",
+    "accounts",
+    "meters",
+    "buckets",
+    "queues",
+    "stocks",
+    "counters",
+    "registers",
+]
+_MODULE_SUFFIXES = ["", "", "", "_core", "_utils", "_calc", "_lib", "_ops", "_math"]
+MODULE_NAMES = sorted({w + s for w in _MODULE_WORDS for s in _MODULE_SUFFIXES})
+HELPER_NAMES = [
+    f"{word}{suffix}"
+    for word in ["report", "service", "app", "views", "jobs", "tasks", "cli", "main", "api"]
+    for suffix in ["", "_app", "s_v2", "_runner"]
+]
+CLASSES = [
+    "Account",
+    "Wallet",
+    "Counter",
+    "Register",
+    "Meter",
+    "Bucket",
+    "Queue",
+    "Stock",
+    "Ledger",
+    "Purse",
+    "Tab",
+    "Till",
+    "Vault",
+    "Tracker",
+    "Gauge",
+    "Tank",
+    "Reservoir",
+    "Budget",
+    "Fund",
+    "Pot",
+    "Kitty",
+    "Bank",
+    "Safe",
+    "Store",
+    "Cache",
+]
+
+
+def _fresh(rng: random.Random, pool: list[str], used: set[str]) -> str:
+    for _ in range(100):
+        name = rng.choice(pool)
+        if name not in used:
+            used.add(name)
+            return name
+    name = f"{rng.choice(pool)}_{len(used)}"
+    used.add(name)
+    return name
+
+
+def function_name(rng: random.Random, used: set[str], noun: str | None = None) -> str:
+    """A `verb_noun` function name not yet in `used` (the noun given or drawn), added to it."""
+    return _fresh(rng, [f"{v}_{noun or n}" for v in _VERBS for n in _NOUNS], used)
