@@ -65,6 +65,8 @@ APPLY_RECIPE = "apply"  # the fast-apply adapter, on the base
 APPLY_EXAMPLES = 2000  # fast-apply examples made from stdlib files
 MTP_CODE_BYTES = 12_000_000  # stdlib code in the heads' corpus (about half; the rest: trajectories)
 MAX_SHIPPED_MB = 25.0  # the package's budget for the starter's folder
+# The task set keeps the first five templates, those the shipped adapter was trained on.
+TASK_TEMPLATES = ("account", "grades", "ranges", "text", "totals")
 
 
 @dataclass
@@ -211,14 +213,17 @@ class Ledger:
 
 
 def make_tasks(config: StarterConfig, tasks_dir: Path, log: Callable[[str], None]) -> None:
-    """Synthetic tasks, oracle and recovery trajectories in `tasks_dir`, unless already there."""
+    """Synthetic tasks (from TASK_TEMPLATES), oracle and recovery trajectories in `tasks_dir`,
+    unless already there."""
     from training.tasks.dataset import export, load_tasks, write_recovery
     from training.tasks.generation import default_workers, generate_tasks
 
     if not (tasks_dir / "manifest.json").exists():
         log(f"[starter] tasks: {config.projects} projects -> {tasks_dir}")
         workers = default_workers()
-        tasks = generate_tasks(config.projects, seed=config.seed, workers=workers)
+        tasks = generate_tasks(
+            config.projects, seed=config.seed, workers=workers, templates=list(TASK_TEMPLATES)
+        )
         export(tasks, tasks_dir, config.seed, samples_per_task=config.samples, workers=workers)
     elif not (tasks_dir / "recovery.jsonl").exists():  # a run from before recovery existed
         log(f"[starter] tasks: recovery trajectories -> {tasks_dir / 'recovery.jsonl'}")
