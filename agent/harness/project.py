@@ -33,6 +33,8 @@ from pathlib import Path
 
 from agent.harness.workspace import Workspace, WorkspaceError
 
+# How a detected pytest project runs, after its interpreter (synthetic tasks use the same).
+PYTEST_ARGS = "-m pytest -q -p no:cacheprovider --tb=short"
 RULE_FILES = (
     "AGENTS.md",
     "CLAUDE.md",
@@ -186,7 +188,7 @@ def _python_command(ws: Workspace) -> TestCommand | None:
     where = f"{venv.name}/" if venv else "this interpreter"
     if _has_pytest(venv):
         return TestCommand(
-            f"{python} -m pytest -q -p no:cacheprovider --tb=short",
+            f"{python} {PYTEST_ARGS}",
             f"Python tests, pytest in {where}",
         )
     if not test_dirs:

@@ -13,6 +13,7 @@ import re
 import sys
 from dataclasses import dataclass
 
+from agent.harness.project import PYTEST_ARGS
 from training.tasks.names import HELPER_NAMES, MODULE_NAMES
 from training.tasks.templates import TEMPLATES
 
@@ -34,7 +35,7 @@ class Project:
 
 
 TEST_COMMAND = "python -m unittest"  # unittest projects, the default
-PYTEST_COMMAND = "python -m pytest -q -p no:cacheprovider --tb=short"  # what the harness detects
+PYTEST_COMMAND = f"python {PYTEST_ARGS}"  # as the harness runs a detected pytest project
 TEST_STYLES = ("unittest", "pytest")
 
 
