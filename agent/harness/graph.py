@@ -18,8 +18,8 @@
   writes to protected paths) pause the graph with langgraph's `interrupt`; the caller resumes it
   with `Command(resume=True | False | {call_id: bool} | {"stop": True})`.
 - *tools*: runs each call (tools.py), appends the results; unknown tools and bad arguments come
-  back as error results. The same failing call (same tool and arguments) made `repeat_limit`
-  times stops the task with `repeated_failure`.
+  back as error results. The same failing call (same tool and arguments, no edit in between)
+  made `repeat_limit` times stops the task with `repeated_failure`.
 - *finish*: records the end of the task (stop reason, final answer, diff) in telemetry.
 
 The nodes are module-level functions in nodes.py; `build_graph` only wires them. What they need

@@ -8,7 +8,8 @@ caller's cancel event) from `runtime.context`, a `GraphContext`. That context is
     model_node(state, Runtime(context=GraphContext(engine, tools, HarnessConfig(), TaskLog(None))))
 
 Vocabulary: a *stop* is the update that ends the task (`stop_reason`, `stop_detail`); a *failure*
-is a tool call that came back as an error, counted by its `call_fingerprint`.
+is a tool call that came back as an error, counted by its `call_fingerprint` together with the
+state of the files the agent has changed (`Workspace.changes_digest`).
 
 What the nodes do is described in graph.py, which wires them together.
 """
@@ -66,8 +67,8 @@ class GraphContext:
 def call_fingerprint(name: str, arguments: Any) -> str:
     """A short stable hash of one tool call (tool name and arguments, key order ignored).
 
-    The same failing call made `HarnessConfig.repeat_limit` times stops the task; RL rollouts
-    (training/rl/environments.py) use it to count repeated calls.
+    The same failing call made `HarnessConfig.repeat_limit` times with no edit in between stops
+    the task; RL rollouts (training/rl/environments.py) use it to count repeated calls.
     """
     blob = json.dumps([name, arguments], sort_keys=True, default=str, ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:16]
@@ -399,7 +400,8 @@ def tools_node(state: AgentState, runtime: Runtime[GraphContext]) -> dict[str, A
                 reason = ("workspace_error", str(exc))
         if is_error:
             tool_errors += 1
-            fp = call_fingerprint(name, args)
+            # the same call failing on the same edits is a loop; after an edit it is a new try
+            fp = f"{call_fingerprint(name, args)}@{ws.changes_digest()}"
             failures[fp] = failures.get(fp, 0) + 1
             if failures[fp] == repeat_limit - 1:
                 result += (
@@ -408,7 +410,8 @@ def tools_node(state: AgentState, runtime: Runtime[GraphContext]) -> dict[str, A
             if failures[fp] >= repeat_limit and reason is None:
                 reason = (
                     "repeated_failure",
-                    f"{name} failed {failures[fp]} times with the same arguments",
+                    f"{name} failed {failures[fp]} times with the same arguments and no edit "
+                    "in between",
                 )
         messages.append({"role": "tool", "tool_call_id": cid, "name": name, "content": result})
         upd.update(

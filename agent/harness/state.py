@@ -37,7 +37,7 @@ class AgentState(TypedDict, total=False):
     last_prompt_chars: int  # characters of the messages sent in that turn
     pending: list[dict[str, Any]]  # tool calls of the last turn: {"id", "name", "arguments"}
     approvals: dict[str, bool]  # call id -> the user's decision, for calls that needed one
-    failures: dict[str, int]  # fingerprint of a failing call -> times it failed
+    failures: dict[str, int]  # fingerprint@edits digest of a failing call -> times it failed
     tool_errors: int  # failed or invalid tool calls so far (a reward signal)
     stop_reason: StopReason | None
     stop_detail: str  # one line on why it stopped (the error, the limit)

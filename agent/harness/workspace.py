@@ -22,6 +22,8 @@ decide what needs approval (graph.py).
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -247,6 +249,18 @@ class Workspace:
             if before != after:
                 out[rel] = (before, after)
         return out
+
+    def changes_digest(self) -> str:
+        """A short hash of the current text of every file this session has changed: equal
+        digests mean the agent's edits have not moved on in between."""
+        h = hashlib.sha256()
+        for rel in sorted(self._original):
+            try:
+                now = self.read_text(rel) if self.is_file(rel) else None
+            except WorkspaceError:
+                now = None
+            h.update(json.dumps([rel, now], ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        return h.hexdigest()[:12]
 
     def proposals(self) -> dict[str, str | None]:
         """Overlay mode: rel -> proposed new text (None: delete). Empty in filesystem mode."""

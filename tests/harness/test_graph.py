@@ -10,7 +10,7 @@ import pytest
 
 from agent.engine import Cancelled, EngineError
 from agent.harness import Harness, HarnessConfig, Workspace
-from tests.harness.conftest import rows
+from tests.harness.conftest import SAMPLE, rows
 from tests.harness.replay import ReplayEngine, call
 
 FIX = call(
@@ -126,6 +126,35 @@ def test_repeating_a_failing_call_stops_the_task(workspace, recorder):
     recorder.flush()
     [task] = rows(recorder.path, "SELECT status FROM tasks")
     assert task["status"] == "failed"
+
+
+def test_a_failing_call_after_an_edit_is_a_new_try(workspace, recorder):
+    """run_tests failing again after each edit is progress, not a loop; without an edit between
+    them the third identical failure stops the task."""
+    tests = call("run_tests")
+
+    def wrong(k):
+        return call(
+            "edit_file",
+            path="calc.py",
+            hunks=[
+                {
+                    "search": f"return a - b{' + 0' * k}",
+                    "replace": f"return a - b{' + 0' * (k + 1)}",
+                }
+            ],
+        )
+
+    turns = [tests, wrong(0), tests, wrong(1), tests, FIX, tests, "Fixed."]
+    h, _ = harness(workspace, turns, recorder)
+    out = h.start("make the tests pass")
+    assert out.ok and out.stop_reason == "answered" and out.tool_errors == 3
+    h.close()
+    (workspace / "calc.py").write_text(SAMPLE["calc.py"])  # failing again
+    h, _ = harness(workspace, [tests, tests, tests, "never reached"], recorder)
+    out = h.start("run the tests")
+    h.close()
+    assert out.stop_reason == "repeated_failure"
 
 
 def test_step_limit(workspace):

@@ -74,7 +74,10 @@ def test_tools_node_runs_calls_and_counts_failures(workspace):
     ok, failed = upd["messages"][-2:]
     assert ok["tool_call_id"] == "c1" and "return a - b" in ok["content"]
     assert failed["tool_call_id"] == "c2" and upd["tool_errors"] == 1
-    assert upd["failures"] == {call_fingerprint("read_file", {"path": "missing.py"}): 1}
+    digest = Workspace(workspace).changes_digest()  # nothing edited yet
+    assert upd["failures"] == {
+        f"{call_fingerprint('read_file', {'path': 'missing.py'})}@{digest}": 1
+    }
     assert upd["pending"] == [] and "stop_reason" not in upd
     assert [e["is_error"] for e in events] == [False, True]
 
