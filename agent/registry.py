@@ -57,6 +57,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from agent.files import atomic_write_text
+
 log = logging.getLogger("flywheel.registry")
 
 FORMAT = "flywheel-registry"
@@ -98,20 +100,6 @@ def file_sha256(path: Path) -> str:
 
 def _files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() or p.is_symlink())
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:6]}.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class Registry:
@@ -306,8 +294,8 @@ class Registry:
 
     def _save(self, index: dict[str, Any]) -> None:
         if self.index_path.exists():
-            _atomic_write(self.root / "index.json.bak", self.index_path.read_text("utf-8"))
-        _atomic_write(self.index_path, json.dumps(index, indent=2, sort_keys=True) + "\n")
+            atomic_write_text(self.root / "index.json.bak", self.index_path.read_text("utf-8"))
+        atomic_write_text(self.index_path, json.dumps(index, indent=2, sort_keys=True) + "\n")
 
     @staticmethod
     def _event(index: dict[str, Any], action: str, version: str, **fields: Any) -> None:
@@ -413,7 +401,7 @@ class Registry:
             name = name or f"{len(record['benchmarks']) + 1:03d}-{result.get('benchmark', 'bench')}"
             rel = Path("benchmarks") / vid / f"{name}.json"
             (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write(self.root / rel, json.dumps(result, indent=2, sort_keys=True) + "\n")
+            atomic_write_text(self.root / rel, json.dumps(result, indent=2, sort_keys=True) + "\n")
             summary = {
                 "name": name,
                 "path": rel.as_posix(),

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+from agent.files import atomic_write_text
 from training import stages
 from training.adapters import is_peft, load_trainable_state, trainable_state
 from training.recipe import Recipe
@@ -138,15 +139,6 @@ def latest_checkpoint(folder: Path) -> Path | None:
     return target if target.is_dir() else None
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
 def _run_id(recipe: Recipe) -> dict:
     return {"recipe": recipe.name, "stage": recipe.stage}
 
@@ -185,7 +177,7 @@ def save_state(
             (tmp / "state.json").write_text(json.dumps(state))
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
-            _atomic_write(folder / "latest", name)
+            atomic_write_text(folder / "latest", name)
             done = sorted(p for p in folder.glob("step_*") if p.is_dir())
             for old in done[: -recipe.keep_checkpoints]:
                 shutil.rmtree(old, ignore_errors=True)
@@ -273,7 +265,7 @@ class MetricsLog:
                     continue  # a line cut by a kill
                 if record.get("step", 0) <= resume_step and resume_step > 0:
                     self.records.append(record)
-        _atomic_write(path, "".join(json.dumps(r) + "\n" for r in self.records))
+        atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in self.records))
 
     def write(self, record: dict) -> None:
         if not self.enabled:

@@ -184,10 +184,10 @@ class Ledger:
             self.timings = {}
 
     def _write(self, step: str, seconds: float) -> None:
-        from training.loop import _atomic_write  # a kill mid-write leaves the previous ledger
+        from agent.files import atomic_write_text  # a kill mid-write leaves the old ledger
 
         self.timings[step] = round(seconds, 1)
-        _atomic_write(self.path, json.dumps(self.timings, indent=2) + "\n")
+        atomic_write_text(self.path, json.dumps(self.timings, indent=2) + "\n")
 
     @contextmanager
     def step(self, step: str):

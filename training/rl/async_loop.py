@@ -63,7 +63,8 @@ from pathlib import Path
 
 import torch
 
-from training.loop import MetricsLog, TelemetryRun, TrainingError, _atomic_write, latest_checkpoint
+from agent.files import atomic_write_text
+from training.loop import MetricsLog, TelemetryRun, TrainingError, latest_checkpoint
 from training.rl.curriculum import Curriculum
 from training.rl.environments import make_env, version_name
 from training.rl.grpo import group_rows, pass_at_k, zero_variance
@@ -116,7 +117,7 @@ def save_state(ckpts: Path, recipe: RLRecipe, policy: Policy, state: RunState) -
         (tmp / "state.json").write_text(json.dumps(meta))
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
-        _atomic_write(ckpts / "latest", name)
+        atomic_write_text(ckpts / "latest", name)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise TrainingError(
