@@ -251,16 +251,11 @@ class Workspace:
         return out
 
     def changes_digest(self) -> str:
-        """A short hash of the current text of every file this session has changed: equal
-        digests mean the agent's edits have not moved on in between."""
-        h = hashlib.sha256()
-        for rel in sorted(self._original):
-            try:
-                now = self.read_text(rel) if self.is_file(rel) else None
-            except WorkspaceError:
-                now = None
-            h.update(json.dumps([rel, now], ensure_ascii=False).encode("utf-8", "surrogatepass"))
-        return h.hexdigest()[:12]
+        """A short hash of `changes()`' current texts: equal digests mean the agent's edits have
+        not moved on in between."""
+        now = {rel: after for rel, (_, after) in self.changes().items()}
+        blob = json.dumps(now, sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
     def proposals(self) -> dict[str, str | None]:
         """Overlay mode: rel -> proposed new text (None: delete). Empty in filesystem mode."""
