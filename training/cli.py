@@ -63,6 +63,12 @@ def main(argv: list[str]) -> int:
         help="share of projects whose tests are pytest functions instead of unittest",
     )
     tasks.add_argument(
+        "--test-first",
+        type=float,
+        default=1.0,
+        help="share of bug-fix trajectories that run the tests before the first edit (default 1)",
+    )
+    tasks.add_argument(
         "--workers", type=int, default=0, help="processes (0: twice the cores, at most 8)"
     )
 
@@ -205,7 +211,12 @@ def _tasks(args: argparse.Namespace) -> int:
         pytest_fraction=args.pytest_fraction,
     )
     manifest = export(
-        tasks, args.out, seed=args.seed, samples_per_task=args.samples, workers=workers
+        tasks,
+        args.out,
+        seed=args.seed,
+        samples_per_task=args.samples,
+        workers=workers,
+        test_first=args.test_first,
     )
     print(json.dumps(manifest, indent=2))
     return 0

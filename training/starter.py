@@ -65,8 +65,10 @@ APPLY_RECIPE = "apply"  # the fast-apply adapter, on the base
 APPLY_EXAMPLES = 2000  # fast-apply examples made from stdlib files
 MTP_CODE_BYTES = 12_000_000  # stdlib code in the heads' corpus (about half; the rest: trajectories)
 MAX_SHIPPED_MB = 25.0  # the package's budget for the starter's folder
-# The task set keeps the first five templates, those the shipped adapter was trained on.
+# The task set keeps the first five templates, those the shipped adapter was trained on, and
+# its oracle's share of bug fixes that run the tests before the first edit.
 TASK_TEMPLATES = ("account", "grades", "ranges", "text", "totals")
+TASK_TEST_FIRST = 0.7
 
 
 @dataclass
@@ -224,10 +226,19 @@ def make_tasks(config: StarterConfig, tasks_dir: Path, log: Callable[[str], None
         tasks = generate_tasks(
             config.projects, seed=config.seed, workers=workers, templates=list(TASK_TEMPLATES)
         )
-        export(tasks, tasks_dir, config.seed, samples_per_task=config.samples, workers=workers)
+        export(
+            tasks,
+            tasks_dir,
+            config.seed,
+            samples_per_task=config.samples,
+            workers=workers,
+            test_first=TASK_TEST_FIRST,
+        )
     elif not (tasks_dir / "recovery.jsonl").exists():  # a run from before recovery existed
         log(f"[starter] tasks: recovery trajectories -> {tasks_dir / 'recovery.jsonl'}")
-        write_recovery(load_tasks(tasks_dir), tasks_dir, config.seed, default_workers())
+        write_recovery(
+            load_tasks(tasks_dir), tasks_dir, config.seed, default_workers(), TASK_TEST_FIRST
+        )
 
 
 def evaluate_agent_stage(config: StarterConfig, log: Callable[[str], None]) -> dict:

@@ -220,6 +220,41 @@ def test_export_and_load(tasks, tmp_path):
     assert not (tmp_path / "recovery.jsonl.part").exists()
 
 
+def test_test_first_sets_how_often_a_fix_runs_the_tests_first(tasks, tmp_path):
+    bugs = [t for t in tasks if t.family.startswith("bugfix/")]
+
+    def tests_first(row: dict) -> bool:
+        calls = [c["function"]["name"] for m in row["messages"] for c in m.get("tool_calls", [])]
+        first_edit = min(calls.index(n) for n in ("edit_file", "write_file") if n in calls)
+        return "run_tests" in calls[:first_edit]
+
+    for share, expected in ((0.0, {False}), (1.0, {True})):
+        rows = [
+            oracle_trajectory(t, random.Random(i), test_first=share) for i, t in enumerate(bugs)
+        ]
+        assert {tests_first(r) for r in rows} == expected
+    manifest = export(bugs[:1], tmp_path, test_first=0.7)
+    assert (
+        json.loads((tmp_path / "manifest.json").read_text())["test_first"]
+        == 0.7
+        == manifest["test_first"]
+    )
+
+
+@pytest.mark.parametrize("style", TEST_STYLES)
+def test_a_requested_change_is_checked_in_the_test_files_style(style):
+    project = make_project("totals", 3, style)
+    tests = [
+        t.files[f"test_{project.module}.py"]
+        for t in edit_tasks(project, random.Random(0), heldout_fraction=0.0)
+        if t.family in ("edit/add_import", "edit/remove_function")
+    ]
+    checks = [t.split("def test_requested_change")[1] for t in tests]
+    assert len(checks) == 2
+    for check in checks:
+        assert ("self.assert" in check) == (style == "unittest")
+
+
 def _stable(text: str) -> str:
     """What a test run prints that varies from run to run anyway: timings, scratch folders."""
     text = re.sub(r"in \d+\.\d+s", "in Ts", text)

@@ -15,9 +15,17 @@ from training.tasks.task import Task, TaskRejected
 
 
 def export(
-    tasks: list[Task], out: str | Path, seed: int = 0, samples_per_task: int = 1, workers: int = 1
+    tasks: list[Task],
+    out: str | Path,
+    seed: int = 0,
+    samples_per_task: int = 1,
+    workers: int = 1,
+    test_first: float = 1.0,
 ) -> dict:
     """Write tasks.jsonl, trajectories.jsonl, apply.jsonl (each row has its split) + manifest.
+
+    `test_first` is the share of bug-fix trajectories that run the tests before their first
+    edit (`oracle_trajectory`); the manifest records it, and `write_recovery` reads it back.
 
     Each task's trajectories and fast-apply example draw from a generator seeded by `seed` and
     the task's id, so the output does not depend on `workers` (processes running the oracles),
@@ -26,7 +34,7 @@ def export(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     counts = {"tasks": {}, "trajectories": 0, "apply": 0}
-    jobs = [(task, seed, samples_per_task) for task in tasks]
+    jobs = [(task, seed, samples_per_task, test_first) for task in tasks]
     with (
         (out / "tasks.jsonl").open("w") as tf,
         (out / "trajectories.jsonl").open("w") as jf,
@@ -53,13 +61,16 @@ def export(
         "families": families,
         "test_commands": sorted({task.test_command for task in tasks}),
         "seed": seed,
+        "test_first": test_first,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    write_recovery(tasks, out, seed, workers)
+    write_recovery(tasks, out, seed, workers, test_first)
     return manifest
 
 
-def write_recovery(tasks: list[Task], out: str | Path, seed: int = 0, workers: int = 1) -> int:
+def write_recovery(
+    tasks: list[Task], out: str | Path, seed: int = 0, workers: int = 1, test_first: float = 1.0
+) -> int:
     """Write recovery.jsonl: for each task, one trajectory whose first edit is a mistake the
     harness reports, then the fix (`oracle_trajectory(..., mistake=)`); returns the row count.
     Written to a temporary name first, so a killed run never leaves a partial file."""
@@ -67,7 +78,8 @@ def write_recovery(tasks: list[Task], out: str | Path, seed: int = 0, workers: i
     part = out / "recovery.jsonl.part"
     count = 0
     with part.open("w") as f:
-        for row in in_order(recovery_row, [(task, seed) for task in tasks], workers):
+        jobs = [(task, seed, test_first) for task in tasks]
+        for row in in_order(recovery_row, jobs, workers):
             if row is not None:
                 f.write(json.dumps(row) + "\n")
                 count += 1
@@ -75,27 +87,27 @@ def write_recovery(tasks: list[Task], out: str | Path, seed: int = 0, workers: i
     return count
 
 
-def recovery_row(job: tuple[Task, int]) -> dict | None:
+def recovery_row(job: tuple[Task, int, float]) -> dict | None:
     """One task's recovery trajectory: the mistakes in a random order, the first that the task
     allows (None when it allows none)."""
-    task, seed = job
+    task, seed, test_first = job
     rng = random.Random(f"recovery:{seed}:{task.id}")
     for mistake in rng.sample(MISTAKES, len(MISTAKES)):
         try:
-            return oracle_trajectory(task, rng, mistake=mistake)
+            return oracle_trajectory(task, rng, mistake=mistake, test_first=test_first)
         except TaskRejected:
             continue
     return None
 
 
-def _task_rows(job: tuple[Task, int, int]) -> tuple[list[dict], int, dict]:
+def _task_rows(job: tuple[Task, int, int, float]) -> tuple[list[dict], int, dict]:
     """One task's oracle trajectories, how many failed, and its fast-apply example."""
-    task, seed, samples = job
+    task, seed, samples, test_first = job
     rng = random.Random(f"export:{seed}:{task.id}")
     rows, failed = [], 0
     for _ in range(samples):
         try:
-            rows.append(oracle_trajectory(task, rng))
+            rows.append(oracle_trajectory(task, rng, test_first=test_first))
         except TaskRejected:
             failed += 1
     return rows, failed, fast_apply_example(task, rng)

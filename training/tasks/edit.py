@@ -15,6 +15,11 @@ from training.tasks.projects import Project, project_files, write_tests
 from training.tasks.task import Task, make_task
 
 
+def _style(p: Project, unittest_lines: list[str], pytest_lines: list[str]) -> list[str]:
+    """A requested change's test lines as the project's test file writes its checks."""
+    return pytest_lines if p.test_style == "pytest" else unittest_lines
+
+
 def _sub_word(text: str, old: str, new: str) -> str:
     return re.sub(rf"\b{re.escape(old)}\b", new, text)
 
@@ -117,7 +122,11 @@ def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[
     variant = rng.choice(["logging", "pathlib"])
     if variant == "logging":
         addition = "import logging\n\nlogger = logging.getLogger(__name__)\n"
-        extra = ["import logging", "assert isinstance(mod.logger, logging.Logger)"]
+        extra = _style(
+            p,
+            ["import logging", "self.assertIsInstance(mod.logger, logging.Logger)"],
+            ["import logging", "assert isinstance(mod.logger, logging.Logger)"],
+        )
         phr = rng.choice(
             [
                 "Add `import logging` to {f} and a module-level "
@@ -127,11 +136,19 @@ def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[
         )
     else:
         addition = 'from pathlib import Path\n\nDATA_DIR = Path(__file__).parent / "data"\n'
-        extra = [
-            "from pathlib import Path",
-            "assert isinstance(mod.DATA_DIR, Path)",
-            'assert mod.DATA_DIR.name == "data"',
-        ]
+        extra = _style(
+            p,
+            [
+                "from pathlib import Path",
+                "self.assertIsInstance(mod.DATA_DIR, Path)",
+                'self.assertEqual(mod.DATA_DIR.name, "data")',
+            ],
+            [
+                "from pathlib import Path",
+                "assert isinstance(mod.DATA_DIR, Path)",
+                'assert mod.DATA_DIR.name == "data"',
+            ],
+        )
         phr = rng.choice(
             [
                 "In {f}, import `Path` from pathlib and add a constant "
@@ -164,7 +181,11 @@ def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[
         src,
         p.helper_source,
         p.calls,
-        [f'assert not hasattr(mod, "{legacy}")'],
+        _style(
+            p,
+            [f'self.assertFalse(hasattr(mod, "{legacy}"))'],
+            [f'assert not hasattr(mod, "{legacy}")'],
+        ),
         p.test_style,
     )
     phr = rng.choice(

@@ -144,13 +144,19 @@ _RECOVERY_INTROS = {
 }
 
 
-def oracle_trajectory(task: Task, rng: random.Random, mistake: str | None = None) -> dict:
+def oracle_trajectory(
+    task: Task, rng: random.Random, mistake: str | None = None, test_first: float = 1.0
+) -> dict:
     """A correct, varied trajectory for `task`: {"messages", "tools", "task_id", "family"}.
 
     The conversation is what the harness builds at run time: its system prompt, the task with
     its repository map (agent.harness.prompts / context), its tool schemas, and tool results from
     the harness's own tools run on a scratch copy of the workspace. The final `run_tests` result
     shows the tests passing; a trajectory that would not get there raises `TaskRejected`.
+
+    A bug fix runs the tests before its first edit with probability `test_first`. The draw is
+    made at every share, as when the shipped starter's data was made (at 0.7, training/starter.py),
+    so that data comes out the same; later sets use 1.0.
 
     With `mistake` (one of MISTAKES) it is a recovery trajectory: the first edit is wrong, as a
     small model's often is (search and replace swapped; a search text that misquotes the file;
@@ -192,7 +198,7 @@ def oracle_trajectory(task: Task, rng: random.Random, mistake: str | None = None
         bug = task.family.startswith("bugfix/")
         if rng.random() < 0.5:
             step(rng.choice(_INTROS), ("list_files", {}))
-        if bug:  # see the failure before touching the code: a fix is read from the evidence
+        if bug and rng.random() < test_first:  # a fix is read from the failure, seen first
             step(rng.choice(_TEST_INTROS), ("run_tests", {}))
         symbol = (
             task.notes.get("old")

@@ -97,8 +97,8 @@ def write_tests(
     """A test file asserting what the given module and helper sources compute for `calls`.
 
     Expected values come from executing the sources themselves; a call that raises becomes an
-    assertRaises (`pytest.raises`). `extra` lines (plain `assert` statements, valid in both
-    styles) make one more test. `style` is "unittest" (a TestCase class) or "pytest" (functions).
+    assertRaises (`pytest.raises`). `extra` lines (in the file's style: `self.assert…` in a
+    unittest class, plain `assert` in pytest) make one more test. `style` is "unittest" (a TestCase class) or "pytest" (functions).
     """
     mod = _load(module, source, {})
     helper_mod = _load(helper, helper_source, {module: mod})

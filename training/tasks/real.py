@@ -75,7 +75,7 @@ def write_trajectories(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     counts = {}
-    jobs = [(task, seed) for task in tasks]
+    jobs = [(task, seed, 1.0) for task in tasks]  # (task, seed, test_first): see recovery_row
     for name, make in zip(FILES, (_plain_row, recovery_row), strict=True):
         part = out / f"{name}.part"
         count = 0
@@ -89,10 +89,10 @@ def write_trajectories(
     return counts
 
 
-def _plain_row(job: tuple[Task, int]) -> dict | None:
+def _plain_row(job: tuple[Task, int, float]) -> dict | None:
     from training.tasks.oracle import oracle_trajectory
 
-    task, seed = job
+    task, seed, _ = job
     try:
         return oracle_trajectory(task, random.Random(f"real:{seed}:{task.id}"))
     except TaskRejected:
