@@ -69,6 +69,11 @@ def main(argv: list[str]) -> int:
         help="share of bug-fix trajectories that run the tests before the first edit (default 1)",
     )
     tasks.add_argument(
+        "--diagnose",
+        action="store_true",
+        help="bug fixes say which test fails and which line is wrong before their edit",
+    )
+    tasks.add_argument(
         "--workers", type=int, default=0, help="processes (0: twice the cores, at most 8)"
     )
 
@@ -217,6 +222,7 @@ def _tasks(args: argparse.Namespace) -> int:
         samples_per_task=args.samples,
         workers=workers,
         test_first=args.test_first,
+        diagnose=args.diagnose,
     )
     print(json.dumps(manifest, indent=2))
     return 0

@@ -241,6 +241,24 @@ def test_test_first_sets_how_often_a_fix_runs_the_tests_first(tasks, tmp_path):
     )
 
 
+def test_a_diagnosed_fix_names_the_line_then_copies_it_into_the_edit(tasks):
+    for i, task in enumerate(t for t in tasks if t.family.startswith("bugfix/")):
+        row = oracle_trajectory(task, random.Random(i), diagnose=True)
+        turn = next(
+            m
+            for m in row["messages"]
+            if m["role"] == "assistant"
+            and m.get("tool_calls")
+            and m["tool_calls"][0]["function"]["name"] == "edit_file"
+        )
+        notes = task.notes
+        said = f"`{notes['mutated']}`", f"`{notes['original']}`", f"ine {notes['line']} "
+        assert all(part in turn["content"] for part in said), turn["content"]
+        hunks = json.loads(turn["tool_calls"][0]["function"]["arguments"])["hunks"]
+        assert notes["mutated"] in hunks[0]["search"] and notes["original"] in hunks[0]["replace"]
+        assert any(t in turn["content"] for t in notes["failing"])
+
+
 @pytest.mark.parametrize("style", TEST_STYLES)
 def test_a_requested_change_is_checked_in_the_test_files_style(style):
     project = make_project("totals", 3, style)

@@ -21,11 +21,13 @@ def export(
     samples_per_task: int = 1,
     workers: int = 1,
     test_first: float = 1.0,
+    diagnose: bool = False,
 ) -> dict:
     """Write tasks.jsonl, trajectories.jsonl, apply.jsonl (each row has its split) + manifest.
 
     `test_first` is the share of bug-fix trajectories that run the tests before their first
-    edit (`oracle_trajectory`); the manifest records it, and `write_recovery` reads it back.
+    edit and `diagnose` whether they say what is wrong before it (`oracle_trajectory`); the
+    manifest records both.
 
     Each task's trajectories and fast-apply example draw from a generator seeded by `seed` and
     the task's id, so the output does not depend on `workers` (processes running the oracles),
@@ -34,7 +36,7 @@ def export(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     counts = {"tasks": {}, "trajectories": 0, "apply": 0}
-    jobs = [(task, seed, samples_per_task, test_first) for task in tasks]
+    jobs = [(task, seed, samples_per_task, test_first, diagnose) for task in tasks]
     with (
         (out / "tasks.jsonl").open("w") as tf,
         (out / "trajectories.jsonl").open("w") as jf,
@@ -62,6 +64,7 @@ def export(
         "test_commands": sorted({task.test_command for task in tasks}),
         "seed": seed,
         "test_first": test_first,
+        "diagnose": diagnose,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
     write_recovery(tasks, out, seed, workers, test_first)
@@ -100,14 +103,14 @@ def recovery_row(job: tuple[Task, int, float]) -> dict | None:
     return None
 
 
-def _task_rows(job: tuple[Task, int, int, float]) -> tuple[list[dict], int, dict]:
+def _task_rows(job: tuple[Task, int, int, float, bool]) -> tuple[list[dict], int, dict]:
     """One task's oracle trajectories, how many failed, and its fast-apply example."""
-    task, seed, samples, test_first = job
+    task, seed, samples, test_first, diagnose = job
     rng = random.Random(f"export:{seed}:{task.id}")
     rows, failed = [], 0
     for _ in range(samples):
         try:
-            rows.append(oracle_trajectory(task, rng, test_first=test_first))
+            rows.append(oracle_trajectory(task, rng, test_first=test_first, diagnose=diagnose))
         except TaskRejected:
             failed += 1
     return rows, failed, fast_apply_example(task, rng)

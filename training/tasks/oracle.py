@@ -145,7 +145,11 @@ _RECOVERY_INTROS = {
 
 
 def oracle_trajectory(
-    task: Task, rng: random.Random, mistake: str | None = None, test_first: float = 1.0
+    task: Task,
+    rng: random.Random,
+    mistake: str | None = None,
+    test_first: float = 1.0,
+    diagnose: bool = False,
 ) -> dict:
     """A correct, varied trajectory for `task`: {"messages", "tools", "task_id", "family"}.
 
@@ -156,7 +160,9 @@ def oracle_trajectory(
 
     A bug fix runs the tests before its first edit with probability `test_first`. The draw is
     made at every share, as when the shipped starter's data was made (at 0.7, training/starter.py),
-    so that data comes out the same; later sets use 1.0.
+    so that data comes out the same; later sets use 1.0. With `diagnose`, a fix that saw the
+    failure first says before its edit which test fails and which line is wrong, quoting the line
+    as it is and as it should be (`_diagnosis`), then copies those lines into its edit.
 
     With `mistake` (one of MISTAKES) it is a recovery trajectory: the first edit is wrong, as a
     small model's often is (search and replace swapped; a search text that misquotes the file;
@@ -198,7 +204,8 @@ def oracle_trajectory(
         bug = task.family.startswith("bugfix/")
         if rng.random() < 0.5:
             step(rng.choice(_INTROS), ("list_files", {}))
-        if bug and rng.random() < test_first:  # a fix is read from the failure, seen first
+        ran_tests = bug and rng.random() < test_first  # a fix is read from the failure
+        if ran_tests:
             step(rng.choice(_TEST_INTROS), ("run_tests", {}))
         symbol = (
             task.notes.get("old")
@@ -252,7 +259,10 @@ def oracle_trajectory(
             intro = rng.choice(_EDIT_INTROS).format(f=path)
             if mistake and path == changed[0]:
                 intro = recovery
-            if not old or (rng.random() < 0.12 and len(new) < 3000):
+            elif diagnose and ran_tests:
+                intro = _diagnosis(task, path, rng)
+            write = not old or (rng.random() < 0.12 and len(new) < 3000)
+            if write and not (diagnose and ran_tests and old):
                 results = step(intro, ("write_file", {"path": path, "content": new}))
             else:
                 results = step(intro, ("edit_file", {"path": path, "hunks": hunks_for(old, new)}))
@@ -324,6 +334,37 @@ def _wrong_edit(
         lines[m.line - 1] = m.after + "\n"
         return hunks_for(old, "".join(lines)), True
     raise ValueError(f"unknown mistake {kind!r}; expected one of {', '.join(MISTAKES)}")
+
+
+_DIAGNOSES = [
+    "`{test}` fails; it checks `{func}`. Line {line} of {f}, `{old}`, should be `{new}`.",
+    "The failure is in `{func}` ({test}): line {line} reads `{old}` but should read `{new}`.",
+    "{test} fails because of line {line} in {f}: `{old}` should be `{new}`.",
+]
+
+
+def _diagnosis(task: Task, path: str, rng: random.Random) -> str:
+    """What a fix says before its edit: the failing test, the function it checks (the one around
+    the changed line) and the line as it is and as it should be."""
+    import ast
+
+    notes = task.notes
+    func = ""
+    for node in ast.walk(ast.parse(task.files[path])):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and (
+            node.lineno <= notes["line"] <= (node.end_lineno or node.lineno)
+        ):
+            func = node.name  # walk order: the innermost enclosing function comes last
+    failing = notes.get("failing") or ["a test"]
+    test = next((t for t in failing if func and func in t), failing[0])
+    return rng.choice(_DIAGNOSES if func else _DIAGNOSES[2:]).format(
+        test=test,
+        func=func,
+        line=notes["line"],
+        f=path,
+        old=notes["mutated"],
+        new=notes["original"],
+    )
 
 
 def _answer(task: Task, rng: random.Random) -> str:
