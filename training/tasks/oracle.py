@@ -159,8 +159,8 @@ def oracle_trajectory(
     shows the tests passing; a trajectory that would not get there raises `TaskRejected`.
 
     A bug fix runs the tests before its first edit with probability `test_first`. The draw is
-    made at every share, as when the shipped starter's data was made (at 0.7, training/starter.py),
-    so that data comes out the same; later sets use 1.0. With `diagnose`, a fix that saw the
+    made at every share, as the starter's data was made with it (`TASK_TEST_FIRST` in
+    training/starter.py), so that data can be made again. With `diagnose`, a fix that saw the
     failure first says before its edit which test fails and which line is wrong, quoting the line
     as it is and as it should be (`_diagnosis`), then copies those lines into its edit.
 
@@ -257,12 +257,14 @@ def oracle_trajectory(
         for path in changed:
             old, new = current.get(path, ""), task.solution[path]
             intro = rng.choice(_EDIT_INTROS).format(f=path)
-            if mistake and path == changed[0]:
+            recovering = mistake and path == changed[0]
+            diagnosed = diagnose and ran_tests and bool(old) and not recovering
+            if recovering:
                 intro = recovery
-            elif diagnose and ran_tests:
+            elif diagnosed:
                 intro = _diagnosis(task, path, rng)
             write = not old or (rng.random() < 0.12 and len(new) < 3000)
-            if write and not (diagnose and ran_tests and old):
+            if write and not diagnosed:
                 results = step(intro, ("write_file", {"path": path, "content": new}))
             else:
                 results = step(intro, ("edit_file", {"path": path, "hunks": hunks_for(old, new)}))
@@ -346,15 +348,15 @@ _DIAGNOSES = [
 def _diagnosis(task: Task, path: str, rng: random.Random) -> str:
     """What a fix says before its edit: the failing test, the function it checks (the one around
     the changed line) and the line as it is and as it should be."""
-    import ast
+    from agent.harness.symbols import symbols_of
 
     notes = task.notes
-    func = ""
-    for node in ast.walk(ast.parse(task.files[path])):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and (
-            node.lineno <= notes["line"] <= (node.end_lineno or node.lineno)
-        ):
-            func = node.name  # walk order: the innermost enclosing function comes last
+    around = [
+        s
+        for s in symbols_of(path, task.files[path])
+        if s.kind in ("function", "method") and s.start_line <= notes["line"] <= s.end_line
+    ]
+    func = max(around, key=lambda s: s.depth).name if around else ""
     failing = notes.get("failing") or ["a test"]
     test = next((t for t in failing if func and func in t), failing[0])
     return rng.choice(_DIAGNOSES if func else _DIAGNOSES[2:]).format(
