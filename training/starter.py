@@ -436,6 +436,7 @@ def _lineage(recipe: str, overrides: dict, corpus: Path | None = None) -> dict:
 def finish(config: StarterConfig, evaluation: dict | None, timings: dict) -> Path:
     """OUT/model: the last stage's adapter folder, with the starter's version and lineage."""
     from agent.base import base_version
+    from training.tasks.dataset import stable_sha256
 
     out = Path(config.out)
     last = out / STAGE_ORDER[-1] / "model"
@@ -454,8 +455,10 @@ def finish(config: StarterConfig, evaluation: dict | None, timings: dict) -> Pat
     data = {
         "tasks_manifest_sha256": file_sha256(out / "tasks" / "manifest.json"),
         "apply_examples_sha256": file_sha256(out / "tasks" / "apply_code.jsonl"),
-        "trajectories_sha256": file_sha256(out / "tasks" / "trajectories.jsonl"),
-        "recovery_sha256": file_sha256(out / "tasks" / "recovery.jsonl"),
+        # Over the files with test durations and scratch-folder names masked (`stable_sha256`),
+        # so that re-running the tasks stage can reproduce them.
+        "trajectories_stable_sha256": stable_sha256(out / "tasks" / "trajectories.jsonl"),
+        "recovery_stable_sha256": stable_sha256(out / "tasks" / "recovery.jsonl"),
         "tasks": json.loads((out / "tasks" / "manifest.json").read_text())["counts"],
     }
     meta = {

@@ -36,7 +36,7 @@ network.
 """
 
 from training.tasks.bugfix import Mutation, bugfix_tasks, mutations
-from training.tasks.dataset import export, load_tasks
+from training.tasks.dataset import export, load_tasks, stable_sha256, stable_text
 from training.tasks.edit import edit_tasks
 from training.tasks.fast_apply import edit_sketch, fast_apply_example
 from training.tasks.generation import default_workers, generate_tasks, in_order
@@ -89,6 +89,8 @@ __all__ = [
     "oracle_trajectory",
     "project_files",
     "run_tests",
+    "stable_sha256",
+    "stable_text",
     "task_tools_config",
     "verify_command",
     "verify",

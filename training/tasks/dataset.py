@@ -3,8 +3,10 @@ manifest.json."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
+import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -114,6 +116,23 @@ def _task_rows(job: tuple[Task, int, int, float, bool]) -> tuple[list[dict], int
         except TaskRejected:
             failed += 1
     return rows, failed, fast_apply_example(task, rng)
+
+
+def stable_text(text: str) -> str:
+    """`text` with what a test run prints that differs between two runs of the same oracle
+    masked: durations ("in 0.03s") and the oracle's scratch-folder names."""
+    text = re.sub(r"in \d+\.\d+s", "in Ts", text)
+    return re.sub(r"flywheel-oracle-\w+", "flywheel-oracle-X", text)
+
+
+def stable_sha256(path: str | Path) -> str:
+    """The sha256 of a dataset file's `stable_text`: equal for two exports of the same tasks with
+    the same settings, so a lineage's hash can be checked by re-running the export."""
+    digest = hashlib.sha256()
+    with Path(path).open(encoding="utf-8") as handle:
+        for line in handle:
+            digest.update(stable_text(line).encode())
+    return digest.hexdigest()
 
 
 def load_tasks(path: str | Path, split: str | None = None) -> list[Task]:
