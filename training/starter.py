@@ -659,8 +659,9 @@ def model_card(model: Path) -> str:
         "Wall-clock of the run that made this model, step by step, over every invocation",
         f"(timings_s in flywheel.json): {_minutes(meta.get('timings_s', {}))}, on "
         f"{meta.get('machine', 'an unrecorded machine')}.",
-        "Lineage (base, recipes and their hashes, the task manifest's hash, per-stage metrics) is",
-        "in flywheel.json.",
+        "Lineage (base, recipes and their hashes, the task manifest's hash, the trajectories'",
+        "hashes with test durations masked so a rerun of the tasks step can check them, per-stage",
+        "metrics) is in flywheel.json.",
         "",
     ]
     return "\n".join(lines)

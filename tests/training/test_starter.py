@@ -19,6 +19,7 @@ from training.starter import (
     mtp_overrides,
     stage_overrides,
 )
+from training.tasks import stable_sha256
 
 
 def test_stage_paths_point_into_the_run_folder(tmp_path):
@@ -100,6 +101,8 @@ def test_quick_chain_writes_a_loadable_adapter_with_lineage(tmp_path):
     assert meta["base"].startswith("smollm2") and meta["data"]["apply_examples_sha256"]
     assert list((tmp_path / "eval-transcripts").glob("*.jsonl"))  # why each eval task went so
     assert meta["data"]["tasks_manifest_sha256"] and meta["evaluation"]["tasks"] >= 1
+    trajectories = tmp_path / "tasks" / "trajectories.jsonl"
+    assert meta["data"]["trajectories_stable_sha256"] == stable_sha256(trajectories)
     assert is_adapter(tmp_path / "model")
     model = load_checkpoint(tmp_path / "model")
     assert model.trunk.config.hidden_size == 576 and len(model.heads.heads) == 2
