@@ -11,6 +11,7 @@ To add a subcommand, add one line to COMMANDS and a `### flywheel NAME` heading 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 # name -> (module that implements it, one-line help)
@@ -81,6 +82,18 @@ def _usage() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        code = _dispatch(argv)
+        sys.stdout.flush()  # inside the try: a buffered write fails here, not at exit
+        return code
+    except BrokenPipeError:
+        # The reader went away (`flywheel models | head`): stop quietly, as Unix tools do, and
+        # point stdout at /dev/null so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by the signal
+
+
+def _dispatch(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0

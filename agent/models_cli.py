@@ -29,8 +29,11 @@ from agent.registry import Registry, RegistryError, path_from_cli
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flywheel models", description=__doc__.split("\n")[0])
     p.add_argument("--registry", help="registry folder (default: $FLYWHEEL_REGISTRY or XDG data)")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    ls = sub.add_parser("list", help="every version with status, lineage, score and gate")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    p.set_defaults(command="list", json=False)  # `flywheel models` alone lists them
+    ls = sub.add_parser(
+        "list", help="every version with status, lineage, score and gate (the default)"
+    )
     ls.add_argument("--json", action="store_true", help="print the index's versions as JSON")
     show = sub.add_parser("show", help="one version in full")
     show.add_argument("version", help="id, vN or 'promoted'")

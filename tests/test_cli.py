@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -24,6 +25,21 @@ def test_help_lists_every_command_without_heavy_imports():
     for name in COMMANDS:
         assert re.search(rf"^\s+{name}\s", out.stdout, re.M), name
     assert "HEAVY []" in out.stdout
+
+
+def test_a_reader_that_goes_away_stops_the_command_without_a_traceback(tmp_path):
+    read, write = os.pipe()
+    os.close(read)  # like `flywheel models | head -1` once head has its line
+    with os.fdopen(write, "w") as closed:
+        out = subprocess.run(
+            [sys.executable, "-m", "agent.cli", "models", "--registry", str(tmp_path)],
+            stdout=closed,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    assert out.returncode == 141
+    assert out.stderr == ""
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

@@ -126,6 +126,8 @@ def test_models_command(registry, tiny_checkpoint, tiny_checkpoint_b, tmp_path, 
     assert models_cli.main([*reg, "list"]) == 0
     listing = capsys.readouterr().out
     assert "promoted" in listing and "retired" in listing
+    assert models_cli.main(reg) == 0  # no command: the same listing
+    assert capsys.readouterr().out == listing
     assert models_cli.main([*reg, "show", "v2"]) == 0
     assert "files        verified" in capsys.readouterr().out
     assert models_cli.main([*reg, "verify"]) == 0
