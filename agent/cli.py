@@ -86,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         code = _dispatch(argv)
         sys.stdout.flush()  # inside the try: a buffered write fails here, not at exit
         return code
+    except KeyboardInterrupt:  # Ctrl-C: one line, not the traceback of wherever it landed
+        command = " ".join(argv[:2] if argv and argv[0] in GROUPS else argv[:1])
+        print(f"flywheel {command}: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT
     except BrokenPipeError:
         # The reader went away (`flywheel models | head`): stop quietly, as Unix tools do, and
         # point stdout at /dev/null so the interpreter's final flush does not fail again.

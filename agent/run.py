@@ -211,9 +211,6 @@ def main(argv: list[str] | None = None) -> int:
     logger.addHandler(handler)
     try:
         return _run(args, console, err)
-    except KeyboardInterrupt:
-        err.print("flywheel run: interrupted")
-        return 130
     finally:
         logger.removeHandler(handler)
 
@@ -365,5 +362,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # through the CLI, which turns Ctrl-C into one line
+    from agent.cli import main as cli
+
+    sys.exit(cli(["run", *sys.argv[1:]]))

@@ -42,6 +42,18 @@ def test_a_reader_that_goes_away_stops_the_command_without_a_traceback(tmp_path)
     assert out.stderr == ""
 
 
+def test_ctrl_c_stops_a_command_with_one_line(tmp_path):
+    code = (
+        "import agent.cli, agent.models_cli, sys\n"
+        "def interrupted(argv): raise KeyboardInterrupt\n"
+        "agent.models_cli.main = interrupted\n"
+        "sys.exit(agent.cli.main(['models', 'list']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 130
+    assert out.stderr == "flywheel models: interrupted\n"
+
+
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_every_command_has_help(name):
     out = subprocess.run(
