@@ -10,7 +10,9 @@ codes, so `[/]`, `[bold]` or `:x:` appear as written. Exit status: 0 when the mo
 when the task stopped for any other reason (a limit, an engine error at any point, repeated
 failures, a vanished workspace), 2 for bad usage (no such workspace, a model that cannot be
 opened), 3 when the task is left waiting for an approval (`--approve no-wait`), resumable with
-`--resume`, 130 when interrupted. Every error is one line on stderr, never a traceback.
+`--resume`, 130 when interrupted. Ctrl-C cancels the task: it stops before the next model turn or
+tool call, as `cancelled`, and is recorded with its changes so far; a second Ctrl-C quits at once.
+Every error is one line on stderr, never a traceback.
 
 `--model` is the one model flag: "default" (the built-in starter model), a checkpoint folder,
 or an http(s) URL of an OpenAI-compatible server; it becomes `EngineConfig(model=...)`. A server
@@ -26,7 +28,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -293,6 +299,7 @@ def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
             err.print(_line(("warning:", "yellow"), f" {recorder.error}"))
 
     harness = None
+    cancel = threading.Event()
     try:
         harness = Harness(
             engine,
@@ -308,7 +315,8 @@ def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
                 err.print(f"flywheel run: no task {args.resume!r} in {args.checkpoint_db}")
                 return 2
         else:
-            outcome = harness.start(args.instruction, thread_id=args.thread)
+            with _ctrl_c_sets(cancel, err):
+                outcome = harness.start(args.instruction, thread_id=args.thread, cancel=cancel)
         while outcome.approval is not None:
             if args.approve == "no-wait":
                 console.print(
@@ -321,9 +329,9 @@ def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
                     )
                 )
                 return 3
-            outcome = harness.resume(
-                outcome.thread_id, _decide(outcome.approval, args.approve, console)
-            )
+            decision = _decide(outcome.approval, args.approve, console)
+            with _ctrl_c_sets(cancel, err):
+                outcome = harness.resume(outcome.thread_id, decision, cancel=cancel)
     except EngineError as exc:
         err.print(f"flywheel run: the model failed: {_one_line(exc)}")
         return 1
@@ -355,7 +363,30 @@ def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
         f"{status}{': ' + outcome.detail if outcome.detail else ''} — {outcome.steps} steps, "
         f"{outcome.tokens} tokens, {outcome.tool_errors} tool errors, thread {outcome.thread_id}"
     )
+    if cancel.is_set():
+        return 130
     return 0 if outcome.ok else 1
+
+
+@contextmanager
+def _ctrl_c_sets(cancel: threading.Event, err: Any) -> Iterator[None]:
+    """While the task runs, the first Ctrl-C sets `cancel` (the harness stops at its next check,
+    records the task as cancelled and returns it) and the second one interrupts at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread; a caller's thread keeps its own
+        return
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+        err.print("flywheel run: cancelling after the current step (Ctrl-C again to quit now)")
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from agent import run
@@ -84,3 +86,34 @@ def test_wait_for_approval_then_resume(workspace, tmp_path, model, capsys):
     model(["Removed."])
     code = run.main(["--resume", "T", "--approve", "yes", *args])
     assert code == 0 and not (workspace / "calc.py").exists()
+
+
+def test_ctrl_c_cancels_the_task_and_records_it(workspace, tmp_path, model, monkeypatch, capsys):
+    """The first Ctrl-C (a real SIGINT, raised once the first step has been shown) stops the
+    task at the harness's next check: recorded as cancelled with its edit, exit status 130."""
+    model([FIX, call("run_tests"), "Fixed add()."])
+    show = run._progress
+
+    def progress_then_ctrl_c(console):
+        shown = show(console)
+
+        def on_event(event):
+            shown(event)
+            if event["kind"] == "tool":  # the edit has been made
+                signal.raise_signal(signal.SIGINT)
+
+        return on_event
+
+    monkeypatch.setattr(run, "_progress", progress_then_ctrl_c)
+    db = tmp_path / "tel.db"
+    code = run.main(["fix add", "--workspace", str(workspace), "--telemetry-db", str(db)])
+    captured = capsys.readouterr()
+    assert code == 130, captured.out
+    assert "cancelling after the current step" in captured.err
+    assert "stopped: cancelled" in captured.out and "Traceback" not in captured.err
+    [task] = rows(db, "SELECT * FROM tasks")
+    assert task["stop_reason"] == "cancelled" and task["ended_at"] is not None
+    assert "+    return a + b" in task["diff"]  # what was done before the cancel is kept
+    tools = [s["tool_name"] for s in rows(db, "SELECT * FROM steps") if s["role"] == "tool"]
+    assert tools == ["edit_file"]  # run_tests was never started
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
