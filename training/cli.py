@@ -128,6 +128,12 @@ def main(argv: list[str]) -> int:
         help="folder: write each task's turns, tool calls and results there "
         "(one JSONL per task; with several models, one subfolder each)",
     )
+    ev.add_argument(
+        "--progress",
+        default="",
+        help="JSONL file: each finished task is appended; a rerun with the same model and "
+        "settings takes those tasks from it (resume a killed evaluation)",
+    )
 
     ev.add_argument(
         "--free-tool-calls",
@@ -268,6 +274,7 @@ def _eval(args: argparse.Namespace, argv: list[str]) -> int:
         turn_max_tokens=args.turn_max_tokens,
         dtype=args.dtype,
         constrain_tool_calls=not args.free_tool_calls,
+        progress=args.progress,
     )
     reports = []
     for i, model in enumerate(args.model):

@@ -16,7 +16,10 @@ Vocabulary:
     pass@1        share of tasks whose verifying command passes after one greedy attempt
 
 With `transcripts`, each task's conversation as the harness saw it (every turn, tool call, tool
-result and the stop) is written as JSONL, to read why a task failed.
+result and the stop) is written as JSONL, to read why a task failed. With `progress`, each finished
+task's result is appended to a JSONL file with the model version and settings it ran under, and a
+rerun with the same ones takes those tasks from it instead of running them again: a killed
+evaluation resumes (greedy decoding makes a task's result the same either way).
 
 What it does not do: sampling several attempts (pass@k), or score code quality; `flywheel bench
 agent` (training/benchmark) does, and the promotion gate reads its results.
@@ -60,6 +63,7 @@ class EvalConfig:
     speculative: str = "ngram"  # engine drafts (greedy: the output is the same as without)
     transcripts: str = ""  # folder: each task's harness events as <task id>.jsonl ("" = none)
     constrain_tool_calls: bool = True  # tool calls decoded under their grammar, as in the harness
+    progress: str = ""  # JSONL of finished tasks, to resume a killed run from ("" = none)
 
     def __post_init__(self) -> None:
         if self.split not in ("heldout", "train", "all"):
@@ -173,16 +177,24 @@ def evaluate_agent(
     t0 = time.monotonic()
     results = []
     version = engine.model_version
+    key = _settings(str(model), version, config)
+    finished = _finished(Path(config.progress), key) if config.progress else {}
     try:
         for i, task in enumerate(tasks, 1):
-            result = run_task(engine, task, config)
+            result = finished.get(task.id)
+            if result is None:
+                result = run_task(engine, task, config)
+                if config.progress:
+                    _append(Path(config.progress), {"settings": key, "result": asdict(result)})
             results.append(result)
             if log:
                 done = sum(r.passed for r in results)
                 log(
                     f"eval {i}/{len(tasks)} {task.family:<24} "
                     f"{'PASS' if result.passed else 'fail'} ({result.stop_reason}, "
-                    f"{result.steps} turns, {result.seconds:.0f}s)  pass@1 so far {done}/{i}"
+                    f"{result.steps} turns, {result.seconds:.0f}s"
+                    f"{', from the progress file' if task.id in finished else ''})"
+                    f"  pass@1 so far {done}/{i}"
                 )
     finally:
         close = getattr(engine, "close", None)
@@ -209,6 +221,42 @@ def evaluate_agent(
         speculative=config.speculative,
         results=results,
     )
+
+
+def _settings(model: str, version: str, config: EvalConfig) -> dict:
+    """What a task's result depends on besides the task: a progress row counts only under these."""
+    kept = ("split", "max_steps", "max_wall_s", "turn_max_tokens", "device", "dtype")
+    return {
+        "model": model,
+        "model_version": version,
+        "constrain_tool_calls": config.constrain_tool_calls,
+        **{name: getattr(config, name) for name in kept},
+    }
+
+
+def _finished(path: Path, settings: dict) -> dict[str, TaskResult]:
+    """Results in a progress file that ran under `settings`, by task id. A line cut short by a
+    kill, or a row of an older format, is skipped (that task runs again)."""
+    found: dict[str, TaskResult] = {}
+    if not path.exists():
+        return found
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+            if row["settings"] == settings:
+                result = TaskResult(**row["result"])
+                found[result.task_id] = result
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def _append(path: Path, row: dict) -> None:
+    """One row on a line of its own, even after a line a kill cut short."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab") as out:
+        cut = out.tell() > 0 and path.read_bytes()[-1:] != b"\n"
+        out.write(b"\n" * cut + (json.dumps(row) + "\n").encode())
 
 
 def write_report(report: EvalReport, path: str | Path) -> None:

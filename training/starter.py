@@ -255,6 +255,7 @@ def evaluate_agent_stage(config: StarterConfig, log: Callable[[str], None]) -> d
         dtype=default_dtype(model),
         speculative=default_speculative(model),
         transcripts=str(out / "eval-transcripts"),
+        progress=str(out / "eval-progress.jsonl"),  # a killed evaluation resumes
         **(QUICK_EVAL if config.quick else {}),
     )
     path = out / "eval.json"

@@ -63,6 +63,40 @@ def test_the_command_line_report_says_how_it_was_made(tiny_checkpoint, task, tmp
     out = tmp_path / "eval.json"
     argv = ["eval", "--model", str(tiny_checkpoint), "--tasks", str(tmp_path), "--split", "all"]
     argv += ["--max-steps", "1", "--max-wall-s", "5", "--json", str(out)]
+    argv += ["--progress", str(tmp_path / "progress.jsonl")]
     assert main(argv) == 0
+    assert (tmp_path / "progress.jsonl").read_text().count("\n") == 1
     report = json.loads(out.read_text())
     assert report["command"] == "flywheel train " + " ".join(argv) and report["tasks"] == 1
+
+
+def test_a_killed_evaluation_resumes_from_its_progress_file(
+    tiny_checkpoint, task, tmp_path, monkeypatch
+):
+    import training.evaluate as evaluate
+
+    other = type(task)(**{**task.__dict__, "id": task.id + "-b"})
+    progress = tmp_path / "progress.jsonl"
+    config = EvalConfig(max_steps=1, max_wall_s=5, speculative="none", progress=str(progress))
+    first = evaluate_agent(str(tiny_checkpoint), [task, other], config)
+    assert len(progress.read_text().splitlines()) == 2
+    with progress.open("a") as out:
+        out.write('{"settings": {"model": "cut sh')  # a kill in the middle of a row
+
+    ran = []
+    run_task = evaluate.run_task
+
+    def counted(engine, task, config):
+        ran.append(task.id)
+        return run_task(engine, task, config)
+
+    monkeypatch.setattr(evaluate, "run_task", counted)
+    again = evaluate_agent(str(tiny_checkpoint), [task, other], config)
+    assert ran == [] and again.results == first.results  # both taken from the file
+    third = type(task)(**{**task.__dict__, "id": task.id + "-c"})
+    evaluate_agent(str(tiny_checkpoint), [task, other, third], config)
+    assert ran == [third.id]  # only the new task runs; its row starts a line of its own
+    assert json.loads(progress.read_text().splitlines()[-1])["result"]["task_id"] == third.id
+    longer = EvalConfig(max_steps=2, max_wall_s=5, speculative="none", progress=str(progress))
+    evaluate_agent(str(tiny_checkpoint), [task], longer)
+    assert ran == [third.id, task.id]  # other settings: the kept result does not count
