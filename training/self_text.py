@@ -88,8 +88,10 @@ def continuations(
     seed: int = 0,
     log: Callable[[str], None] = print,
 ) -> Path:
-    """`out` (JSONL): each window followed by the model's greedy continuation. Written whole to
-    a temporary file first, so a killed run leaves nothing half-written under `out`."""
+    """`out` (JSONL): each window followed by the model's greedy continuation. Written to a
+    temporary file named after the model's version first, so a killed run leaves nothing
+    half-written under `out`, and a rerun with the same model keeps the rows already written
+    (greedy: they would come out the same) and continues after them."""
     from rich.progress import Progress
 
     from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig, open_engine
@@ -106,22 +108,46 @@ def continuations(
         return prompt + engine.generate(Request(prompt=prompt, params=params)).completions[0].text
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
+    version = "".join(c if c.isalnum() or c in "-_." else "_" for c in engine.model_version)
+    tmp = out.with_name(f"{out.name}.{version}-{max_tokens}.tmp")
+    kept = _complete_rows(tmp, prompts)
     try:
         with (
-            tmp.open("w") as f,
+            tmp.open("r+b" if tmp.exists() else "wb") as f,
             ThreadPoolExecutor(AT_ONCE) as pool,
             Progress(transient=True) as progress,
         ):
+            f.truncate(sum(len(row) for row in kept))  # drop a row a kill cut short
+            f.seek(0, 2)
             task = progress.add_task(f"{model}: continuations", total=len(prompts))
-            for text in pool.map(continue_, prompts):  # in prompt order, whatever finishes first
-                f.write(json.dumps({"text": text}) + "\n")
+            progress.advance(task, len(kept))
+            # In prompt order, whatever finishes first.
+            for text in pool.map(continue_, prompts[len(kept) :]):
+                f.write((json.dumps({"text": text}) + "\n").encode())
+                f.flush()
                 progress.advance(task)
     finally:
         engine.close()
     tmp.replace(out)
     log(f"[self_text] {len(prompts)} continuations -> {out}")
     return out
+
+
+def _complete_rows(tmp: Path, prompts: list[str]) -> list[bytes]:
+    """The whole rows of an earlier run's temporary file, as bytes: each one a parsed JSON line
+    that continues its own prompt. Reading stops at the first that is not."""
+    if not tmp.exists():
+        return []
+    kept = []
+    for line, prompt in zip(tmp.read_bytes().splitlines(keepends=True), prompts, strict=False):
+        try:
+            whole = line.endswith(b"\n") and json.loads(line)["text"].startswith(prompt)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            whole = False
+        if not whole:
+            break
+        kept.append(line)
+    return kept
 
 
 def corpus(

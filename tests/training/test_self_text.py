@@ -31,3 +31,21 @@ def test_continuations_extend_each_window_with_the_models_greedy_text(tmp_path, 
     )
     assert again.read_text() == out.read_text()  # greedy, whatever shared the engine's steps
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_killed_run_keeps_its_whole_rows_and_continues_after_them(tmp_path, tiny_checkpoint):
+    from agent.model import checkpoint_version
+
+    out = tmp_path / "c.jsonl"
+    first = self_text.windows(3)[0]
+    tmp = tmp_path / f"c.jsonl.{checkpoint_version(tiny_checkpoint)}-4.tmp"
+    # What a kill leaves: one whole row (marked, to see that it is kept) and one cut short.
+    tmp.write_text(json.dumps({"text": first + " KEPT"}) + "\n" + '{"text": "cut sh')
+    self_text.continuations(str(tiny_checkpoint), out, count=3, max_tokens=4, log=lambda s: None)
+    rows = [json.loads(line)["text"] for line in out.read_text().splitlines()]
+    fresh = self_text.continuations(
+        str(tiny_checkpoint), tmp_path / "d.jsonl", count=3, max_tokens=4, log=lambda s: None
+    )
+    assert rows[0] == first + " KEPT" and len(rows) == 3
+    assert rows[1:] == [json.loads(line)["text"] for line in fresh.read_text().splitlines()][1:]
+    assert not tmp.exists()
