@@ -13,7 +13,7 @@ The starter model is a small demonstration of the loop, not a replacement for a 
 may fail the task. A failed task is still logged with its reward; that is the data the flywheel
 learns from. Exit status: 0 when the demonstration ran end to end (task run, verified, logged
 and scored, whether or not the model solved it), 1 when the task could not be recorded, 2 when it
-cannot start.
+cannot start, 130 when Ctrl-C cancelled the task (it is still verified, logged and scored).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import argparse
 import shutil
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 SAMPLE = Path(__file__).resolve().parent / "sample_workspace"
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from agent.engine.config import default_dtype, default_speculative
     from agent.harness import Harness, HarnessConfig, Sandbox, Workspace
     from agent.harness.project import detect_test_command
-    from agent.run import _progress, _telemetry_path
+    from agent.run import _progress, _telemetry_path, ctrl_c_cancels
     from telemetry import Recorder, open_db, queries, recompute
     from telemetry.rewards import latest
 
@@ -91,10 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     console.print(f"model [bold]{engine.model_version}[/]; task: {INSTRUCTION}\n")
     before = _count(Sandbox(folder, harness.config.sandbox).run(test_command).output)
+    cancel = threading.Event()
     try:
-        outcome = harness.start(INSTRUCTION, verify_command=test_command)
-        while outcome.approval is not None:  # only without bubblewrap: deny unconfined commands
-            outcome = harness.resume(outcome.thread_id, False)
+        with ctrl_c_cancels(cancel, lambda line: console.print(f"flywheel demo: {line}")):
+            outcome = harness.start(INSTRUCTION, verify_command=test_command, cancel=cancel)
+            while outcome.approval is not None:  # only without bubblewrap: deny unconfined ones
+                outcome = harness.resume(outcome.thread_id, False)
         session_id = harness.session_id()
         check = Sandbox(folder, harness.config.sandbox).run(test_command)
     finally:
@@ -152,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             ": it solves some small edits and bug fixes, and fails many (its measured pass rate is"
             " in agent/starter/README.md). Try a bigger checkpoint or a server with --model."
         )
-    return 0
+    return 130 if cancel.is_set() else 0
 
 
 def _count(output: str) -> tuple[int, int]:

@@ -31,7 +31,7 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -315,7 +315,7 @@ def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
                 err.print(f"flywheel run: no task {args.resume!r} in {args.checkpoint_db}")
                 return 2
         else:
-            with _ctrl_c_sets(cancel, err):
+            with ctrl_c_cancels(cancel, lambda line: err.print(f"flywheel run: {line}")):
                 outcome = harness.start(args.instruction, thread_id=args.thread, cancel=cancel)
         while outcome.approval is not None:
             if args.approve == "no-wait":
@@ -330,7 +330,7 @@ def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
                 )
                 return 3
             decision = _decide(outcome.approval, args.approve, console)
-            with _ctrl_c_sets(cancel, err):
+            with ctrl_c_cancels(cancel, lambda line: err.print(f"flywheel run: {line}")):
                 outcome = harness.resume(outcome.thread_id, decision, cancel=cancel)
     except EngineError as exc:
         err.print(f"flywheel run: the model failed: {_one_line(exc)}")
@@ -369,9 +369,9 @@ def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
 
 
 @contextmanager
-def _ctrl_c_sets(cancel: threading.Event, err: Any) -> Iterator[None]:
-    """While the task runs, the first Ctrl-C sets `cancel` (the harness stops at its next check,
-    records the task as cancelled and returns it) and the second one interrupts at once."""
+def ctrl_c_cancels(cancel: threading.Event, say: Callable[[str], None]) -> Iterator[None]:
+    """While a harness task runs, the first Ctrl-C sets `cancel` (the harness stops at its next
+    check, records the task as cancelled and returns it) and the second interrupts at once."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers belong to the main thread; a caller's thread keeps its own
         return
@@ -380,7 +380,7 @@ def _ctrl_c_sets(cancel: threading.Event, err: Any) -> Iterator[None]:
         if cancel.is_set():
             raise KeyboardInterrupt
         cancel.set()
-        err.print("flywheel run: cancelling after the current step (Ctrl-C again to quit now)")
+        say("cancelling the task after the current step (Ctrl-C again to quit now)")
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
     try:

@@ -109,7 +109,7 @@ def test_ctrl_c_cancels_the_task_and_records_it(workspace, tmp_path, model, monk
     code = run.main(["fix add", "--workspace", str(workspace), "--telemetry-db", str(db)])
     captured = capsys.readouterr()
     assert code == 130, captured.out
-    assert "cancelling after the current step" in captured.err
+    assert "cancelling the task after the current step" in captured.err
     assert "stopped: cancelled" in captured.out and "Traceback" not in captured.err
     [task] = rows(db, "SELECT * FROM tasks")
     assert task["stop_reason"] == "cancelled" and task["ended_at"] is not None
