@@ -203,6 +203,7 @@ def collect_stats(path: Path) -> dict[str, Any]:
                 "WHERE ended_at IS NOT NULL GROUP BY 1 ORDER BY 2 DESC"
             )
         )
+        (open_tasks,) = conn.execute("SELECT COUNT(*) FROM tasks WHERE ended_at IS NULL").fetchone()
         version = store.schema_version(conn)
     finally:
         conn.close()
@@ -217,6 +218,7 @@ def collect_stats(path: Path) -> dict[str, Any]:
         "sessions_by_consent": consent,
         "sessions_by_editor": editors,
         "tasks_by_stop_reason": stops,
+        "tasks_not_ended": open_tasks,
         "rewards": {k: {"rows": n, "valued": nv, "mean": m} for k, n, nv, m in reward_rows},
         "dropped": dropped,
     }
@@ -234,6 +236,11 @@ def _stats(args: argparse.Namespace, path: Path) -> int:
     print("\nsessions by consent: " + _pairs(stats["sessions_by_consent"]))
     print("sessions by editor:  " + _pairs(stats["sessions_by_editor"]))
     print("tasks by stop reason: " + _pairs(stats["tasks_by_stop_reason"]))
+    if stats["tasks_not_ended"]:
+        print(
+            f"tasks not ended: {stats['tasks_not_ended']} (running now, or their process was "
+            "killed; their steps are kept)"
+        )
     if stats["rewards"]:
         print("\nrewards (stored)          rows   valued     mean")
         for key, r in stats["rewards"].items():

@@ -4,6 +4,7 @@ database path resolved as --db > $FLYWHEEL_DB > $XDG_DATA_HOME default."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -57,7 +58,16 @@ def test_stats_export_import_rewards_forget(tmp_path: Path, capsys: pytest.Captu
     assert main(["stats", "--db", str(db), "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["tables"]["steps"] == 6 and stats["schema_version"] == store.SCHEMA_VERSION
-    assert stats["tasks_by_stop_reason"] == {"answered": 1}
+    assert stats["tasks_by_stop_reason"] == {"answered": 1} and stats["tasks_not_ended"] == 0
+    conn = sqlite3.connect(db)
+    ended = conn.execute("SELECT ended_at FROM tasks").fetchone()[0]
+    with conn:
+        conn.execute("UPDATE tasks SET ended_at = NULL")  # as a killed `flywheel run` leaves it
+    assert main(["stats", "--db", str(db)]) == 0
+    assert "tasks not ended: 1" in capsys.readouterr().out
+    with conn:
+        conn.execute("UPDATE tasks SET ended_at = ?", (ended,))
+    conn.close()
 
     assert main(["rewards", "--db", str(db), "--recompute", "--function", "total"]) == 0
     out = capsys.readouterr().out
