@@ -476,6 +476,16 @@ def bf16_is_fast(device: torch.device) -> bool:
     return bf16_matmul_is_fast()
 
 
+def _clock(seconds: float) -> str:
+    """`1h05m`, `12m30s`, `40s`: a duration for a log line."""
+    seconds = round(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds}s"
+
+
 class _progress:
     """A rich progress bar showing step, loss and held-out loss (a no-op when disabled)."""
 
@@ -483,6 +493,7 @@ class _progress:
         self.bar = None
         self.lines = enabled and not sys.stdout.isatty()  # a log file: one line per log step
         self.recipe = recipe
+        self.start, self.t0 = start, time.monotonic()  # this invocation's pace, for the lines
         if not enabled or self.lines:
             return
         from rich.progress import (
@@ -509,8 +520,11 @@ class _progress:
     def update(self, step: int, loss: float, eval_loss: float | None) -> None:
         if self.lines and (step % self.recipe.log_every == 0 or step == self.recipe.steps):
             shown = "-" if eval_loss is None else f"{eval_loss:.3f}"
+            spent = time.monotonic() - self.t0
+            left = spent / max(step - self.start, 1) * (self.recipe.steps - step)
             print(
-                f"{self.recipe.stage} step {step}/{self.recipe.steps} loss {loss:.3f} eval {shown}",
+                f"{self.recipe.stage} step {step}/{self.recipe.steps} loss {loss:.3f} eval {shown}"
+                f"  ({_clock(spent)} in, about {_clock(left)} left)",
                 flush=True,
             )
         if self.bar:

@@ -57,7 +57,7 @@ def test_pretrain_loss_decreases_and_writes_a_loadable_model(tmp_path, corpus):
     assert ckpt.trunk.config.vocab_size >= len(ckpt.tokenizer)
 
 
-def test_resume_continues_the_step_count_and_the_curve(tmp_path, corpus):
+def test_resume_continues_the_step_count_and_the_curve(tmp_path, corpus, capsys):
     out = tmp_path / "run"
     recipe = tiny("pretrain", out, data=str(corpus), steps=6)
     train(recipe, progress=False)
@@ -73,7 +73,10 @@ def test_resume_continues_the_step_count_and_the_curve(tmp_path, corpus):
     with (out / "metrics.jsonl").open("a") as handle:
         handle.write('{"step": 5, "kind": "train", "loss": 99.0}\n{"step": 6, "ki')
 
-    train(recipe, progress=False)
+    capsys.readouterr()
+    train(recipe, progress=True)  # stdout is not a terminal here: one line per logged step
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("pretrain step")]
+    assert lines[-1].startswith("pretrain step 6/6 loss ") and lines[-1].endswith("about 0s left)")
     records = _records(out, "train")
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
     assert 99.0 not in [r["loss"] for r in records]
