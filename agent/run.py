@@ -10,8 +10,9 @@ codes, so `[/]`, `[bold]` or `:x:` appear as written. Exit status: 0 when the mo
 when the task stopped for any other reason (a limit, an engine error at any point, repeated
 failures, a vanished workspace), 2 for bad usage (no such workspace, a model that cannot be
 opened), 3 when the task is left waiting for an approval (`--approve no-wait`), resumable with
-`--resume`, 130 when interrupted. Ctrl-C cancels the task: it stops before the next model turn or
-tool call, as `cancelled`, and is recorded with its changes so far; a second Ctrl-C quits at once.
+`--resume`, 130 when interrupted. Ctrl-C (or SIGTERM) cancels the task: it stops before the next
+model turn or tool call, as `cancelled`, and is recorded with its changes so far; a second Ctrl-C
+quits at once.
 Every error is one line on stderr, never a traceback.
 
 `--model` is the one model flag: "default" (the built-in starter model), a checkpoint folder,
@@ -370,23 +371,26 @@ def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
 
 @contextmanager
 def ctrl_c_cancels(cancel: threading.Event, say: Callable[[str], None]) -> Iterator[None]:
-    """While a harness task runs, the first Ctrl-C sets `cancel` (the harness stops at its next
-    check, records the task as cancelled and returns it) and the second interrupts at once."""
+    """While a harness task runs, the first Ctrl-C or SIGTERM (`timeout`, a CI job's end) sets
+    `cancel`: the harness stops at its next check, records the task as cancelled and returns it.
+    A second signal interrupts at once."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers belong to the main thread; a caller's thread keeps its own
         return
 
-    def on_interrupt(signum: int, frame: Any) -> None:
+    def on_signal(signum: int, frame: Any) -> None:
         if cancel.is_set():
             raise KeyboardInterrupt
         cancel.set()
-        say("cancelling the task after the current step (Ctrl-C again to quit now)")
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        say(f"{name}: cancelling the task after the current step (Ctrl-C again to quit now)")
 
-    previous = signal.signal(signal.SIGINT, on_interrupt)
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -109,11 +109,12 @@ def test_ctrl_c_cancels_the_task_and_records_it(workspace, tmp_path, model, monk
     code = run.main(["fix add", "--workspace", str(workspace), "--telemetry-db", str(db)])
     captured = capsys.readouterr()
     assert code == 130, captured.out
-    assert "cancelling the task after the current step" in captured.err
+    assert "Ctrl-C: cancelling the task after the current step" in captured.err
     assert "stopped: cancelled" in captured.out and "Traceback" not in captured.err
     [task] = rows(db, "SELECT * FROM tasks")
     assert task["stop_reason"] == "cancelled" and task["ended_at"] is not None
     assert "+    return a + b" in task["diff"]  # what was done before the cancel is kept
     tools = [s["tool_name"] for s in rows(db, "SELECT * FROM steps") if s["role"] == "tool"]
     assert tools == ["edit_file"]  # run_tests was never started
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
