@@ -12,8 +12,7 @@ failures, a vanished workspace), 2 for bad usage (no such workspace, a model tha
 opened), 3 when the task is left waiting for an approval (`--approve no-wait`), resumable with
 `--resume`, 130 when interrupted. Ctrl-C (or SIGTERM) cancels the task: it stops before the next
 model turn or tool call, as `cancelled`, and is recorded with its changes so far; a second Ctrl-C
-quits at once.
-Every error is one line on stderr, never a traceback.
+quits at once. Every error is one line on stderr, never a traceback.
 
 `--model` is the one model flag: "default" (the built-in starter model), a checkpoint folder,
 or an http(s) URL of an OpenAI-compatible server; it becomes `EngineConfig(model=...)`. A server

@@ -254,8 +254,12 @@ def _finished(path: Path, settings: dict) -> dict[str, TaskResult]:
 def _append(path: Path, row: dict) -> None:
     """One row on a line of its own, even after a line a kill cut short."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("ab") as out:
-        cut = out.tell() > 0 and path.read_bytes()[-1:] != b"\n"
+    with path.open("a+b") as out:  # writes go to the end whatever was read
+        size = out.seek(0, 2)
+        cut = False
+        if size:
+            out.seek(size - 1)
+            cut = out.read(1) != b"\n"
         out.write(b"\n" * cut + (json.dumps(row) + "\n").encode())
 
 
