@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         code = _dispatch(argv)
-        sys.stdout.flush()  # inside the try: a buffered write fails here, not at exit
+        if not sys.stdout.closed:  # (the language server closes its stdio when it exits)
+            sys.stdout.flush()  # inside the try: a buffered write fails here, not at exit
         return code
     except KeyboardInterrupt:  # Ctrl-C: one line, not the traceback of wherever it landed
         command = " ".join(argv[:2] if argv and argv[0] in GROUPS else argv[:1])
