@@ -34,7 +34,11 @@ from pathlib import Path
 from agent.harness.workspace import Workspace, WorkspaceError
 
 # How a detected pytest project runs, after its interpreter (synthetic tasks use the same).
-PYTEST_ARGS = "-m pytest -q -p no:cacheprovider --tb=short"
+# The -W filter hides pytest's and its plugins' own deprecation notices (pytest-asyncio's unset
+# loop scope, in an environment that has it): lines about the test runner, not the project.
+PYTEST_ARGS = (
+    "-m pytest -q -p no:cacheprovider --tb=short -W ignore::pytest.PytestDeprecationWarning"
+)
 RULE_FILES = (
     "AGENTS.md",
     "CLAUDE.md",
