@@ -93,6 +93,11 @@ def main(argv: list[str]) -> int:
     starter.add_argument("--out", required=True, help="run folder (resumes what is already there)")
     starter.add_argument("--quick", action="store_true", help="seconds per stage: a smoke test")
     starter.add_argument(
+        "--status",
+        action="store_true",
+        help="say where the run in --out stands (each step, its time, what is left) and stop",
+    )
+    starter.add_argument(
         "--ship", action="store_true", help="then copy OUT/model into agent/starter/"
     )
     starter.add_argument("--projects", type=int, default=160, help="synthetic projects")
@@ -246,7 +251,8 @@ def _apply(args: argparse.Namespace) -> int:
 
 
 def _starter(args: argparse.Namespace) -> int:
-    from training.starter import StarterConfig, model_card, run, ship
+    from training.starter import StarterConfig, run, status
+    from training.starter_ship import model_card, ship
 
     config = StarterConfig(
         out=args.out,
@@ -255,6 +261,12 @@ def _starter(args: argparse.Namespace) -> int:
         samples=args.samples,
         eval_tasks=args.eval_tasks,
     )
+    if args.status:
+        rows = status(config)
+        width = max(len(step) for step, _, _ in rows)
+        for step, state, spent in rows:
+            print(f"{step:<{width}}  {spent:>7}  {state}")
+        return 0
     final = run(config, log=lambda line: print(line, flush=True))
     if args.ship:
         from agent.model import STARTER_DIR

