@@ -144,16 +144,13 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
     with ledger.step("tasks"):
         make_tasks(config, tasks_dir, log)
     steps = training_steps(config)
+    heads_text = Path(steps["mtp"][1]["data"]) / "manifest.json"
+    own_text = Path(steps["mtp_self"][1]["data"]) / "manifest.json"
+    examples = Path(steps["apply"][1]["sft_data"][0])
     makers = {  # the data a step makes first, and how
-        "mtp": (Path(steps["mtp"][1]["data"]) / "manifest.json", lambda: mtp_corpus(config)),
-        "mtp_self": (
-            Path(steps["mtp_self"][1]["data"]) / "manifest.json",
-            lambda: self_text_corpus(config),
-        ),
-        "apply": (
-            Path(steps["apply"][1]["sft_data"][0]),
-            lambda: apply_examples(config, Path(steps["apply"][1]["sft_data"][0])),
-        ),
+        "mtp": (heads_text, lambda: mtp_corpus(config)),
+        "mtp_self": (own_text, lambda: self_text_corpus(config)),
+        "apply": (examples, lambda: apply_examples(config, examples)),
     }
     for name, (recipe_name, overrides) in steps.items():
         stage(name, recipe_name, overrides, *makers.get(name, (None, None)))
