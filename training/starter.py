@@ -214,7 +214,8 @@ def status(config: StarterConfig) -> list[tuple[str, str, str]]:
         left = timings.get(name, 0.0) / trained * (recipe.steps - trained)
         add(name, f"step {trained}/{recipe.steps}, about {clock(left)} left")
     progress = _records(out / "eval-progress.jsonl")
-    add("eval", "done" if (out / "eval.json").exists() else f"{len(progress)} tasks done")
+    kept = f"{len(progress)} of {config.eval_tasks} tasks done" if progress else "not started"
+    add("eval", "done" if (out / "eval.json").exists() else kept)
     add("eval_apply", "done" if (out / "eval-apply.json").exists() else "not started")
     try:
         state = "written: " + json.loads((out / "model" / "flywheel.json").read_text())["version"]

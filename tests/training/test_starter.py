@@ -107,7 +107,10 @@ def test_status_says_where_a_killed_run_stands(tmp_path, capsys):
     assert states["tasks"] == ("done", "4m10s")
     assert states["sft"] == ("step 16/64, about 40m00s left", "13m20s")  # 800 s / 16 * 48
     assert states["sft_tokens"] == ("not started", "-") and states["mtp_self"][0] == "not started"
-    assert states["eval"][0] == "2 tasks done" and states["model"] == ("not written yet", "17m30s")
+    assert states["eval"][0] == "2 of 27 tasks done" and states["model"] == (
+        "not written yet",
+        "17m30s",
+    )
     steps = ["base", "tasks", *STAGE_ORDER, "mtp", "mtp_self", "apply", "eval", "eval_apply"]
     assert list(states) == [*steps, "model"]
     assert main(["starter", "--out", str(tmp_path), "--status"]) == 0  # reads, does not run
