@@ -207,7 +207,7 @@ def status(config: StarterConfig) -> list[tuple[str, str, str]]:
             add(name, "done")
             continue
         records = _records(folder / "metrics.jsonl")
-        trained = max((r["step"] for r in records if r.get("kind") == "train"), default=0)
+        trained = max((r.get("step", 0) for r in records if r.get("kind") == "train"), default=0)
         if not trained:
             add(name, "not started")
             continue
