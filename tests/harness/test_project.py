@@ -106,6 +106,25 @@ def test_a_failing_unittest_project_fails_with_its_output(tmp_path):
     assert is_error and text.startswith("tests FAILED") and "AssertionError" in text, text
 
 
+@needs_bwrap
+def test_a_failing_pytest_run_shows_the_failure_not_the_runners_plugins_deprecations(tmp_path):
+    """Flywheel's own environment has pytest-asyncio, whose unset-loop-scope warning used to open
+    every pytest result of a project tested in this interpreter (the demo's)."""
+    pytest.importorskip("pytest_asyncio")
+    test = "from stats import average\n\n\ndef test_average():\n    assert average([2, 4]) == 3\n"
+    root = _write(
+        tmp_path,
+        {
+            "pyproject.toml": "[tool.pytest.ini_options]\n",
+            "stats.py": STATS.replace("len(xs)", "(len(xs) + 1)"),
+            "tests/test_stats.py": test,
+        },
+    )
+    text, is_error = _run_tests(root)
+    assert is_error and "pytest in this interpreter" in text and "assert 2.0 == 3" in text, text
+    assert "asyncio_default_fixture_loop_scope" not in text
+
+
 @pytest.mark.parametrize(
     "files,command",
     [
