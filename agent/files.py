@@ -1,7 +1,9 @@
-"""Durable writes shared by the registry, the training loops and the starter's ledger."""
+"""Durable writes shared by the registry, the training loops and the starter's ledger, and the
+reading of the append-only JSONL files they keep."""
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from pathlib import Path
@@ -26,3 +28,19 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def read_jsonl(path: str | Path) -> list:
+    """The rows of an append-only JSONL file (metrics, progress), skipping a line that does not
+    parse: the last one, when a kill cut it short. [] when there is no file."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    rows = []
+    for line in lines:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return rows

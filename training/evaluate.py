@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from agent.engine.config import DTYPES
+from agent.files import read_jsonl
 from training.benchmark import pick_tasks
 from training.tasks.dataset import load_tasks
 from training.tasks.task import TEST_TIMEOUT_S, Task
@@ -238,15 +239,12 @@ def _finished(path: Path, settings: dict) -> dict[str, TaskResult]:
     """Results in a progress file that ran under `settings`, by task id. A line cut short by a
     kill, or a row of an older format, is skipped (that task runs again)."""
     found: dict[str, TaskResult] = {}
-    if not path.exists():
-        return found
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for row in read_jsonl(path):
         try:
-            row = json.loads(line)
             if row["settings"] == settings:
                 result = TaskResult(**row["result"])
                 found[result.task_id] = result
-        except (ValueError, KeyError, TypeError):
+        except (KeyError, TypeError):
             continue
     return found
 

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from agent.files import atomic_write_text
+from agent.files import atomic_write_text, read_jsonl
 from training import stages
 from training.adapters import is_peft, load_trainable_state, trainable_state
 from training.recipe import Recipe
@@ -257,14 +257,8 @@ class MetricsLog:
         self.records: list[dict] = []
         if not enabled:
             return
-        if path.exists():
-            for line in path.read_text().splitlines():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut by a kill
-                if record.get("step", 0) <= resume_step and resume_step > 0:
-                    self.records.append(record)
+        if resume_step > 0:
+            self.records = [r for r in read_jsonl(path) if r.get("step", 0) <= resume_step]
         atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in self.records))
 
     def write(self, record: dict) -> None:

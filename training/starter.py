@@ -57,6 +57,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from agent.files import read_jsonl
 from agent.model import APPLY_DIR
 from agent.registry import file_sha256
 
@@ -206,14 +207,14 @@ def status(config: StarterConfig) -> list[tuple[str, str, str]]:
         if (folder / "model" / "flywheel.json").exists():
             add(name, "done")
             continue
-        records = _records(folder / "metrics.jsonl")
+        records = read_jsonl(folder / "metrics.jsonl")
         trained = max((r.get("step", 0) for r in records if r.get("kind") == "train"), default=0)
         if not trained:
             add(name, "not started")
             continue
         left = timings.get(name, 0.0) / trained * (recipe.steps - trained)
         add(name, f"step {trained}/{recipe.steps}, about {clock(left)} left")
-    progress = _records(out / "eval-progress.jsonl")
+    progress = read_jsonl(out / "eval-progress.jsonl")
     kept = f"{len(progress)} of {config.eval_tasks} tasks done" if progress else "not started"
     add("eval", "done" if (out / "eval.json").exists() else kept)
     add("eval_apply", "done" if (out / "eval-apply.json").exists() else "not started")
@@ -222,21 +223,6 @@ def status(config: StarterConfig) -> list[tuple[str, str, str]]:
     except (OSError, ValueError, KeyError):
         state = "not written yet"
     rows.append(("model", state, clock(sum(timings.values()))))
-    return rows
-
-
-def _records(path: Path) -> list[dict]:
-    """A JSONL file's rows, skipping a line a kill cut short; [] when there is none."""
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return []
-    rows = []
-    for line in lines:
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue
     return rows
 
 
@@ -367,7 +353,7 @@ def evaluate_apply_stage(config: StarterConfig, log: Callable) -> dict:
 
 def _stage_summary(folder: Path) -> dict:
     """A training stage's version, size and final metrics, from its run folder."""
-    records = _records(folder / "metrics.jsonl")
+    records = read_jsonl(folder / "metrics.jsonl")
     meta = json.loads((folder / "model" / "flywheel.json").read_text())
     return {
         "version": meta.get("version"),
