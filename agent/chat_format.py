@@ -189,6 +189,27 @@ def render_fim(prefix: str, suffix: str) -> str:
     return f"{FIM_PREFIX}{prefix}{FIM_SUFFIX}{suffix}{FIM_MIDDLE}"
 
 
+REPO_NAME, FILE_SEP = "<|repo_name|>", "<|file_sep|>"
+
+
+def render_repo_fim(
+    repo: str, context: list[tuple[str, str]], path: str, prefix: str, suffix: str | None
+) -> str:
+    """Qwen2.5-Coder's repository-level prompt: the repository's name, other files as
+    `<|file_sep|>PATH⏎TEXT`, then the current file's path and its fill-in-the-middle (or, with
+    `suffix` None, its text so far: a left-to-right completion).
+
+    For `repo="shop"`, one other file `a.py` and the cursor in `b.py` after `y = `:
+    `<|repo_name|>shop⏎<|file_sep|>a.py⏎x = 1⏎<|file_sep|>b.py⏎<|fim_prefix|>y = <|fim_suffix|>⏎
+    <|fim_middle|>` (⏎ a newline).
+    """
+    head = f"{REPO_NAME}{repo}\n"
+    for other, text in context:
+        head += f"{FILE_SEP}{other}\n{text}" + ("" if text.endswith("\n") else "\n")
+    current = prefix if suffix is None else render_fim(prefix, suffix)
+    return f"{head}{FILE_SEP}{path}\n{current}"
+
+
 # Fast apply: an original file plus an edit sketch -> the whole updated file. The engine serves it
 # with the original file as its n-gram speculation; training (training/tasks/) writes examples
 # in exactly this shape.
