@@ -1,6 +1,6 @@
 """Flywheel's chat format: special tokens, the chat template, and the tool-call parser.
 
-Conversations are ChatML, the format of the default base (SmolLM2-Instruct). Shown here with the
+Conversations are ChatML, the format of the base (Qwen2.5-Coder-Instruct). Shown here with the
 newlines written out:
 
     <|im_start|>system
@@ -11,30 +11,35 @@ newlines written out:
     Fix the failing test.<|im_end|>
     <|im_start|>assistant
     Let me look.
-    <|tool_call|>edit_file
+    <tool_call>edit_file
     <|arg|>path
     a.py
     <|arg|>search
         return a - b
     <|arg|>replace
         return a + b
-    <|/tool_call|><|im_end|>
+    </tool_call><|im_end|>
     <|im_start|>tool
     a.py: 1 of 1 hunks applied...<|im_end|>
     <|im_start|>assistant
 
-A tool call is `<|tool_call|>NAME`, then each argument as `<|arg|>KEY`, a newline and its raw
-value, then `<|/tool_call|>`. Values are never escaped: a small model copies code into them as it
-reads it. The markers are single special tokens, so code cannot contain or split them. A string
-value is written as it is; other values as JSON (`coerce_arguments` reads them back by the tool's
-schema). `edit_file`'s `hunks` list is written as `search`/`replace` pairs, one pair per hunk.
-The model's turn ends with `<|im_end|>`. OpenAI-shaped `tool_calls` stay at the API boundary:
-the template renders them from messages, and `parse_assistant` turns model text back into them.
+A tool call sits inside Qwen's own `<tool_call>` and `</tool_call>` tokens: the tool's name, then
+each argument as `<|arg|>KEY`, a newline and its raw value. Values are never escaped: a small
+model copies code into them as it reads it (Qwen's native Hermes format writes them as JSON
+strings, where every quote and newline of the code must be escaped). `<|arg|>` is the one token
+the base lacks (agent/base.py adds it); the markers are single tokens, so code cannot contain or
+split them. benchmarks/chat_formats.py compares this format with Hermes JSON and others on the
+base. A string value is written as it is; other values as JSON (`coerce_arguments` reads them
+back by the tool's schema). `edit_file`'s `hunks` list is written as `search`/`replace` pairs,
+one pair per hunk. The model's turn ends with `<|im_end|>`. OpenAI-shaped `tool_calls` stay at
+the API boundary: the template renders them from messages, and `parse_assistant` turns model
+text back into them.
 
-Fill-in-the-middle prompts are `<|fim_prefix|>PREFIX<|fim_suffix|>SUFFIX<|fim_middle|>`; the model
-writes the middle, ending with `<|endoftext|>`. A fast-apply request (`apply_messages`) is a system
-turn (`APPLY_SYSTEM`) and a user turn holding the file and an edit sketch; the answer is the whole
-file.
+Fill-in-the-middle prompts are Qwen's: `<|fim_prefix|>PREFIX<|fim_suffix|>SUFFIX<|fim_middle|>`,
+with repository context before them in Qwen's repository-level format (`render_repo_fim`); the
+model writes the middle, ending with `<|endoftext|>`. A fast-apply request (`apply_messages`) is a
+system turn (`APPLY_SYSTEM`) and a user turn holding the file and an edit sketch; the answer is
+the whole file.
 
 The template is stored in the tokenizer's config (Hugging Face `chat_template`), so vLLM and
 `transformers` render exactly what `render_chat` renders, in training and at inference.
@@ -51,15 +56,15 @@ from agent.engine.request import ToolCall
 
 EOS = "<|endoftext|>"
 START, END = "<|im_start|>", "<|im_end|>"
-TOOL_CALL, TOOL_CALL_END, ARG = "<|tool_call|>", "<|/tool_call|>", "<|arg|>"
+TOOL_CALL, TOOL_CALL_END, ARG = "<tool_call>", "</tool_call>", "<|arg|>"
 FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
-PAD = "<|pad|>"
+REPO_NAME, FILE_SEP = "<|repo_name|>", "<|file_sep|>"
+PAD = EOS  # Qwen pads with its end-of-text token; padded positions are masked everywhere
 ROLES = ("system", "user", "assistant", "tool")
 
 # Every special token the format needs; a base tokenizer gains the ones it lacks (agent/base.py).
 SPECIAL_TOKENS = [
     EOS,
-    PAD,
     START,
     END,
     TOOL_CALL,
@@ -68,7 +73,12 @@ SPECIAL_TOKENS = [
     FIM_PREFIX,
     FIM_SUFFIX,
     FIM_MIDDLE,
+    REPO_NAME,
+    FILE_SEP,
 ]
+# The tokens agent/base.py adds to a Qwen2.5 base (the rest are Qwen's own): their embedding
+# rows start at the mean and train with the adapter (training/adapters.py).
+ADDED_TOKENS = [ARG]
 # How a call is written, for the harness's reply to a call it could not parse.
 CALL_SHAPE = (
     f"Write each call as {TOOL_CALL}NAME, then for each argument {ARG}ARGUMENT on its own line "
@@ -127,7 +137,7 @@ CHAT_TEMPLATE = (
     "{%- set fn = call['function'] if 'function' in call else call -%}"
     "{%- set args = fn['arguments'] -%}"
     "{%- if message['content'] or not loop.first -%}" + NL + "{%- endif -%}"
-    "<|tool_call|>{{ fn['name'] }}" + NL + _ARGS + "<|/tool_call|>"
+    "<tool_call>{{ fn['name'] }}" + NL + _ARGS + "</tool_call>"
     "{%- endfor -%}"
     "<|im_end|>" + NL + "{%- endfor -%}"
     "{%- if add_generation_prompt -%}<|im_start|>assistant" + NL + "{%- endif -%}"
@@ -187,9 +197,6 @@ def assistant_spans(text: str) -> list[tuple[int, int]]:
 
 def render_fim(prefix: str, suffix: str) -> str:
     return f"{FIM_PREFIX}{prefix}{FIM_SUFFIX}{suffix}{FIM_MIDDLE}"
-
-
-REPO_NAME, FILE_SEP = "<|repo_name|>", "<|file_sep|>"
 
 
 def render_repo_fim(
@@ -315,7 +322,7 @@ def parse_assistant(
     argument becomes an error message (the harness shows it to the model and records it as a
     tool-call error) instead of an exception.
 
-    >>> parse_assistant('ok<|tool_call|>read_file\\n<|arg|>path\\na.py\\n<|/tool_call|>')[1][0].arguments
+    >>> parse_assistant('ok<tool_call>read_file\\n<|arg|>path\\na.py\\n</tool_call>')[1][0].arguments
     {'path': 'a.py'}
     """
     text = text.replace(END, "")
@@ -344,7 +351,12 @@ def parse_assistant(
             continue
         args = coerce_arguments(args, types.get(name, {}))
         calls.append(ToolCall(name=name, arguments=args, id=f"call_{uuid.uuid4().hex[:12]}"))
-    return "".join(content).strip(), calls, errors
+    text = "".join(content)
+    for marker in (TOOL_CALL_END, ARG):  # a call's inner markers, written outside any call
+        if marker in text:
+            errors.append(f"{marker} outside a tool call: a call opens with {TOOL_CALL}")
+            text = text.replace(marker, "")
+    return text.strip(), calls, errors
 
 
 def tool_calls_to_openai(calls: list[ToolCall]) -> list[dict[str, Any]]:

@@ -129,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
 def _turn(engine, request) -> str:
     """The turn's text up to its end (a raw prompt's continuation runs on past it)."""
     text = engine.generate(request).completions[0].text or ""
-    end = text.find("<|/tool_call|>")
-    return text if end < 0 else text[: end + len("<|/tool_call|>")]
+    end = text.find("</tool_call>")
+    return text if end < 0 else text[: end + len("</tool_call>")]
 
 
 def _quote(arg: str) -> str:

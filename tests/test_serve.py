@@ -22,7 +22,7 @@ from tests.flywheel_server import free_port, running_server
 
 TOOLS = [{"type": "function", "function": {"name": "list_files", "parameters": {}}}]
 TOOL_CHAT = [{"role": "user", "content": "ls"}]
-TOOL_ANSWER = "<|tool_call|>list_files\n<|/tool_call|><|im_end|>"
+TOOL_ANSWER = "<tool_call>list_files\n</tool_call><|im_end|>"
 PROMPT = "def add(a, b):"
 
 

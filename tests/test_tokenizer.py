@@ -86,10 +86,10 @@ def test_chat_template_renders_every_role_and_raw_tool_calls(tokenizer):
     assert "- edit_file(path, search, replace): " in text
     assert "<|im_start|>user\nFix a.py.<|im_end|>\n" in text
     assert (
-        "<|im_start|>assistant\nLooking.\n<|tool_call|>edit_file\n<|arg|>path\na.py\n"
+        "<|im_start|>assistant\nLooking.\n<tool_call>edit_file\n<|arg|>path\na.py\n"
         '<|arg|>search\n    s = "\\"quoted\\""\n\n<|arg|>replace\n    return a + b\n\n'
-        "<|/tool_call|>\n<|tool_call|>read_file\n<|arg|>path\na.py\n<|arg|>start_line\n3\n"
-        "<|/tool_call|><|im_end|>\n" in text
+        "</tool_call>\n<tool_call>read_file\n<|arg|>path\na.py\n<|arg|>start_line\n3\n"
+        "</tool_call><|im_end|>\n" in text
     ), text
     assert "<|im_start|>tool\na.py: 1 of 1 hunks applied<|im_end|>\n" in text
     # What the model writes back parses into the same calls, code unescaped, types restored.
@@ -132,12 +132,12 @@ def test_tools_without_system_message_get_a_system_turn(tokenizer):
 @pytest.mark.parametrize(
     "text, error",
     [
-        ("<|tool_call|>\n<|arg|>path\na<|/tool_call|>", "name on its own line"),
-        ("<|tool_call|>two words\n<|/tool_call|>", "name on its own line"),
-        ("<|tool_call|>ls\n<|arg|>p\n1\n<|arg|>p\n2\n<|/tool_call|>", "given twice"),
-        ("<|tool_call|>edit_file\n<|arg|>search\nx\n<|/tool_call|>", "no `replace`"),
-        ("<|tool_call|>edit_file\n<|arg|>replace\nx\n<|/tool_call|>", "follows its own"),
-        ("<|tool_call|>ls\n<|arg|>path\n.", "not closed"),
+        ("<tool_call>\n<|arg|>path\na</tool_call>", "name on its own line"),
+        ("<tool_call>two words\n</tool_call>", "name on its own line"),
+        ("<tool_call>ls\n<|arg|>p\n1\n<|arg|>p\n2\n</tool_call>", "given twice"),
+        ("<tool_call>edit_file\n<|arg|>search\nx\n</tool_call>", "no `replace`"),
+        ("<tool_call>edit_file\n<|arg|>replace\nx\n</tool_call>", "follows its own"),
+        ("<tool_call>ls\n<|arg|>path\n.", "not closed"),
     ],
 )
 def test_malformed_tool_calls_become_errors(text, error):
@@ -148,8 +148,8 @@ def test_malformed_tool_calls_become_errors(text, error):
 
 def test_several_calls_and_typed_arguments():
     text = (
-        "<|tool_call|>run_command\n<|arg|>command\nls -la\n<|arg|>timeout_s\n2.5\n<|/tool_call|>"
-        "mid<|tool_call|>list_files\n<|/tool_call|><|im_end|>"
+        "<tool_call>run_command\n<|arg|>command\nls -la\n<|arg|>timeout_s\n2.5\n</tool_call>"
+        "mid<tool_call>list_files\n</tool_call><|im_end|>"
     )
     content, calls, errors = parse_assistant(text, tool_schemas())
     assert [c.name for c in calls] == ["run_command", "list_files"]
@@ -159,7 +159,7 @@ def test_several_calls_and_typed_arguments():
     assert json.loads(wire[0]["function"]["arguments"]) == calls[0].arguments
     # Without schemas, or when a value does not convert, the text stays text.
     assert parse_assistant(text)[1][0].arguments["timeout_s"] == "2.5"
-    bad = "<|tool_call|>read_file\n<|arg|>path\na\n<|arg|>start_line\nten\n<|/tool_call|>"
+    bad = "<tool_call>read_file\n<|arg|>path\na\n<|arg|>start_line\nten\n</tool_call>"
     assert parse_assistant(bad, tool_schemas())[1][0].arguments["start_line"] == "ten"
 
 

@@ -9,7 +9,7 @@ without the lint delta); this module reports it as the training loop's evaluatio
 
 Vocabulary:
 
-    tool call     one call the model wrote between `<|tool_call|>` markers
+    tool call     one call the model wrote between `<tool_call>` markers
     parsed        a call with a name and well-formed arguments (agent.chat_format
                   .parse_assistant); `parse_rate` = parsed / all calls written
     valid         a parsed call to a known tool whose arguments fit its schema

@@ -7,7 +7,7 @@ the step is lost. Here the engine masks, at each position, the tokens that would
 grammar of agent/chat_format.py, so the model writes the most likely *valid* continuation:
 
     TURN  := TEXT (CALL TEXT)*
-    CALL  := <|tool_call|> NAME "\\n" (<|arg|> KEY "\\n" VALUE)* <|/tool_call|>
+    CALL  := <tool_call> NAME "\\n" (<|arg|> KEY "\\n" VALUE)* </tool_call>
     NAME  := one of the request's tools
     KEY   := one of that tool's parameters, each once; `hunks` as `search` then `replace` pairs
     VALUE := any text without the format's markers

@@ -47,8 +47,8 @@ def _logprobs(chat: bool, token_ids: list[int], logprobs: list[float] | None) ->
 class ChatContent:
     """The visible part of one streamed assistant turn: text before its first tool call.
 
-    Text that may be the start of `<|tool_call|>` or `<|im_end|>` is held back until the next piece
-    shows what it is, so that markup never reaches the client; `<|tool_call|>...` and everything
+    Text that may be the start of `<tool_call>` or `<|im_end|>` is held back until the next piece
+    shows what it is, so that markup never reaches the client; `<tool_call>...` and everything
     after it become `tool_calls` at the end.
     """
 

@@ -1,7 +1,7 @@
 """A replay engine: it stands in for the model only, emitting a recorded sequence of turns.
 
 Each turn is the raw text of an assistant turn in our chat format (tool calls written with
-`<|tool_call|>...<|/tool_call|>`), parsed exactly as the real backends parse it; or an exception
+`<tool_call>...</tool_call>`), parsed exactly as the real backends parse it; or an exception
 instance, raised by `generate` to test engine failures. It implements the Engine Protocol, and
 records every request it received so tests can check what the model was shown.
 """

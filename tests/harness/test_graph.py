@@ -83,7 +83,7 @@ def test_every_turn_asks_the_engine_in_the_configured_lane_and_grammar(workspace
 def test_malformed_call_becomes_an_error_for_the_model(workspace, recorder):
     h, engine = harness(
         workspace,
-        ["<|tool_call|>read_file\n<|arg|>path\na\n<|arg|>path\nb\n<|/tool_call|>", "ok"],
+        ["<tool_call>read_file\n<|arg|>path\na\n<|arg|>path\nb\n</tool_call>", "ok"],
         recorder,
     )
     out = h.start("x")
@@ -217,7 +217,7 @@ def test_ten_megabyte_arguments_are_refused(workspace, recorder):
 
 def test_invalid_utf8_in_model_output(workspace, recorder):
     garbage = (
-        "caf\udce9 \ufffd\x00 <|tool_call|>read_file\n<|arg|>path\ncalc\udcff.py\n<|/tool_call|>"
+        "caf\udce9 \ufffd\x00 <tool_call>read_file\n<|arg|>path\ncalc\udcff.py\n</tool_call>"
     )
     h, _ = harness(workspace, [garbage, "fine\udc80"], recorder)
     out = h.start("x")

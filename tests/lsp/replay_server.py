@@ -7,7 +7,7 @@ It runs the shipped server (lsp.cli.main) unchanged, except that the engine host
 loads the turns the model will emit next:
 
     flywheel/test/replay  {"turns": [TURN, ...]} -> {"loaded": n}
-    TURN: the raw text of an assistant turn (tool calls as <|tool_call|>...<|/tool_call|>), or
+    TURN: the raw text of an assistant turn (tool calls as <tool_call>...</tool_call>), or
           {"error": "message"} (the engine raises EngineError), or
           {"waitForCancel": true} (the turn blocks until the request is cancelled, then answers;
           it prints "replay: waiting for cancel" to stderr when it starts, for tests to wait on)
