@@ -1,13 +1,10 @@
 """`flywheel train starter`: the built-in default model, from offline sources, in one command.
 
-    base   SmolLM2-135M-Instruct from its wheel, converted once (agent/base.py)
+    base   Qwen2.5-Coder-0.5B-Instruct from its wheels, converted once (agent/base.py)
     tasks  synthetic tasks + oracle trajectories in the harness's own format (training/tasks/),
            and recovery trajectories (tasks/recovery.jsonl)
-    sft    a LoRA adapter (plus the special tokens' rows) on the base, trained on the
-           trajectories (training/recipes/sft.toml), then a short continuation in which the
-           new tokens' rows learn fast (sft_tokens.toml), then more SFT in a new order with
-           both learning (sft_more.toml), then a second pass over the data (sft_epoch2.toml),
-           then recovery: trajectories whose first edit fails, then the fix (sft_recover.toml)
+    sft    a LoRA adapter (plus the `<|arg|>` row) on the base, trained on the trajectories and
+           the recovery trajectories (training/recipes/sft.toml)
     mtp    2 MTP heads self-distilled from the SFT'd model, trunk frozen, over a 4,096-token
            draft vocabulary (mtp_starter.toml), on stdlib code, the train trajectories and the
            apply examples (mtp_text/)
@@ -62,7 +59,7 @@ from agent.model import APPLY_DIR
 from agent.registry import file_sha256
 
 RECIPES = Path(__file__).resolve().parent / "recipes"
-STAGE_ORDER = ("sft", "sft_tokens", "sft_more", "sft_epoch2", "sft_recover")
+STAGE_ORDER = ("sft",)
 MTP_RECIPE = "mtp_starter"  # the MTP heads, distilled from the last stage's model
 MTP_SELF_RECIPE = "mtp_self"  # ... then continued on that model's own continuations
 APPLY_RECIPE = "apply"  # the fast-apply adapter, on the base
@@ -140,7 +137,7 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
             train(recipe, resume=True, progress=True)
 
     with ledger.step("base"):
-        ensure_base(log=log)
+        ensure_base(progress=lambda fraction, message: log(f"[starter] base: {message}"))
     tasks_dir = out / "tasks"
     with ledger.step("tasks"):
         make_tasks(config, tasks_dir, log)
