@@ -14,11 +14,13 @@ Vocabulary:
                 change and on the cursor move) gets that same suggestion: one ghost text, one id
 
 The prompt is the text before the cursor (at most `max_prefix_chars`, preceded by up to
-`max_neighbour_chars` of other open documents of the same language, each introduced by a comment
-naming it), token-healed at a line start (`heal`). With `prompt_style = "fim"` it is
-fill-in-the-middle (`agent.chat_format.render_fim`) with the text after the cursor (at most
-`max_suffix_chars`) as well, for models trained on those tokens; the shipped default is not,
-and writes far better code from the prefix alone (`flywheel bench infill` measures both). Its
+`max_neighbour_chars` of other open documents of the same language), token-healed at a line
+start (`heal`). With `prompt_style = "fim"` (the default: Qwen2.5-Coder is trained on it) it is
+Qwen's repository-level fill-in-the-middle (`agent.chat_format.render_repo_fim`): the other
+documents as files of the repository, then the current file's text before and after the cursor
+(at most `max_suffix_chars`); with "prefix", for a model without those tokens, the other
+documents each introduced by a comment naming them, then the text before the cursor
+(`flywheel bench infill` measures both). Its
 UTF-8 length is kept under the engine's context length minus the output budget: a byte-level
 BPE never makes more tokens than bytes. A suggestion typed into the middle of a line ends with
 that line (`stop_strings`, setting `multiline`).
@@ -41,7 +43,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent.chat_format import END, EOS, SPECIAL_TOKENS, render_fim
+from agent.chat_format import END, EOS, SPECIAL_TOKENS, render_repo_fim
 from agent.engine import Cancelled, EngineError, Request, SamplingParams
 from lsp.model_host import ModelHost
 from lsp.settings import CompletionSettings, ModelSettings
@@ -119,40 +121,55 @@ def build_prompt(
     neighbours: list[Neighbour],
     settings: CompletionSettings,
     max_prompt_bytes: int,
+    uri: str = "",
 ) -> str:
-    """The prompt for a cursor between `prefix` and `suffix` (see the module docstring), within
-    `max_prompt_bytes`; the prefix is healed (`heal`): the model's text starts with the healed
-    text."""
+    """The prompt for a cursor between `prefix` and `suffix` in the document `uri` (see the
+    module docstring), within `max_prompt_bytes`; the prefix is healed (`heal`): the model's text
+    starts with the healed text."""
     prefix = prefix[-settings.max_prefix_chars :] if settings.max_prefix_chars else ""
     prefix = heal(prefix)[0]
     fim = settings.prompt_style == "fim"
     suffix = suffix[: settings.max_suffix_chars] if fim else ""
     comment = LINE_COMMENT.get(language, "//")
-    context = ""
+    files: list[tuple[str, str]] = []  # other open documents: (name, text), within the budget
     budget = settings.max_neighbour_chars
     for n in neighbours:
         if budget <= 0:
             break
-        name = n.uri.rsplit("/", 1)[-1]
-        piece = f"{comment} {name}\n{n.text[:budget]}\n\n"
-        context += piece
-        budget -= len(piece)
+        files.append((_name(n.uri), n.text[:budget]))
+        budget -= len(files[-1][1]) + len(files[-1][0])
 
-    def render(text: str, after: str) -> str:
-        return render_fim(text, after) if fim else text
+    def render() -> str:
+        if fim:
+            return render_repo_fim(_repo(uri), files, _name(uri), prefix, suffix)
+        return "".join(f"{comment} {name}\n{text}\n\n" for name, text in files) + prefix
 
-    prompt = render(context + prefix, suffix)
-    while len(prompt.encode("utf-8")) > max_prompt_bytes and (context or prefix or suffix):
+    prompt = render()
+    while len(prompt.encode("utf-8")) > max_prompt_bytes and (files or prefix or suffix):
         over = len(prompt.encode("utf-8")) - max_prompt_bytes
         cut = max(1, over // 3)  # a character is at most 4 UTF-8 bytes; cut in coarse steps
-        if context:
-            context = context[cut:]
+        if files:  # the first context file loses its start (or goes, once empty)
+            name, text = files[0]
+            files[0] = (name, text[cut:])
+            if not files[0][1]:
+                files.pop(0)
         elif prefix:
             prefix = prefix[cut:]
         else:
             suffix = suffix[: max(0, len(suffix) - cut)]
-        prompt = render(context + prefix, suffix)
+        prompt = render()
     return prompt
+
+
+def _name(uri: str) -> str:
+    """A document's file name, as the repository-level prompt names files."""
+    return uri.rsplit("/", 1)[-1] or "untitled"
+
+
+def _repo(uri: str) -> str:
+    """The name of the folder that holds the document, as the prompt's repository name."""
+    parts = uri.rstrip("/").split("/")
+    return parts[-2] if len(parts) > 1 and parts[-2] else "workspace"
 
 
 def clean_output(text: str, suffix: str, prefix: str = "") -> str:
@@ -273,7 +290,9 @@ class CompletionService:
             if me.cancel.is_set():  # superseded while the model loaded
                 return None
             max_prompt = engine.context_length - settings.max_tokens - 8
-            prompt = build_prompt(prefix, suffix, language, neighbours, settings, max_prompt)
+            prompt = build_prompt(
+                prefix, suffix, language, neighbours, settings, max_prompt, uri=uri
+            )
             sid = uuid.uuid4().hex
             me.suggestion_id = sid
             me.row = {

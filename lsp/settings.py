@@ -50,8 +50,9 @@ class CompletionSettings:
     max_prefix_chars: int = 4000  # text before the cursor put in the prompt
     max_suffix_chars: int = 1000  # text after the cursor put in the prompt
     max_neighbour_chars: int = 1000  # text from other open files of the same language
-    prompt_style: str = "prefix"  # "prefix": the text before the cursor (any causal model);
-    # "fim": prefix and suffix with the fill-in-the-middle tokens (a model trained on them)
+    prompt_style: str = "fim"  # "fim": prefix and suffix with the fill-in-the-middle tokens and
+    # the other open files as repository context (Qwen2.5-Coder); "prefix": the text before the
+    # cursor (any causal model)
     cache_size: int = 64  # suggestions kept for repeated or typed-through contexts
     cache_ttl_s: float = 60.0  # how long a cached suggestion stays usable
     multiline: str = "auto"  # "auto": a suggestion in the middle of a line ends with that line,

@@ -92,6 +92,30 @@ def test_stale_proposal_is_refused():
         raise AssertionError("a changed document must be refused")
 
 
+def test_other_open_files_are_repository_context_in_qwens_format_within_the_budget():
+    from lsp.completion import Neighbour, build_prompt
+    from lsp.settings import CompletionSettings
+
+    neighbours = [Neighbour("file:///w/shop/cart.py", "def total(items):\n    return 0\n")]
+    prompt = build_prompt(
+        "x = tot",
+        "\n",
+        "python",
+        neighbours,
+        CompletionSettings(),
+        10_000,
+        uri="file:///w/shop/app.py",
+    )
+    assert prompt == (
+        "<|repo_name|>shop\n<|file_sep|>cart.py\ndef total(items):\n    return 0\n"
+        "<|file_sep|>app.py\n<|fim_prefix|>x = tot<|fim_suffix|>\n<|fim_middle|>"
+    )
+    short = build_prompt(
+        "x = tot", "\n", "python", neighbours, CompletionSettings(), 90, uri="file:///w/shop/app.py"
+    )
+    assert len(short.encode()) <= 90 and short.endswith("x = tot<|fim_suffix|>\n<|fim_middle|>")
+
+
 def test_a_cursor_at_a_line_start_is_token_healed():
     from lsp.completion import build_prompt, clean_output, heal
     from lsp.settings import CompletionSettings
@@ -99,15 +123,12 @@ def test_a_cursor_at_a_line_start_is_token_healed():
     assert heal("def f():\n    ") == ("def f():", "\n    ")
     assert heal("def f():\n") == ("def f():", "\n")
     assert heal("x = f(") == ("x = f(", "")  # mid-line: nothing to heal
-    fim = CompletionSettings(prompt_style="fim")
     assert "def f():<|fim_suffix|>\n" in build_prompt(
-        "def f():\n    ", "\n", "python", [], fim, 10_000
+        "def f():\n    ", "\n", "python", [], CompletionSettings(), 10_000
     )
-    # The default style is the text before the cursor alone.
-    assert (
-        build_prompt("def f():\n    ", "\n", "python", [], CompletionSettings(), 10_000)
-        == "def f():"
-    )
+    # The prefix style is the text before the cursor alone.
+    prefix = CompletionSettings(prompt_style="prefix")
+    assert build_prompt("def f():\n    ", "\n", "python", [], prefix, 10_000) == "def f():"
     # The model writes the healed break and indentation first; the editor gets the rest.
     assert clean_output("\n    return 1", "\n", "def f():\n    ") == "return 1"
     # A suggestion that does not start where the cursor is cannot be shown there.
