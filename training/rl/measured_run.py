@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     args.work = args.work or str(Path(args.out) / "work")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    with (out / "log.txt").open("a") as log_file:
+    with (out / "log.txt").open("w") as log_file:
 
         def log(line: str) -> None:
             print(line, flush=True)
