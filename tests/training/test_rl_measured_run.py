@@ -96,8 +96,7 @@ def test_a_missing_model_folder_is_one_clear_line(tmp_path, capsys):
     code = main(["--model", str(tmp_path / "nope"), "--out", str(tmp_path), "--device", "cpu"])
     assert code == 1
     assert capsys.readouterr().out.strip().splitlines() == [
-        f"error: --model {str(tmp_path / 'nope')!r} is not a model folder (no config.json): "
-        "pass the converted base's folder or a checkpoint folder"
+        f"error: --model {tmp_path / 'nope'}: model folder {str(tmp_path / 'nope')!r} does not exist"
     ]
 
 
@@ -109,7 +108,7 @@ def test_the_wall_clock_budget_stops_updates_and_the_final_evaluation_still_runs
     train_rl(recipe, log=lines.append)
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["kind"] for r in records] == ["eval"]  # the start's evaluation, then no update
-    assert any("wall-clock budget of 0 s is spent" in line for line in lines), lines
+    assert any("the wall-clock budget is spent: 0 of budget_s=0 s left" in x for x in lines), lines
     meta = json.loads((tmp_path / "run" / "model" / "flywheel.json").read_text())
     assert meta["step"] == 0 and meta["eval_after"]["step"] == 0
 
@@ -158,3 +157,26 @@ def test_rollouts_refuse_to_start_when_commands_cannot_run_in_the_sandbox(monkey
     assert "apt-get install bubblewrap" in reason and "unconfined_commands = true" in reason
     assert "\n" not in reason
     assert HarnessEnv("unused", unconfined=True).ready() == ""  # the throwaway-machine fallback
+
+
+def test_the_budget_keeps_what_the_first_evaluation_took_for_the_last():
+    """budget_s covers the whole run: updates stop while the time left still holds a final
+    evaluation as long as the first one."""
+    import time
+    from types import SimpleNamespace
+
+    from training.rl.async_loop import RLRun
+
+    def stop(budget: float, spent: float, first_eval: float) -> str:
+        run = SimpleNamespace(
+            recipe=SimpleNamespace(budget_s=budget, max_idle_groups=8),
+            started=time.monotonic() - spent,
+            eval_s=first_eval,
+            idle_groups=0,
+            curriculum=SimpleNamespace(stop_reason=lambda: ""),
+        )
+        return RLRun._stop_reason(run)
+
+    assert stop(budget=600, spent=300, first_eval=100) == ""  # 300 s left: room for updates
+    assert stop(budget=600, spent=300, first_eval=400).startswith("the wall-clock budget is spent")
+    assert stop(budget=0, spent=10**6, first_eval=100) == ""  # no budget

@@ -10,9 +10,9 @@
               group (below); when `tasks_per_step` groups are admitted, one update
               (trainer.py), version + 1; every `push_every` updates new weights go to the
               workers; metrics each update, held-out pass@1 / pass@k at the start, every
-              `eval_every` updates and at the end, a checkpoint every `save_every`; no update
-              begins once `budget_s` seconds have passed since the start (the final evaluation
-              still runs)
+              `eval_every` updates and at the end, a checkpoint every `save_every`; with
+              `budget_s`, no update begins once the time left of it is no more than the first
+              evaluation took, so that the final evaluation (about as long) ends near the budget
     clean up  the final model folder, the curves (curves.py), the run record
 
 Admission, for each returned group: a crashed rollout is counted and logged; each trajectory is
@@ -284,6 +284,7 @@ class RLRun:
         self.window = Window()
         self.eval_results: dict[int, GroupResult] = {}
         self.pushed_version = -1
+        self.eval_s = 0.0  # how long this process's first evaluation took (the budget's reserve)
         self.runtime = None
         self.idle_groups = 0  # consecutive groups with equal rewards
 
@@ -462,6 +463,7 @@ class RLRun:
         if not self.eval_tasks:
             return {}
         self._push()
+        t0 = time.monotonic()
         ids = []
         for i, task in enumerate(self.eval_tasks):
             job = Job(
@@ -513,6 +515,7 @@ class RLRun:
             self.state.step, {f"eval_{k_}": v for k_, v in record.items() if k_.startswith("pass@")}
         )
         self.state.evals.append(record)
+        self.eval_s = self.eval_s or time.monotonic() - t0
         self.log(
             f"eval at step {self.state.step}: pass@1 {record['pass@1']:.3f} "
             f"pass@{k} {record[f'pass@{k}']:.3f} on {len(per_task)} held-out tasks"
@@ -524,8 +527,12 @@ class RLRun:
     def _stop_reason(self) -> str:
         """Why the run ends before `steps` ("" while there is something to learn and time)."""
         budget = self.recipe.budget_s
-        if budget and time.monotonic() - self.started >= budget:
-            return f"the wall-clock budget of {budget:.0f} s is spent (budget_s)"
+        left = budget - (time.monotonic() - self.started)
+        if budget and left <= self.eval_s:
+            return (
+                f"the wall-clock budget is spent: {max(0.0, left):.0f} of budget_s={budget:.0f} s "
+                f"left, kept for the final evaluation (the first took {self.eval_s:.0f} s)"
+            )
         if self.idle_groups >= self.recipe.max_idle_groups:
             return (
                 f"the last {self.idle_groups} groups had no learning signal (equal rewards: "
@@ -553,6 +560,8 @@ class RLRun:
                 stop = self._stop_reason()
                 if stop:
                     self.log(f"stopping early at step {state.step}: {stop}")
+                    for job in self.runtime.drop_waiting():  # not started: not worth waiting for
+                        self.in_flight.pop(job.id, None)
                     if state.evals[-1:] and state.evals[-1]["step"] != state.step:
                         self._evaluate()
                     break

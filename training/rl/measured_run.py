@@ -261,11 +261,13 @@ def measured_run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
             f"--device {args.device} but torch {torch.__version__} sees no CUDA device: run on "
             "the GPU machine, or pass --device cpu"
         )
-    if not Path(args.model, "config.json").exists():
-        raise MeasuredRunError(
-            f"--model {args.model!r} is not a model folder (no config.json): pass the converted "
-            "base's folder or a checkpoint folder"
-        )
+    from agent.engine import EngineError
+    from agent.model import checkpoint_folder
+
+    try:
+        model = checkpoint_folder(args.model)  # "base", "default" or a folder
+    except EngineError as exc:
+        raise MeasuredRunError(f"--model {args.model}: {exc}") from None
     work, out = Path(args.work), Path(args.out)
     t0 = time.monotonic()
     tasks = Path(args.tasks) if args.tasks else None
@@ -273,7 +275,7 @@ def measured_run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
         tasks = build_tasks(work / "tasks", args.projects, args.real, args.seed, log)
     phases = {"tasks": time.monotonic() - t0}
     overrides = parse_overrides(args.set)
-    overrides.update(init=str(args.model), out=str(work / "run"), device=args.device)
+    overrides.update(init=str(model), out=str(work / "run"), device=args.device)
     overrides["tasks"] = str(tasks)
     try:
         recipe = load_rl_recipe(args.recipe, overrides)
@@ -294,7 +296,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m training.rl.measured_run", description=__doc__.split("\n")[0]
     )
-    p.add_argument("--model", required=True, help="model folder to start from (the RL init)")
+    p.add_argument(
+        "--model", required=True, help="model to start from: a folder, 'base' or 'default'"
+    )
     p.add_argument("--out", required=True, help="folder for result.json, the curves, the log")
     p.add_argument("--work", default=None, help="checkpoints and tasks (default: OUT/work)")
     p.add_argument("--device", default="cuda", help="torch device (cuda, cuda:1, cpu)")

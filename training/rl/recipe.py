@@ -75,8 +75,9 @@ class RLRecipe:
     lora_alpha: float = 0.0  # LoRA scale numerator; 0 = 2 * lora_rank
     dtype: str = "float32"  # weights of the trainer and the rollout engines: float32 | bfloat16
     # (bfloat16 needs lora_rank: AdamW steps on bfloat16 weights round small updates away)
-    budget_s: float = 0.0  # wall-clock seconds from the start after which no update begins;
-    # the final evaluation still runs (0 = no budget: `steps` alone ends the run)
+    budget_s: float = 0.0  # wall-clock seconds for the whole run, evaluations included: no
+    # update begins once what is left is no more than the first evaluation took, and the final
+    # evaluation still runs (0 = no budget: `steps` alone ends the run)
     max_bad_steps: int = 3  # consecutive non-finite losses before the run stops
     max_idle_groups: int = 64  # consecutive groups without signal (equal rewards) before the
     # run ends early: every task is always solved (or never): nothing left to learn from

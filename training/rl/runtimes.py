@@ -6,6 +6,7 @@ same four calls to the loop in async_loop.py:
     submit(job)        queue a job; it goes to the next idle worker
     poll(timeout)      the `GroupResult`s that arrived (waits up to `timeout` for the first one)
     push(path)         new weights for every worker, applied before its next job
+    drop_waiting()     take back the jobs no worker has started (a run that stops early)
     close()
 
 - `inline`: `workers` threads share ONE engine in the trainer's process; `push` is the engine's
@@ -118,6 +119,13 @@ class InlineRuntime:
     def submit(self, job: Job) -> None:
         self.jobs.put(job)
 
+    def drop_waiting(self) -> list[Job]:
+        dropped = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                dropped.append(self.jobs.get_nowait())
+        return dropped
+
     def poll(self, timeout: float) -> list[GroupResult]:
         out = []
         try:
@@ -205,6 +213,11 @@ class _SlotRuntime:
     def submit(self, job: Job) -> None:
         self.pending.append(job)
         self._dispatch()
+
+    def drop_waiting(self) -> list[Job]:
+        dropped = list(self.pending)
+        self.pending.clear()
+        return dropped
 
     def _fail(self, slot: _Slot, what: str, out: list[GroupResult]) -> None:
         if slot.job is not None:
