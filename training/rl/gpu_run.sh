@@ -47,6 +47,13 @@ fi
   echo "error: the project does not import with the carried wheels (above): run make rl-gpu-wheels again"
   exit 1
 }
+echo "== the sandbox (a command run the way rollouts run theirs)"
+UNCONFINED=${UNCONFINED:-0} "$PY" -c "
+import os, sys
+from training.rl.environments import HarnessEnv
+why = HarnessEnv('-', unconfined=os.environ['UNCONFINED'] == '1').ready()
+print(f'error: {why}; here: make rl-gpu UNCONFINED=1' if why else 'ok')
+sys.exit(1 if why else 0)"
 
 echo "== the run (results: $OUT_DIR, checkpoints: $WORK)"
 mkdir -p "$OUT_DIR"
