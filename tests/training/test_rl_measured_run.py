@@ -146,6 +146,13 @@ def test_a_lora_policy_exports_the_weights_it_trains(tmp_path, tiny_checkpoint):
         merged = exported.trunk(ids).logits.float()
     assert torch.allclose(merged, trained, atol=0.05)  # merging rounds once, in bfloat16
     assert not any(n for n, _ in exported.trunk.named_parameters() if "lora" in n)
+    # a resumable checkpoint keeps the adapter and its optimizer, not the frozen base
+    state = policy.state_dict()
+    assert state["model"] and all("lora" in n or "token" in n for n in state["model"])
+    resumed = Policy.load(str(tiny_checkpoint), recipe)
+    resumed.load_state_dict(state)
+    with torch.no_grad():
+        assert torch.equal(resumed.trunk(ids).logits.float(), trained)
 
 
 def test_rollouts_refuse_to_start_when_commands_cannot_run_in_the_sandbox(monkeypatch):
