@@ -100,6 +100,16 @@ def test_a_missing_model_folder_is_one_clear_line(tmp_path, capsys):
     ]
 
 
+def test_a_missing_task_set_is_one_clear_line(tmp_path, tiny_checkpoint, capsys):
+    argv = ["--model", str(tiny_checkpoint), "--out", str(tmp_path), "--device", "cpu"]
+    assert main([*argv, "--tasks", str(tmp_path / "none")]) == 1
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert line.startswith(f"error: no tasks at {str(tmp_path / 'none')!r}: make them with")
+    assert main([*argv, "--projects", "0", "--real", str(tmp_path / "none")]) == 1
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert line.startswith(f"error: no real tasks at {str(tmp_path / 'none')!r}")
+
+
 def test_the_wall_clock_budget_stops_updates_and_the_final_evaluation_still_runs(
     tmp_path, tiny_checkpoint
 ):

@@ -272,7 +272,10 @@ def measured_run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
     t0 = time.monotonic()
     tasks = Path(args.tasks) if args.tasks else None
     if tasks is None:
-        tasks = build_tasks(work / "tasks", args.projects, args.real, args.seed, log)
+        try:
+            tasks = build_tasks(work / "tasks", args.projects, args.real, args.seed, log)
+        except FileNotFoundError as exc:  # --real names a folder without the set
+            raise MeasuredRunError(str(exc)) from None
     phases = {"tasks": time.monotonic() - t0}
     overrides = parse_overrides(args.set)
     overrides.update(init=str(model), out=str(work / "run"), device=args.device)
@@ -281,7 +284,7 @@ def measured_run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
         recipe = load_rl_recipe(args.recipe, overrides)
         t1 = time.monotonic()
         train_rl(recipe, resume=False, log=log)
-    except (RecipeError, TrainingError) as exc:
+    except (RecipeError, TrainingError, FileNotFoundError) as exc:  # FileNotFoundError: --tasks
         raise MeasuredRunError(str(exc)) from None
     phases["rl"] = time.monotonic() - t1
     phases["total"] = time.monotonic() - t0
