@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 
 .PHONY: demo test lint test-vllm test-vscode test-deepspeed test-slow setup starter \
-	bench-peers-setup base-1.5b
+	bench-peers-setup base-1.5b rl-gpu rl-gpu-wheels
 
 $(STAMP): pyproject.toml
 	@# Debian packages: bubblewrap sandboxes the agent's commands (without it they need approval).
@@ -89,3 +89,27 @@ test-vscode: $(STAMP)
 	bash tests/vscode/install.sh $(VSCODE_CACHE)
 	bash lsp/clients/vscode/build.sh
 	FLYWHEEL_VSCODE_CACHE=$(VSCODE_CACHE) timeout 1200 $(BIN)/pytest -m vscode tests/vscode $(PYTEST_ARGS)
+
+## One measured RL run on a lent GPU machine (training/rl/gpu_run.sh, recipes/rl_gpu.toml): the
+## image checked, the carried .whl installed, held-out pass@1 / pass@8 before and after RL with
+## paired intervals in $(OUT)/result.json (runs/rl-gpu without OUT). Needs no .venv.
+## MODEL: the model folder to start from. UNCONFINED=1: no bubblewrap for the agent's commands.
+MODEL ?= base
+RL_GPU_ARGS ?=
+rl-gpu:
+	bash training/rl/gpu_run.sh $(MODEL) $(RL_GPU_ARGS)
+
+## The wheels rl-gpu needs beyond the GPU image (training/rl/gpu_wheels.txt, CPython 3.12,
+## x86-64 Linux) and bubblewrap's Debian package, into .whl/ (git-ignored); fails over 64 MiB.
+RL_GPU_PLATFORMS := $(foreach p,manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 \
+	manylinux2014_x86_64 manylinux1_x86_64,--platform $(p))
+rl-gpu-wheels:
+	@grep -qxF '/.whl/' "$$(git rev-parse --git-common-dir)/info/exclude" \
+	  || echo '/.whl/' >>"$$(git rev-parse --git-common-dir)/info/exclude"
+	rm -rf .whl && mkdir -p .whl
+	grep -v '^#' training/rl/gpu_wheels.txt | $(PY) -m pip download -q --no-deps \
+	  --only-binary=:all: --python-version 3.12 --implementation cp $(RL_GPU_PLATFORMS) -d .whl -r /dev/stdin
+	cd .whl && apt-get download bubblewrap
+	@ls .whl/*.whl | wc -l | xargs printf '%s wheels and bubblewrap in .whl/: '
+	@du -cb .whl/* | tail -1 | awk '{ printf "%.1f MiB\n", $$1 / 1048576; exit ($$1 > 64 * 1048576) }' \
+	  || { echo "error: .whl/ is over the 64 MiB a GPU call carries"; exit 1; }

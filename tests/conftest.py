@@ -45,6 +45,28 @@ def tiny_checkpoint(tmp_path_factory, tokenizer) -> Path:
 
 
 @pytest.fixture(scope="session")
+def stopping_checkpoint(tmp_path_factory, tokenizer) -> Path:
+    """A tiny model (4,096-token context, room for the harness's prompt) whose answers end at
+    varied lengths: its output layer scores every token 0 but the end-of-text token, whose score
+    is a random projection of the context, so some samples stop within a few tokens and others
+    run to their limit. RL needs that variety from a random model: a group whose every sample
+    is cut off by a limit carries no loss. No MTP heads."""
+    import torch
+
+    from agent.model import build_trunk, save_checkpoint
+
+    trunk = build_trunk("test", vocab_size=len(tokenizer), max_position_embeddings=4096, seed=0)
+    trunk.config.tie_word_embeddings = False
+    hidden = trunk.config.hidden_size
+    generator = torch.Generator().manual_seed(3)
+    head = torch.zeros(len(tokenizer), hidden)  # [vocab, hidden]
+    head[tokenizer.eos_token_id] = torch.randn(hidden, generator=generator) * 8 / hidden**0.5
+    trunk.lm_head.weight = torch.nn.Parameter(head)
+    meta = {"version": "tiny-stopping"}
+    return save_checkpoint(tmp_path_factory.mktemp("stopping"), trunk, tokenizer, None, meta)
+
+
+@pytest.fixture(scope="session")
 def tiny_checkpoint_b(tmp_path_factory, tokenizer) -> Path:
     """The same shape with a different seed: a second model for equivalence tests."""
     return make_checkpoint(tmp_path_factory.mktemp("tiny1"), tokenizer, seed=1)

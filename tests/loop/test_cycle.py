@@ -180,3 +180,34 @@ def test_a_cycle_runs_rl_on_the_tasks_its_sessions_yield(registry, tiny_checkpoi
     assert any(x.startswith("stopping early at step 0: the last 2 groups") for x in lines)
     runs = dict(sqlite3.connect(db).execute("SELECT stage, status FROM training_runs").fetchall())
     assert runs["rl"] == "done" and runs["cycle"] == "skipped"
+
+
+def test_the_cycles_rl_recipe_updates_the_model_on_tasks_mined_from_sessions(
+    tmp_path, stopping_checkpoint
+):
+    """The CPU path of the cycle's RL stage, the same code as the GPU run: sessions logged with
+    their changes are mined into RL tasks, and recipes/cycle/rl.toml (its sizes shrunk to
+    seconds) makes an update on them with a tiny model whose samples differ in length, so their
+    rewards differ (communication, effort) and the update has a signal."""
+    from telemetry import export
+    from training.cycle.rl import rl_pool, train_rl_stage
+    from training.rl import load_rl_recipe
+
+    db = tmp_path / "telemetry.db"
+    record_sessions(db, 3, diff=True)
+    export(str(db), tmp_path / "export", held_out_percent=0)
+    lines: list[str] = []
+    pool, summary, mined = rl_pool(tmp_path, tmp_path / "export", set(), 0, lines.append)
+    assert summary["new"] == 3 and len(mined) == 3
+    shrunk = dict(max_turns=1, max_tokens=12, steps=1, rollout_wall_s=60.0)
+    recipe = load_rl_recipe(
+        cycle.RECIPES / "rl.toml",
+        dict(name="c-rl", init=str(stopping_checkpoint), out=str(tmp_path / "rl"), tasks=str(pool))
+        | shrunk,
+    )
+    model, updates = train_rl_stage(recipe, progress=False, log=lines.append)
+    assert updates == 1, lines
+    assert json.loads((model / "flywheel.json").read_text())["version"] == "c-rl@rl1"
+    records = [json.loads(x) for x in (tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()]
+    (update,) = [r for r in records if r["kind"] == "train"]
+    assert update["trained_trajectories"] >= 2 and update["skipped"] == 0.0

@@ -158,6 +158,15 @@ def test_rl_recipe_loads_and_says_how_to_launch():
     assert recipe.reward_version.startswith("rv-")
 
 
+def test_the_gpu_recipe_trains_a_bfloat16_adapter_within_a_budget_and_says_how_to_launch():
+    path = RL_TOML.with_name("rl_gpu.toml")
+    recipe = load_rl_recipe(path)
+    assert (recipe.device, recipe.dtype, recipe.runtime) == ("cuda", "bfloat16", "inline")
+    assert recipe.lora_rank > 0 and recipe.budget_s > 0 and recipe.eval_samples == 8
+    header = path.read_text().split("\nname")[0]
+    assert "make rl-gpu MODEL=" in header and "python -m training.rl.measured_run" in header
+
+
 def test_recipe_errors_and_reward_versions():
     base = dict(name="x", out="o", init="i", env="magic")
     with pytest.raises(RecipeError, match="unknown key"):
@@ -172,6 +181,15 @@ def test_recipe_errors_and_reward_versions():
         rl_recipe_from_dict({**base, "temperature": 0})
     with pytest.raises(RecipeError, match="must be int"):
         rl_recipe_from_dict({**base, "steps": "many"})
+    with pytest.raises(RecipeError, match="dtype bfloat16 trains a LoRA adapter only"):
+        rl_recipe_from_dict({**base, "dtype": "bfloat16"})
+    with pytest.raises(RecipeError, match="dtype 'float16' is unknown"):
+        rl_recipe_from_dict({**base, "dtype": "float16"})
+    with pytest.raises(RecipeError, match="must be bool"):
+        rl_recipe_from_dict({**base, "unconfined_commands": 1})
+    with pytest.raises(RecipeError, match="must be int"):
+        rl_recipe_from_dict({**base, "steps": True})
+    assert rl_recipe_from_dict({**base, "unconfined_commands": True}).unconfined_commands
     sync = rl_recipe_from_dict({**base, "mode": "sync", "max_staleness": 5, "push_every": 1})
     assert sync.max_staleness == 0 and sync.push_every == 1
     a = rl_recipe_from_dict(base)

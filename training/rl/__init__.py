@@ -12,7 +12,11 @@ Files, one role each (read them in this order):
 - `trainer.py`       Policy: forward over prompt + output, the update step, weight export
 - `runtimes.py`      rollout workers as threads (one in-process engine), processes, or Ray actors
 - `async_loop.py`    the run: admission with the staleness bound, updates, weight pushes,
-                     evaluation, checkpoints, metrics, curves (rewards, lengths and diversity)
+                     evaluation, checkpoints, metrics, the wall-clock budget
+- `curves.py`        the run's PNGs: rewards, lengths and diversity, held-out failure modes
+- `measured_run.py`  one measured run (recipes/rl_gpu.toml): held-out tasks, before/after
+                     pass@1 and pass@k with paired intervals, result.json; `gpu_run.sh` runs it
+                     on a lent GPU machine
 
     flywheel train rl --recipe training/recipes/rl.toml [--set steps=10] [--no-resume]
 

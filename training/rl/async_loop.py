@@ -10,8 +10,10 @@
               group (below); when `tasks_per_step` groups are admitted, one update
               (trainer.py), version + 1; every `push_every` updates new weights go to the
               workers; metrics each update, held-out pass@1 / pass@k at the start, every
-              `eval_every` updates and at the end, a checkpoint every `save_every`
-    clean up  the final model folder, the curves (rewards.png, lengths.png), the run record
+              `eval_every` updates and at the end, a checkpoint every `save_every`; with
+              `budget_s`, no update begins once the time left of it is no more than the first
+              evaluation took, so that the final evaluation (about as long) ends near the budget
+    clean up  the final model folder, the curves (curves.py), the run record
 
 Admission, for each returned group: a crashed rollout is counted and logged; each trajectory is
 scored (reward.py), and one that cannot be trained on (error, bad logprobs, reward raised) is
@@ -40,6 +42,7 @@ Run folder (`recipe.out`):
     rewards.png                 reward mean +- spread, pass@1, pass@G per update; held-out points
     lengths.png                 turns and output tokens per trajectory; distinct final diffs per
                                 group and sampled-token entropy, per update
+    outcomes.png                how held-out samples ended, first and last evaluation
     model/                      the final checkpoint; flywheel.json names version, parent,
                                 reward version and the held-out pass@1 / pass@k before and after
 
@@ -66,6 +69,7 @@ import torch
 from agent.files import atomic_write_text
 from training.loop import MetricsLog, TelemetryRun, TrainingError, latest_checkpoint
 from training.rl.curriculum import Curriculum
+from training.rl.curves import plot
 from training.rl.environments import make_env, version_name
 from training.rl.grpo import group_rows, pass_at_k, zero_variance
 from training.rl.recipe import RLRecipe
@@ -241,6 +245,9 @@ class RLRun:
                 shutil.rmtree(stale, ignore_errors=True)
         torch.manual_seed(recipe.seed)
         self.env = env if env is not None else make_env(recipe)
+        not_ready = self.env.ready()
+        if not_ready:
+            raise TrainingError(not_ready)
         self.spec = RewardSpec(recipe.rewards, recipe.effort_penalty, recipe.reward_version)
         self.policy = Policy.load(recipe.init, recipe)
         self.state = RunState()
@@ -277,6 +284,7 @@ class RLRun:
         self.window = Window()
         self.eval_results: dict[int, GroupResult] = {}
         self.pushed_version = -1
+        self.eval_s = 0.0  # how long this process's first evaluation took (the budget's reserve)
         self.runtime = None
         self.idle_groups = 0  # consecutive groups with equal rewards
 
@@ -455,6 +463,7 @@ class RLRun:
         if not self.eval_tasks:
             return {}
         self._push()
+        t0 = time.monotonic()
         ids = []
         for i, task in enumerate(self.eval_tasks):
             job = Job(
@@ -472,10 +481,22 @@ class RLRun:
                 self._admit(result)
         results = [self.eval_results.pop(i) for i in ids]
         k = recipe.eval_samples
-        per_task = [(len(r.trajectories), sum(t.passed for t in r.trajectories)) for r in results]
-        per_task = [(n, c) for n, c in per_task if n]
+        rows = [  # per task: samples back, samples passed; the same order at every evaluation
+            (
+                getattr(r.job.task, "id", "?"),
+                len(r.trajectories),
+                sum(t.passed for t in r.trajectories),
+            )
+            for r in results
+        ]
+        per_task = [(n, c) for _, n, c in rows if n]
         if not per_task:
             return {}
+        stops: dict[str, int] = {}
+        for r in results:
+            for t in r.trajectories:
+                why = "error" if t.error else "passed" if t.passed else t.stop_reason or "unknown"
+                stops[why] = stops.get(why, 0) + 1
         record = {
             "step": self.state.step,
             "kind": "eval",
@@ -483,12 +504,18 @@ class RLRun:
             "tasks": len(per_task),
             "pass@1": sum(c / n for n, c in per_task) / len(per_task),
             f"pass@{k}": sum(pass_at_k(n, c, min(k, n)) for n, c in per_task) / len(per_task),
+            "per_task": [{"id": i, "n": n, "passed": c} for i, n, c in rows],
+            "outcomes": stops,  # every sample's end: passed, error, or why it stopped unsolved
+            "output_tokens_mean": sum(t.output_tokens for r in results for t in r.trajectories)
+            / max(1, sum(len(r.trajectories) for r in results)),
+            "t": time.monotonic() - self.started,  # seconds since the run started, at its end
         }
         self.metrics.write(record)
         self.telemetry.metric(
             self.state.step, {f"eval_{k_}": v for k_, v in record.items() if k_.startswith("pass@")}
         )
         self.state.evals.append(record)
+        self.eval_s = self.eval_s or time.monotonic() - t0
         self.log(
             f"eval at step {self.state.step}: pass@1 {record['pass@1']:.3f} "
             f"pass@{k} {record[f'pass@{k}']:.3f} on {len(per_task)} held-out tasks"
@@ -498,7 +525,14 @@ class RLRun:
     # -- the run -------------------------------------------------------------------------------
 
     def _stop_reason(self) -> str:
-        """Why the run ends before `steps` ("" while there is something to learn)."""
+        """Why the run ends before `steps` ("" while there is something to learn and time)."""
+        budget = self.recipe.budget_s
+        left = budget - (time.monotonic() - self.started)
+        if budget and left <= self.eval_s:
+            return (
+                f"the wall-clock budget is spent: {max(0.0, left):.0f} of budget_s={budget:.0f} s "
+                f"left, kept for the final evaluation (the first took {self.eval_s:.0f} s)"
+            )
         if self.idle_groups >= self.recipe.max_idle_groups:
             return (
                 f"the last {self.idle_groups} groups had no learning signal (equal rewards: "
@@ -526,6 +560,8 @@ class RLRun:
                 stop = self._stop_reason()
                 if stop:
                     self.log(f"stopping early at step {state.step}: {stop}")
+                    for job in self.runtime.drop_waiting():  # not started: not worth waiting for
+                        self.in_flight.pop(job.id, None)
                     if state.evals[-1:] and state.evals[-1]["step"] != state.step:
                         self._evaluate()
                     break
@@ -587,78 +623,3 @@ def progress_line(record: dict, recipe: RLRecipe) -> str:
         f"ess {record.get('ess', 1):.2f} stale {record['staleness_mean']:.1f}/{recipe.max_staleness} "
         f"refused {record['refused_stale']} traj/min {record['trajectories_per_min']:.0f}"
     )
-
-
-def plot(records: list[dict], folder: Path, recipe: RLRecipe) -> None:
-    """The run's curves: rewards.png and lengths.png in `folder`."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    train = [r for r in records if r.get("kind") == "train" and "reward_mean" in r]
-    evals = [r for r in records if r.get("kind") == "eval"]
-    if not train and not evals:
-        return
-    plot_rewards(plt, train, evals, folder / "rewards.png", recipe)
-    if train:
-        plot_lengths(plt, train, folder / "lengths.png", recipe)
-
-
-def plot_rewards(plt, train: list[dict], evals: list[dict], path: Path, recipe: RLRecipe) -> None:
-    """Reward mean +- spread, pass@1 and pass@G per update; held-out pass@1 / pass@k points."""
-    g, k = recipe.group_size, recipe.eval_samples
-    fig, (ax_r, ax_p) = plt.subplots(1, 2, figsize=(11, 4))
-    if train:
-        steps = [r["step"] for r in train]
-        mean = [r["reward_mean"] for r in train]
-        std = [r["reward_std"] for r in train]
-        ax_r.plot(steps, mean, label="reward mean")
-        ax_r.fill_between(
-            steps,
-            [m - s for m, s in zip(mean, std, strict=True)],
-            [m + s for m, s in zip(mean, std, strict=True)],
-            alpha=0.2,
-        )
-        ax_p.plot(steps, [r["pass@1"] for r in train], label="rollout pass@1")
-        ax_p.plot(steps, [r[f"pass@{g}"] for r in train], label=f"rollout pass@{g}")
-    if evals:
-        steps = [r["step"] for r in evals]
-        ax_p.plot(steps, [r["pass@1"] for r in evals], "o--", label="held-out pass@1")
-        ax_p.plot(steps, [r[f"pass@{k}"] for r in evals], "s--", label=f"held-out pass@{k}")
-    ax_r.set(xlabel="update", ylabel="reward", title=f"{recipe.name}: reward")
-    ax_p.set(xlabel="update", ylabel="share of tasks", title="pass@k", ylim=(-0.02, 1.02))
-    for ax in (ax_r, ax_p):
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def plot_lengths(plt, train: list[dict], path: Path, recipe: RLRecipe) -> None:
-    """Length growth (turns and output tokens per trajectory) and diversity collapse (distinct
-    final diffs per group, sampled-token entropy) per update; two y axes per panel."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    panels = (
-        (
-            f"{recipe.name}: length per trajectory",
-            ("turns_mean", "model turns"),
-            ("output_tokens_mean", "output tokens"),
-        ),
-        (
-            "diversity",
-            ("distinct_diff_fraction", "distinct final diffs / group size"),
-            ("rollout_entropy", "sampled-token entropy (nats)"),
-        ),
-    )
-    for ax, (title, *curves) in zip(axes, panels, strict=True):
-        for axis, (key, label), color in zip((ax, ax.twinx()), curves, ("C0", "C1"), strict=True):
-            points = [(r["step"], r[key]) for r in train if key in r]
-            if points:
-                axis.plot(*zip(*points, strict=True), "o-", color=color, markersize=3)
-            axis.set_ylabel(label, color=color)
-        ax.set(xlabel="update", title=title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)

@@ -3,6 +3,7 @@
 An environment is a small picklable object with three methods, called in the rollout worker:
 
     tasks(split)                         -> the tasks of "train" or "heldout"
+    ready()                              -> "" or why no rollout can run here (once, at start)
     check(task)                          -> "" or why the task cannot be used (run once at start)
     rollout(engine, tokenizer, task, G, seed) -> G `Trajectory`s with their signals
 
@@ -28,13 +29,24 @@ split: its evaluation reuses its prompts.
 Tasks whose verifier cannot run (missing program, permission) are dropped by `check` with the
 reason; a verifier that crashes or hangs during a rollout makes that trajectory an error, left
 out of training.
+
+The agent's commands run in the harness's sandbox (agent/harness/sandbox.py, bubblewrap). Where
+it cannot run (bwrap missing, or no user namespaces), `HarnessEnv.ready` says so and the run does
+not start: rollouts whose every command is refused would teach the model a harness users never
+see. On a throwaway machine `unconfined` (the recipe's `unconfined_commands`) runs them
+unconfined instead, with approval off (a rollout has nobody to ask). The verifier runs beside the
+harness, never in the sandbox, at most `test_workers` at once across every rollout of the process
+(0: one per CPU core), so that a GPU's many concurrent samples do not oversubscribe the cores.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -80,6 +92,9 @@ class MagicTokenEnv:
         return [
             MagicTask(f"magic-{i}", i, (40 + i, 50 + i, 60 + i)) for i in range(self.tasks_count)
         ]
+
+    def ready(self) -> str:
+        return ""
 
     def check(self, task: MagicTask) -> str:
         return ""
@@ -218,6 +233,17 @@ def final_diff(root: Path, files: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(changed).encode()).hexdigest()[:12]
 
 
+_VERIFIER_SLOTS: dict[int, threading.BoundedSemaphore] = {}
+_SLOTS_LOCK = threading.Lock()
+
+
+def verifier_slots(workers: int) -> threading.BoundedSemaphore:
+    """The process's semaphore bounding concurrent verifier runs (0: one per CPU core)."""
+    size = workers or os.cpu_count() or 1
+    with _SLOTS_LOCK:
+        return _VERIFIER_SLOTS.setdefault(size, threading.BoundedSemaphore(size))
+
+
 def load_rl_tasks(path: str | Path, split: str) -> list:
     """Synthetic tasks (`flywheel train tasks`) or telemetry's rl_tasks/benchmark.jsonl rows."""
     from training.tasks.dataset import load_tasks
@@ -270,12 +296,35 @@ class HarnessEnv:
     # A group's samples run at once (each its own thread): an engine on its own thread batches
     # their steps (agent/engine/loop.py). Off: one after another.
     concurrent: bool = True
+    test_workers: int = 0  # verifier runs at once in this process; 0 = one per CPU core
+    unconfined: bool = False  # without a working sandbox: commands unconfined, approval off
 
     def tasks(self, split: str) -> list:
         tasks = load_rl_tasks(self.tasks_path, split)
         if split == "train" and self.limit:
             tasks = tasks[: self.limit]
         return tasks
+
+    def sandbox_config(self):
+        from agent.harness.sandbox import SandboxConfig
+
+        return SandboxConfig(allow_unconfined=self.unconfined)
+
+    def ready(self) -> str:
+        """ "" when the agent's commands can run in the sandbox here, else one line saying why
+        and what to do (the module docstring)."""
+        from agent.harness.sandbox import Sandbox
+
+        with tempfile.TemporaryDirectory(prefix="flywheel-sandbox-check-") as root:
+            result = Sandbox(root, self.sandbox_config()).run("true", 30)
+        if result.exit_code == 0:
+            return ""
+        why = result.output.strip().splitlines()[-1] if result.output.strip() else "no output"
+        return (
+            f"the agent's commands cannot run in the sandbox here ({why[:200]}): install "
+            "bubblewrap (apt-get install bubblewrap; `make rl-gpu-wheels` carries its package), "
+            "or on a throwaway machine set unconfined_commands = true in the recipe"
+        )
 
     def check(self, task) -> str:
         """The verifier must run on the untouched workspace (it is expected to fail there)."""
@@ -301,6 +350,7 @@ class HarnessEnv:
 
     def one(self, engine, tokenizer, task, sample: int, seed: int) -> Trajectory:
         from agent.harness import HarnessConfig
+        from agent.harness.config import ApprovalPolicy
         from agent.harness.nodes import call_fingerprint
         from agent.harness.scratch import run_unattended, scratch_copy
         from training.tasks.oracle import task_tools_config
@@ -335,6 +385,9 @@ class HarnessEnv:
             editor="rollout",
             priority="background",  # an editor sharing the engine goes first
             tools=task_tools_config(task),
+            sandbox=self.sandbox_config(),
+            # unconfined commands would each wait for an approval nobody gives
+            approval=ApprovalPolicy(commands="never") if self.unconfined else ApprovalPolicy(),
             # The trainer scores the policy's own distribution: tokens sampled under the tool-call
             # grammar's mask would carry masked log-probabilities and bias the importance weights.
             constrain_tool_calls=False,
@@ -349,7 +402,8 @@ class HarnessEnv:
                     if is_test_file(path):
                         Path(root, path).write_text(text)
                 try:
-                    code, output = _run(task.test_command, str(root), TEST_TIMEOUT_S)
+                    with verifier_slots(self.test_workers):
+                        code, output = _run(task.test_command, str(root), TEST_TIMEOUT_S)
                 except OSError as exc:
                     traj.error = f"verifier {task.test_command!r} could not run: {exc}"
                     code, output = 1, ""
@@ -393,4 +447,6 @@ def make_env(recipe) -> MagicTokenEnv | HarnessEnv:
         temperature=recipe.temperature,
         wall_s=recipe.rollout_wall_s,
         limit=recipe.task_limit,
+        test_workers=recipe.test_workers,
+        unconfined=recipe.unconfined_commands,
     )

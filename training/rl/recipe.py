@@ -21,7 +21,8 @@ from training.recipe import RecipeError, parse_overrides, read_toml
 ENVS = ("harness", "magic")
 RUNTIMES = ("inline", "processes", "ray")
 MODES = ("sync", "async")
-_SCALARS = {"int": int, "float": float, "str": str}
+DTYPES = ("float32", "bfloat16")
+_SCALARS = {"int": int, "float": float, "str": str, "bool": bool}
 
 __all__ = ["RLRecipe", "RecipeError", "load_rl_recipe", "parse_overrides"]
 
@@ -40,6 +41,9 @@ class RLRecipe:
     task_limit: int = 0  # harness: at most this many training tasks; 0 = all
     max_turns: int = 8  # harness: model turns per rollout
     rollout_wall_s: float = 120.0  # harness: running time per rollout (the harness's own limit)
+    test_workers: int = 0  # harness: verifier runs at once across all rollouts; 0 = CPU cores
+    unconfined_commands: bool = False  # harness, without a working bubblewrap: run the agent's
+    # commands unconfined instead of refusing to start (a throwaway machine only)
     magic_tasks: int = 4  # magic: number of prompts (tasks)
     magic_every: int = 8  # magic: token t pays on task i when t % magic_every == i % magic_every
     # --- sampling ---
@@ -67,6 +71,13 @@ class RLRecipe:
     clip_high: float = 0.0  # clip-higher: ratio clipped above 1 + clip_high (DAPO uses 0.28)
     is_cap: float = 2.0  # truncated importance weight: min(pi_trained / pi_sampling, is_cap)
     loss_tokens: int = 0  # Dr. GRPO's constant normaliser per trajectory; 0 = max_tokens
+    lora_rank: int = 0  # 0: every weight trains; N: a LoRA adapter of rank N (training/adapters.py)
+    lora_alpha: float = 0.0  # LoRA scale numerator; 0 = 2 * lora_rank
+    dtype: str = "float32"  # weights of the trainer and the rollout engines: float32 | bfloat16
+    # (bfloat16 needs lora_rank: AdamW steps on bfloat16 weights round small updates away)
+    budget_s: float = 0.0  # wall-clock seconds for the whole run, evaluations included: no
+    # update begins once what is left is no more than the first evaluation took, and the final
+    # evaluation still runs (0 = no budget: `steps` alone ends the run)
     max_bad_steps: int = 3  # consecutive non-finite losses before the run stops
     max_idle_groups: int = 64  # consecutive groups without signal (equal rewards) before the
     # run ends early: every task is always solved (or never): nothing left to learn from
@@ -138,6 +149,17 @@ class RLRecipe:
             raise RecipeError("clip_low must be in [0, 1) and clip_high >= 0")
         if self.max_staleness < 0 or self.in_flight < 0 or self.task_limit < 0:
             raise RecipeError("max_staleness, in_flight and task_limit must be >= 0")
+        if self.test_workers < 0 or self.lora_rank < 0 or self.lora_alpha < 0:
+            raise RecipeError("test_workers, lora_rank and lora_alpha must be >= 0")
+        if self.budget_s < 0:
+            raise RecipeError("budget_s must be >= 0 (0 = no wall-clock budget)")
+        if self.dtype not in DTYPES:
+            raise RecipeError(f"dtype {self.dtype!r} is unknown; use one of {', '.join(DTYPES)}")
+        if self.dtype == "bfloat16" and not self.lora_rank:
+            raise RecipeError(
+                "dtype bfloat16 trains a LoRA adapter only (AdamW steps on bfloat16 weights round "
+                "small updates away): set lora_rank, or use dtype float32"
+            )
         if self.curriculum_min_samples < 0 or not 0 <= self.curriculum_explore <= 1:
             raise RecipeError(
                 "curriculum_min_samples must be >= 0 and curriculum_explore in [0, 1]"
@@ -198,7 +220,7 @@ def rl_recipe_from_dict(values: dict, overrides: dict | None = None, where: str 
         if kind == "float" and isinstance(value, int) and not isinstance(value, bool):
             values[key] = float(value)
         elif kind in _SCALARS and (
-            not isinstance(value, _SCALARS[kind]) or isinstance(value, bool)
+            not isinstance(value, _SCALARS[kind]) or (isinstance(value, bool) != (kind == "bool"))
         ):
             raise RecipeError(f"recipe key {key} must be {kind}, not {value!r}")
         elif key == "rewards" and not isinstance(value, dict):

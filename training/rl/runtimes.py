@@ -6,6 +6,7 @@ same four calls to the loop in async_loop.py:
     submit(job)        queue a job; it goes to the next idle worker
     poll(timeout)      the `GroupResult`s that arrived (waits up to `timeout` for the first one)
     push(path)         new weights for every worker, applied before its next job
+    drop_waiting()     take back the jobs no worker has started (a run that stops early)
     close()
 
 - `inline`: `workers` threads share ONE engine in the trainer's process; `push` is the engine's
@@ -43,7 +44,15 @@ class RuntimeFailure(RuntimeError):
 class RolloutWorker:
     """One engine and one environment; what every runtime runs."""
 
-    def __init__(self, env, model_path: str, device: str, worker_id: int, threads: int = 0):
+    def __init__(
+        self,
+        env,
+        model_path: str,
+        device: str,
+        worker_id: int,
+        threads: int = 0,
+        dtype: str = "float32",
+    ):
         import torch
 
         from agent.engine import EngineConfig, open_engine
@@ -54,7 +63,9 @@ class RolloutWorker:
         self.id = worker_id
         # on its own thread: a group's samples (and the inline runtime's workers) call at once,
         # and the engine batches their steps
-        config = EngineConfig(model=model_path, backend="local", device=device, own_thread=True)
+        config = EngineConfig(
+            model=model_path, backend="local", device=device, dtype=dtype, own_thread=True
+        )
         self.engine = open_engine(config)
         self._tokenizer = None
         self._model_path = model_path
@@ -88,7 +99,7 @@ class RolloutWorker:
 
 class InlineRuntime:
     def __init__(self, env, model_path: str, recipe, log: Callable[[str], None]) -> None:
-        self.worker = RolloutWorker(env, model_path, recipe.device, 0)
+        self.worker = RolloutWorker(env, model_path, recipe.device, 0, dtype=recipe.dtype)
         self.jobs: queue.Queue = queue.Queue()
         self.results: queue.Queue = queue.Queue()
         self.threads = [
@@ -107,6 +118,13 @@ class InlineRuntime:
 
     def submit(self, job: Job) -> None:
         self.jobs.put(job)
+
+    def drop_waiting(self) -> list[Job]:
+        dropped = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                dropped.append(self.jobs.get_nowait())
+        return dropped
 
     def poll(self, timeout: float) -> list[GroupResult]:
         out = []
@@ -196,6 +214,11 @@ class _SlotRuntime:
         self.pending.append(job)
         self._dispatch()
 
+    def drop_waiting(self) -> list[Job]:
+        dropped = list(self.pending)
+        self.pending.clear()
+        return dropped
+
     def _fail(self, slot: _Slot, what: str, out: list[GroupResult]) -> None:
         if slot.job is not None:
             out.append(GroupResult(slot.job, [], error=what, worker=slot.index))
@@ -212,8 +235,8 @@ class _SlotRuntime:
                 self._fail(slot, f"rollout timed out after {limit:.0f} s", out)
 
 
-def _process_main(worker_id, env, model_path, device, threads, inbox, outbox) -> None:
-    worker = RolloutWorker(env, model_path, device, worker_id, threads)
+def _process_main(worker_id, env, model_path, device, threads, dtype, inbox, outbox) -> None:
+    worker = RolloutWorker(env, model_path, device, worker_id, threads, dtype)
     outbox.put(("ready", worker_id, None))
     while True:
         msg = inbox.get()
@@ -238,7 +261,15 @@ class ProcessRuntime(_SlotRuntime):
 
     def _start(self, slot: _Slot) -> None:
         slot.inbox = self.ctx.Queue()
-        args = (slot.index, self.env, self.weights, self.recipe.device, self.recipe.worker_threads)
+        recipe = self.recipe
+        args = (
+            slot.index,
+            self.env,
+            self.weights,
+            recipe.device,
+            recipe.worker_threads,
+            recipe.dtype,
+        )
         slot.handle = self.ctx.Process(
             target=_process_main,
             args=(*args, slot.inbox, self.outbox),
@@ -323,7 +354,12 @@ class RayRuntime(_SlotRuntime):
 
     def _start(self, slot: _Slot) -> None:
         slot.handle = self.actor_cls.remote(
-            self.env, self.weights, self.recipe.device, slot.index, self.recipe.worker_threads
+            self.env,
+            self.weights,
+            self.recipe.device,
+            slot.index,
+            self.recipe.worker_threads,
+            self.recipe.dtype,
         )
         slot.job, slot.future, slot.ready = None, None, True
 

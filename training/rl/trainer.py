@@ -13,13 +13,20 @@
 Scoring reads the trunk's hidden states and applies the output head only at the masked positions
 (prompts are long, outputs short): [rows, seq, hidden] -> [tokens, hidden] -> [tokens, vocab].
 
-Weights leave the trainer as ordinary checkpoint folders (`export`): the rollout engines load them
-with `Engine.swap(path)`, and the registry takes the final one. MTP heads, when the initial
+What trains: every weight of the trunk (`lora_rank = 0`, float32), or a LoRA adapter of rank
+`lora_rank` on every linear layer plus the chat format's special-token rows (training/adapters.py),
+over frozen weights in the recipe's `dtype` (bfloat16 on a GPU: half the memory and the GPU's fast
+matrix units; peft keeps the adapter's own weights in float32, so AdamW's small steps survive).
+
+Weights leave the trainer as ordinary checkpoint folders (`export`; an adapter is merged into a
+copy of its base first, so an engine loads one folder whatever trained): the rollout engines load
+them with `Engine.swap(path)`, and the registry takes the final one. MTP heads, when the initial
 checkpoint has them, are carried along unchanged (drafting stays lossless whatever they predict).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import shutil
@@ -35,13 +42,23 @@ class Policy:
     def __init__(self, checkpoint, recipe: RLRecipe) -> None:
         self.checkpoint = checkpoint
         self.recipe = recipe
-        self.trunk = checkpoint.trunk
+        self.trunk = checkpoint.trunk  # the causal LM: scoring reads .model and .lm_head
         self.tokenizer = checkpoint.tokenizer
         self.device = torch.device(recipe.device)
         self.trunk.to(self.device).train()
-        # Full-parameter updates: a checkpoint loaded from an adapter merged into its base (the
-        # default model) comes back frozen, as peft leaves it.
-        self.params = [p.requires_grad_(True) for p in self.trunk.parameters()]
+        self.adapter = None  # the PeftModel around `trunk` when a LoRA adapter trains
+        if recipe.lora_rank:
+            from training.adapters import attach_lora
+
+            # peft injects the adapter's layers into `trunk` in place; `adapter` wraps it
+            self.adapter = attach_lora(
+                self.trunk, self.tokenizer, recipe.lora_rank, recipe.lora_alpha, 0.0
+            )
+            self.params = [p for p in self.adapter.parameters() if p.requires_grad]
+        else:
+            # Full-parameter updates: a checkpoint loaded from an adapter merged into its base
+            # (the default model) comes back frozen, as peft leaves it.
+            self.params = [p.requires_grad_(True) for p in self.trunk.parameters()]
         self.optimizer = torch.optim.AdamW(
             self.params, lr=recipe.lr, betas=(0.9, 0.95), weight_decay=recipe.weight_decay
         )
@@ -52,7 +69,7 @@ class Policy:
     def load(cls, path: str, recipe: RLRecipe) -> Policy:
         from agent.model import load_checkpoint
 
-        return cls(load_checkpoint(path, device=recipe.device), recipe)
+        return cls(load_checkpoint(path, device=recipe.device, dtype=recipe.dtype), recipe)
 
     # -- scoring -----------------------------------------------------------------------------
 
@@ -177,15 +194,32 @@ class Policy:
         folder = Path(folder)
         tmp = folder.with_name(f".{folder.name}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        save_checkpoint(tmp, self.trunk, self.tokenizer, self.checkpoint.heads, meta)
+        trunk = self.trunk
+        if self.adapter is not None:  # merged into a copy: the adapter keeps training as it is
+            trunk = copy.deepcopy(self.adapter).merge_and_unload()
+        save_checkpoint(tmp, trunk, self.tokenizer, self.checkpoint.heads, meta)
+        del trunk
         carry_apply(self.checkpoint.path, tmp)  # the fast-apply adapter is on the base: it stays
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(tmp, folder)
         return folder
 
     def state_dict(self) -> dict:
-        return {"model": self.trunk.state_dict(), "optimizer": self.optimizer.state_dict()}
+        """What a resumable checkpoint keeps: the weights that train (an adapter's frozen base
+        comes back from `init`) and the optimizer."""
+        if self.adapter is not None:
+            from training.adapters import trainable_state
+
+            model = trainable_state(self.adapter)
+        else:
+            model = self.trunk.state_dict()
+        return {"model": model, "optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.trunk.load_state_dict(state["model"])
+        if self.adapter is not None:
+            from training.adapters import load_trainable_state
+
+            load_trainable_state(self.adapter, state["model"])
+        else:
+            self.trunk.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
