@@ -65,7 +65,7 @@ def _raw_args(args: dict, arg: str, sep: str = "\n") -> str:
 
 def render_call(fmt: str, name: str, args: dict) -> str:
     if fmt == "hermes":
-        return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
+        return f"<tool_call>\n{json.dumps({'name': name, 'arguments': args})}\n</tool_call>"
     if fmt == "qwen_xml":
         body = ""
         for key, value in args.items():
@@ -86,8 +86,7 @@ def render(fmt: str, row: dict) -> tuple[str, list[tuple[int, int]]]:
     """(text, character spans of the assistant's turns including their <|im_end|>)."""
     text, spans = "", []
     tools = "# Tools" + "".join(
-        f"\n- {t['function']['name']}: {t['function'].get('description', '')}"
-        for t in row["tools"]
+        f"\n- {t['function']['name']}: {t['function'].get('description', '')}" for t in row["tools"]
     )
     for message in row["messages"]:
         content = message.get("content") or ""
@@ -123,9 +122,7 @@ def score(model, tokenizer, text: str, spans, new_ids: set[int], max_tokens: int
     ids = enc["input_ids"][:max_tokens]
     offsets = enc["offset_mapping"][:max_tokens]
     targets = [
-        i
-        for i in range(1, len(ids))
-        if any(start <= offsets[i][0] < end for start, end in spans)
+        i for i in range(1, len(ids)) if any(start <= offsets[i][0] < end for start, end in spans)
     ]
     hidden = model.model(torch.tensor([ids])).last_hidden_state[0]
     logits = model.lm_head(hidden[[t - 1 for t in targets]]).float()

@@ -216,9 +216,7 @@ def test_ten_megabyte_arguments_are_refused(workspace, recorder):
 
 
 def test_invalid_utf8_in_model_output(workspace, recorder):
-    garbage = (
-        "caf\udce9 \ufffd\x00 <tool_call>read_file\n<|arg|>path\ncalc\udcff.py\n</tool_call>"
-    )
+    garbage = "caf\udce9 \ufffd\x00 <tool_call>read_file\n<|arg|>path\ncalc\udcff.py\n</tool_call>"
     h, _ = harness(workspace, [garbage, "fine\udc80"], recorder)
     out = h.start("x")
     assert out.stop_reason == "answered" and out.tool_errors == 1

@@ -115,8 +115,7 @@ def test_sft_mask_covers_assistant_tokens_only(tokenizer):
     ids, mask = encode_conversation(tokenizer, {"messages": messages}, 10_000)
     learned = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
     assert learned == (
-        "let me look\n<tool_call>read_file\n<|arg|>path\na.py\n</tool_call><|im_end|>"
-        "done<|im_end|>"
+        "let me look\n<tool_call>read_file\n<|arg|>path\na.py\n</tool_call><|im_end|>done<|im_end|>"
     )
 
 
