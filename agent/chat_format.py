@@ -76,9 +76,12 @@ SPECIAL_TOKENS = [
     REPO_NAME,
     FILE_SEP,
 ]
-# The tokens agent/base.py adds to a Qwen2.5 base (the rest are Qwen's own): their embedding
-# rows start at the mean and train with the adapter (training/adapters.py).
+# The tokens the format adds to a Qwen2.5 base (agent/base.py; the rest are Qwen's own).
 ADDED_TOKENS = [ARG]
+# The tokens whose embedding rows train with the adapter (training/adapters.py): the added one,
+# and the chat markers whose rows in the 0.5B still sit where untrained rows sit (the norm of a
+# spare row), so that the model cannot tell them apart: it wrote <|im_start|> for <tool_call>.
+TRAINED_ROWS = [START, END, TOOL_CALL, TOOL_CALL_END, *ADDED_TOKENS]
 # How a call is written, for the harness's reply to a call it could not parse.
 CALL_SHAPE = (
     f"Write each call as {TOOL_CALL}NAME, then for each argument {ARG}ARGUMENT on its own line "

@@ -1,9 +1,10 @@
 """LoRA adapters through `peft`: what a stage trains when its recipe sets `lora_rank`.
 
 A stage that starts from the base (or from an adapter trained on it) trains low-rank updates of
-every linear layer of the trunk plus the embedding rows of the tokens the chat format adds to
-the base (`trainable_token_indices`: `<|arg|>` is a new row the base never saw; peft keeps the
-tied output layer in step). What it saves is a PEFT adapter folder that
+every linear layer of the trunk plus the embedding rows of the chat format's markers
+(`trainable_token_indices`: `<|arg|>` is a new row the base never saw, and the 0.5B's rows of the
+tool-call and turn markers are still near their untrained start; peft keeps the tied output
+layer in step). What it saves is a PEFT adapter folder that
 `agent.model.load_checkpoint` merges into the base at load, and that vLLM and `transformers` read.
 
 Starting from an adapter folder continues that adapter (same rank and targets), so the stages
@@ -18,13 +19,13 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 
 
 def special_token_ids(tokenizer) -> list[int]:
-    """Ids of the tokens the format adds to the base (`chat_format.ADDED_TOKENS`) that the
-    tokenizer has: the embedding rows that train beside the adapter. The base's own special
-    tokens keep their pretrained rows."""
-    from agent.chat_format import ADDED_TOKENS
+    """Ids of the tokens whose embedding rows train beside the adapter
+    (`chat_format.TRAINED_ROWS`) that the tokenizer has. The base's other special tokens keep
+    their pretrained rows."""
+    from agent.chat_format import TRAINED_ROWS
 
     vocab = tokenizer.get_vocab()
-    return sorted(vocab[t] for t in ADDED_TOKENS if t in vocab)
+    return sorted(vocab[t] for t in TRAINED_ROWS if t in vocab)
 
 
 def attach_lora(trunk, tokenizer, rank: int, alpha: float, dropout: float, targets=()):
