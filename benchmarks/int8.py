@@ -38,7 +38,7 @@ ROWS = (1, 2, 4, 8, 12, 16, 24, 32, 48)
 @contextlib.contextmanager
 def int8_for_every_row():
     """Run `Int8Linear`'s int8 product whatever the number of rows (prefill included)."""
-    from agent.engine.model_runner import Int8Linear
+    from agent.engine.lowbit import Int8Linear
 
     before = Int8Linear.MAX_INT8_ROWS
     Int8Linear.MAX_INT8_ROWS = 1 << 62
@@ -159,7 +159,8 @@ def main() -> int:
     from agent.engine import EngineConfig
     from agent.engine.bench_steps import step_costs
     from agent.engine.local import LocalEngine
-    from agent.engine.model_runner import Int8Linear, LoadedModel
+    from agent.engine.lowbit import Int8Linear
+    from agent.engine.model_runner import LoadedModel
     from training.stages import encode_conversation
 
     torch.set_num_threads(args.threads)
