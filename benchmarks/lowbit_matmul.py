@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SHAPES = ((896, 896), (896, 128), (896, 4864), (4864, 896), (896, 151936))  # (in, out)
-ROWS = (1, 5)
+ROWS = (1, 5)  # a decode step, a verify step over 4 drafts (--rows)
 GROUP_SIZES = (32, 64)  # the default's candidates
 DYN_GROUP = 32
 # products per decode step of the 0.5B: per layer q, o; k, v; gate, up; down (24 layers); lm_head
@@ -147,7 +147,7 @@ def measure(args) -> list[dict]:
     out = []
     for in_features, out_features in SHAPES:
         torch.manual_seed(1)
-        inputs = {rows: torch.randn(rows, in_features) for rows in ROWS}
+        inputs = {rows: torch.randn(rows, in_features) for rows in args.rows}
         reference = layer_for("float32", in_features, out_features)
         want = {rows: reference(x) for rows, x in inputs.items()}
         for precision in precisions:
@@ -234,7 +234,7 @@ def step_estimates(rows: list[dict]) -> list[dict]:
     precisions = [p for p in dict.fromkeys(r["precision"] for r in rows) if "dyn" not in p]
     head = SHAPES[-1]
     out = []
-    for n in ROWS:
+    for n in dict.fromkeys(r["rows"] for r in rows):
         options = [(p, p) for p in precisions]
         options += [(p, "int8") for p in precisions if p.startswith("int4")]
         for body, head_precision in options:
@@ -260,6 +260,9 @@ def step_estimates(rows: list[dict]) -> list[dict]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument(
+        "--rows", type=int, nargs="+", default=ROWS, help="input rows per product (default: 1 5)"
+    )
     p.add_argument("--repeats", type=int, default=5, help="timed passes per cell (median)")
     p.add_argument("--calls", type=int, default=20, help="calls per resident pass")
     p.add_argument(

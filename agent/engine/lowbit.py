@@ -31,7 +31,6 @@ quantization beyond what the kernels do, and GPUs.
 from __future__ import annotations
 
 import functools
-import logging
 
 import torch
 from torch import nn
@@ -44,10 +43,10 @@ from agent.engine.cpu_kernels import unavailable as int8_kernel_unavailable
 from agent.engine.few_rows import FewRowsLinear
 from agent.engine.loop import BATCH_ROWS
 
-log = logging.getLogger("flywheel.engine")
-
-# int8 and int4 stay ahead of float32 well past this on a CPU (benchmarks/int8.py and
-# benchmarks/lowbit_matmul.py measure the rows); a batched step takes the path its steps take alone
+# A batched step (loop.BATCH_ROWS rows at most) takes the path its steps take alone. int8 stays
+# ahead of float32 well past this on a CPU (benchmarks/int8.py measures the rows); torch's int4
+# kernel costs more with every row and falls behind float32 below it (benchmarks/lowbit_matmul.py
+# --rows), the price of a batched step computing each row's decode-step bits
 MAX_LOWBIT_ROWS = BATCH_ROWS
 
 
