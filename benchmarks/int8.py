@@ -1,6 +1,7 @@
-"""Benchmark: int8 weight-only decoding (`EngineConfig.dtype = "int8"`) against float32.
+"""Benchmark: int8 (or, with `--dtype int4`, int4) weight-only decoding against float32.
 
-One process loads the model twice, float32 and int8, and compares:
+One process loads the model twice, float32 and the low-bit dtype (agent/engine/lowbit.py), and
+compares (the text says int8; `--dtype int4` puts int4 in its place):
 - forward ms over a warm KV cache by number of new rows, with the int8 product forced for every
   row count (int8 must stay ahead up to `Int8Linear.MAX_INT8_ROWS`, a batched step's most rows);
 - one decode step and one verify step over 4 drafts (`flywheel bench engine`'s `step_costs`);
@@ -14,6 +15,7 @@ One process loads the model twice, float32 and int8, and compares:
 
     .venv/bin/python benchmarks/int8.py --model default --threads 2 \
         --json benchmarks/results/int8-2026-12-02.json
+    .venv/bin/python benchmarks/int8.py --dtype int4 --model default --threads 2 --json ...
 """
 
 from __future__ import annotations
@@ -36,16 +38,16 @@ ROWS = (1, 2, 4, 8, 12, 16, 24, 32, 48)
 
 
 @contextlib.contextmanager
-def int8_for_every_row():
-    """Run `Int8Linear`'s int8 product whatever the number of rows (prefill included)."""
-    from agent.engine.model_runner import Int8Linear
+def lowbit_for_every_row():
+    """Run the low-bit products whatever the number of rows (prefill included)."""
+    from agent.engine.lowbit import Int4Linear, Int8Linear
 
-    before = Int8Linear.MAX_INT8_ROWS
-    Int8Linear.MAX_INT8_ROWS = 1 << 62
+    before = Int8Linear.MAX_INT8_ROWS, Int4Linear.MAX_INT4_ROWS
+    Int8Linear.MAX_INT8_ROWS = Int4Linear.MAX_INT4_ROWS = 1 << 62
     try:
         yield
     finally:
-        Int8Linear.MAX_INT8_ROWS = before
+        Int8Linear.MAX_INT8_ROWS, Int4Linear.MAX_INT4_ROWS = before
 
 
 def heldout(path: Path, count: int) -> list[dict]:
@@ -61,7 +63,7 @@ def forward_ms(models: dict, prompt_ids: list[int], samples: int) -> list[dict]:
     ids = torch.tensor([prompt_ids])
     caches = {}
     out = []
-    with torch.inference_mode(), int8_for_every_row():
+    with torch.inference_mode(), lowbit_for_every_row():
         for name, model in models.items():
             caches[name] = model.new_cache()
             model.forward(ids, caches[name], last_only=True)
@@ -81,7 +83,8 @@ def forward_ms(models: dict, prompt_ids: list[int], samples: int) -> list[dict]:
 
 
 def greedy(engines: dict, prompts: list[str], max_tokens: int) -> list[dict]:
-    """Greedy output of each engine per prompt: decode tokens/s and where int8 first differs."""
+    """Greedy output of each engine per prompt: decode tokens/s and where the low-bit one (the
+    second) first differs."""
     from agent.engine import Request, SamplingParams
 
     params = SamplingParams(temperature=0, max_tokens=max_tokens, logprobs=False)
@@ -96,7 +99,7 @@ def greedy(engines: dict, prompts: list[str], max_tokens: int) -> list[dict]:
             m = result.metrics
             row[f"{name}_tokens"] = m.output_tokens
             row[f"{name}_decode_s"] = m.total_s - m.ttft_s
-        a, b = (results[n].completions[0].token_ids for n in ("float32", "int8"))
+        a, b = (results[n].completions[0].token_ids for n in engines)
         row["identical"] = a == b
         row["first_difference"] = next(
             (j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None
@@ -115,7 +118,7 @@ def losses(models: dict, examples: list[tuple[list[int], list[int]]]) -> dict:
     sums = {name: {"assistant": 0.0, "all": 0.0} for name in models}
     counts = {"assistant": 0, "all": 0}
     agree = 0
-    with torch.inference_mode(), int8_for_every_row():
+    with torch.inference_mode(), lowbit_for_every_row():
         for ids, mask in examples:
             x = torch.tensor([ids])
             trained = torch.tensor(mask[1:], dtype=torch.bool)
@@ -131,14 +134,18 @@ def losses(models: dict, examples: list[tuple[list[int], list[int]]]) -> dict:
             counts["assistant"] += int(trained.sum())
             counts["all"] += len(ids) - 1
     out = {f"{name}_{k}": v / counts[k] for name, s in sums.items() for k, v in s.items()}
+    low = list(models)[1]
     for k in ("assistant", "all"):
-        out[f"relative_change_{k}"] = out[f"int8_{k}"] / out[f"float32_{k}"] - 1
+        out[f"relative_change_{k}"] = out[f"{low}_{k}"] / out[f"float32_{k}"] - 1
     return {**out, "tokens": counts, "argmax_agreement": agree / counts["all"]}
 
 
 def main() -> int:
+    from agent.engine.config import LOWBIT_DTYPES
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="default")
+    p.add_argument("--dtype", default="int8", choices=LOWBIT_DTYPES, help="low-bit weights to test")
     p.add_argument("--trajectories", default="runs/base/tasks/trajectories.jsonl")
     p.add_argument("--conversations", type=int, default=20, help="held-out ones scored for loss")
     p.add_argument("--prompts", type=int, default=4, help="held-out prompts decoded greedily")
@@ -159,14 +166,16 @@ def main() -> int:
     from agent.engine import EngineConfig
     from agent.engine.bench_steps import step_costs
     from agent.engine.local import LocalEngine
-    from agent.engine.model_runner import Int8Linear, LoadedModel
+    from agent.engine.lowbit import Int4Linear, Int8Linear, is_lowbit
+    from agent.engine.model_runner import LoadedModel
     from training.stages import encode_conversation
 
     torch.set_num_threads(args.threads)
-    models = {dtype: LoadedModel.load(args.model, dtype=dtype) for dtype in ("float32", "int8")}
-    int8_layers = sum(type(m) is Int8Linear for m in models["int8"].trunk.modules())
-    if not int8_layers:
-        print("the int8 model has no int8 layers (see the error above)")
+    low = args.dtype
+    models = {dtype: LoadedModel.load(args.model, dtype=dtype) for dtype in ("float32", low)}
+    lowbit_layers = sum(is_lowbit(m) for m in models[low].trunk.modules())
+    if not lowbit_layers:
+        print(f"the {low} model has no low-bit layers (see the error above)")
         return 1
     tokenizer = models["float32"].tokenizer
     conversations = heldout(path, max(args.conversations, args.prompts))
@@ -180,7 +189,7 @@ def main() -> int:
         )
     prompt_ids = tokenizer.encode(prompts[0], add_special_tokens=False)
 
-    print(f"forward ms by new rows ({len(prompt_ids)} cached tokens, int8 forced) ...", flush=True)
+    print(f"forward ms by new rows ({len(prompt_ids)} cached tokens, {low} forced) ...", flush=True)
     sweep = forward_ms(models, prompt_ids, args.step_samples)
     print("decode and verify-over-4 steps ...", flush=True)
     steps = {}
@@ -214,17 +223,17 @@ def main() -> int:
     print(f"\n{'forward over rows (ms)':<26}" + "".join(f"{r:>8}" for r in ROWS))
     for name in models:
         print(f"{name:<26}" + "".join(f"{s[f'{name}_ms']:>8.1f}" for s in sweep))
-    print(f"\n{'':<32}{'float32':>10}{'int8':>10}{'int8/fp32':>11}")
+    print(f"\n{'':<32}{'float32':>10}{low:>10}{low + '/fp32':>11}")
     table = [
-        ("decode tokens/s (greedy)", decode_tps["float32"], decode_tps["int8"]),
-        ("decode step, ms", steps["float32"]["decode_step_ms"], steps["int8"]["decode_step_ms"]),
+        ("decode tokens/s (greedy)", decode_tps["float32"], decode_tps[low]),
+        ("decode step, ms", steps["float32"]["decode_step_ms"], steps[low]["decode_step_ms"]),
         (
             "verify step over 4, ms",
             steps["float32"]["verify4_step_ms"],
-            steps["int8"]["verify4_step_ms"],
+            steps[low]["verify4_step_ms"],
         ),
-        ("held-out loss, assistant", loss["float32_assistant"], loss["int8_assistant"]),
-        ("held-out loss, all tokens", loss["float32_all"], loss["int8_all"]),
+        ("held-out loss, assistant", loss["float32_assistant"], loss[f"{low}_assistant"]),
+        ("held-out loss, all tokens", loss["float32_all"], loss[f"{low}_all"]),
     ]
     for label, a, b in table:
         print(f"{label:<32}{a:>10.4f}{b:>10.4f}{b / a:>11.4f}")
@@ -238,6 +247,7 @@ def main() -> int:
     if args.json:
         report = {
             "benchmark": "int8",
+            "dtype": low,
             "command": "python benchmarks/int8.py " + " ".join(sys.argv[1:]),
             "date": datetime.date.today().isoformat(),
             "machine": dict(
@@ -249,9 +259,9 @@ def main() -> int:
             ),
             "model": args.model,
             "model_version": models["float32"].checkpoint.version,
-            "int8_layers": int8_layers,
-            "max_int8_rows": Int8Linear.MAX_INT8_ROWS,
-            "forward_ms_by_rows_int8_forced": sweep,
+            "lowbit_layers": lowbit_layers,
+            "max_lowbit_rows": min(Int8Linear.MAX_INT8_ROWS, Int4Linear.MAX_INT4_ROWS),
+            "forward_ms_by_rows_lowbit_forced": sweep,
             "steps": steps,
             "greedy": {
                 "max_tokens": args.max_tokens,
@@ -262,7 +272,7 @@ def main() -> int:
             "heldout_loss": {
                 "trajectories": str(path),
                 "conversations": len(examples),
-                "int8_scored": "int8 product forced for every row (as decoding computes a token)",
+                "lowbit_scored": "low-bit product forced for every row (as decoding does)",
                 **loss,
             },
         }

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_type_hints
 
+from agent.engine.config import DType
 from telemetry.privacy import CONSENT_LEVELS, DEFAULT_EXCLUDE
 
 APPROVAL_POLICIES = ("always", "edits", "never")
@@ -37,7 +38,7 @@ class ModelSettings:
     # n-gram for one without, none for a server
     speculative: Literal["auto", "none", "ngram", "mtp", "ngram+mtp"] = "auto"
     # weights; auto: int8 copies for decoding with the local engine on a CPU, else float32
-    dtype: Literal["auto", "float32", "bfloat16", "float16", "int8"] = "auto"
+    dtype: Literal["auto", DType] = "auto"  # DType: agent/engine/config.py's list
 
 
 @dataclass

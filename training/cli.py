@@ -122,7 +122,7 @@ def main(argv: list[str]) -> int:
         "--dtype",
         default="float32",
         choices=DTYPES,
-        help="engine weights; int8 is lossy (default: %(default)s)",
+        help="engine weights; int8 and int4 are lossy (default: %(default)s)",
     )
     ev.add_argument(
         "--turn-max-tokens", type=int, default=2048, help="output tokens per model turn"

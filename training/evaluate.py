@@ -60,7 +60,7 @@ class EvalConfig:
     max_wall_s: float = 180.0  # running time per task
     turn_max_tokens: int = 2048  # output tokens per model turn (the harness's default)
     device: str = "cpu"
-    dtype: str = "float32"  # engine weights (agent/engine/config.py DTYPES; int8 is lossy)
+    dtype: str = "float32"  # engine weights (agent/engine/config.py DTYPES; int8, int4 are lossy)
     speculative: str = "ngram"  # engine drafts (greedy: the output is the same as without)
     transcripts: str = ""  # folder: each task's harness events as <task id>.jsonl ("" = none)
     constrain_tool_calls: bool = True  # tool calls decoded under their grammar, as in the harness

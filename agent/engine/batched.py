@@ -11,13 +11,13 @@ and in new tokens. This is the flattened batch of vLLM's scheduler without its p
 The engine runs every trunk forward through here, alone or batched, so a request's numbers do
 not depend on which others shared its step (but for the rounding of a different row count in
 float32 matrix products, which `tests/engine/test_batched.py` checks does not change greedy
-output; int8 products are per row). Under int8, where Flywheel's CPU kernels build
-(`cpu_kernels`), the decode-sized parts attend through `cpu_kernels.attend`, which computes
-every position alone in one call: a verify step then computes what plain decoding's steps
-would, bit for bit, whatever `EngineConfig.exact` says. Elsewhere `exact` makes each of its
-positions attend in a torch call of its own (`_attend`) for the same guarantee. With `exact`
-under int8, prefill chunks take the kernels too (`rows_alone`), so a prefix-cache hit's tail
-computes what a cold prefill would, bit for bit.
+output; int8 and int4 products are per row). Under int8 or int4 (lowbit.py), where Flywheel's
+CPU kernels build (`cpu_kernels`), the decode-sized parts attend through `cpu_kernels.attend`,
+which computes every position alone in one call: a verify step then computes what plain
+decoding's steps would, bit for bit, whatever `EngineConfig.exact` says. Elsewhere `exact` makes
+each of its positions attend in a torch call of its own (`_attend`) for the same guarantee.
+With `exact` under int8 or int4, prefill chunks take the low-bit products too (`rows_alone`),
+so a prefix-cache hit's tail computes what a cold prefill would, bit for bit.
 
 Written out for the Llama decoder (Llama and Qwen2, what `agent.model` builds and the base is);
 any other trunk runs one part at a time through its own forward.
@@ -33,6 +33,7 @@ from torch import nn
 from agent.engine import cpu_kernels
 from agent.engine.kv_cache import KVCache
 from agent.engine.loop import BATCH_ROWS, Step
+from agent.engine.lowbit import is_lowbit
 
 RAGGED_MODEL_TYPES = ("llama", "qwen2")
 
@@ -176,15 +177,14 @@ def takes_trees(trunk) -> bool:
 
 def own_attention(body) -> bool:
     """Whether the decode-sized parts of this trunk body attend through `cpu_kernels.attend`:
-    an int8 trunk where the kernels build. A float32 trunk keeps torch's attention, the
-    reference path."""
-    int8 = getattr(body.layers[0].self_attn.q_proj, "int8_weight", None) is not None
-    return int8 and cpu_kernels.unavailable() is None
+    a low-bit (int8, int4) trunk where the kernels build. A float32 trunk keeps torch's
+    attention, the reference path."""
+    return is_lowbit(body.layers[0].self_attn.q_proj) and cpu_kernels.unavailable() is None
 
 
 def rows_alone(body) -> bool:
-    """Whether every part of this trunk body, prefill chunks too, takes Flywheel's kernels
-    (products and attention): an int8 trunk loaded `exact` where they build."""
+    """Whether every part of this trunk body, prefill chunks too, takes the low-bit products and
+    Flywheel's attention: a low-bit trunk loaded `exact` where the kernels build."""
     q_proj = body.layers[0].self_attn.q_proj
     return own_attention(body) and getattr(q_proj, "every_row", False)
 

@@ -23,8 +23,8 @@ when there is a draft model. Every row reports the weights it decoded with, toke
 to `plain` and to the matching peer, the mean acceptance length, and whether its tokens equal
 `plain`'s (if not, the share that does). The peers run on the engine's loaded weights as stock
 Hugging Face runs them: for their runs the engine's CPU product classes (`FewRowsLinear`,
-`Int8Linear`) are swapped back to `nn.Linear`, so with `--dtype int8` they decode with the float32
-weights.
+`Int8Linear`, `Int4Linear`) are swapped back to `nn.Linear`, so with `--dtype int8` or `int4` they
+decode with the float32 weights.
 
 External peers (`--peers hf,vllm,llamacpp`; the default is hf alone): `vllm`, `vllm-ngram`,
 `llamacpp` and `llamacpp-lookup`, each in a subprocess of its own environment, on the same prompts
@@ -78,7 +78,7 @@ from agent.engine.bench_peers import (
     same_share,
 )
 from agent.engine.bench_steps import mtp_targets, step_costs, verify_target
-from agent.engine.config import APPLY_COPY_BIAS, DRAFT_ALTERNATIVES, DTYPES
+from agent.engine.config import APPLY_COPY_BIAS, DRAFT_ALTERNATIVES, DTYPES, LOWBIT_DTYPES
 
 STDLIB = Path(sys.base_prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
 APPLY_FILE = "genericpath.py"  # ~155 lines
@@ -392,7 +392,7 @@ def run(args, tmp: Path) -> dict:
             args.peers, model_path, items, [eos], settings, tmp / "peers", pythons
         )
     weights = {name: args.dtype for name in methods}
-    weights.update({p: "float32" if args.dtype == "int8" else args.dtype for p in peers})
+    weights.update({p: "float32" if args.dtype in LOWBIT_DTYPES else args.dtype for p in peers})
     merge_runs(external, weights, outputs, times)
     rows = summarize(weights, items, outputs, times, target.tokenizer)
     plain_tps = _overall(rows, "plain")

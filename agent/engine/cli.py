@@ -4,6 +4,7 @@
     flywheel generate --model runs/ckpt --prompt-file edit.txt --speculative ngram --stream
     flywheel generate --model runs/ckpt --prompt "x" --speculative draft --draft-model runs/small
     flywheel generate --prompt "def add(a, b):" --dtype int8
+    flywheel generate --prompt "def add(a, b):" --dtype int4
 
 Flags map straight onto `EngineConfig`, `SpeculativeConfig` and `SamplingParams`. Metrics go to
 stderr so stdout holds only the generated text.
@@ -35,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype",
         default="float32",
         choices=DTYPES,
-        help="weights; int8: int8 copies for decoding on the CPU, lossy (default: %(default)s)",
+        help="weights; int8, int4: low-bit copies for decoding on the CPU, lossy "
+        "(agent/engine/lowbit.py; default: %(default)s)",
     )
     model.add_argument(
         "--exact",

@@ -15,8 +15,10 @@ from agent.engine.request import BadRequest
 # "ngram+mtp": prompt lookup where the output repeats its context, the MTP heads elsewhere
 SpecMethod = Literal["none", "ngram", "mtp", "ngram+mtp", "draft"]
 SPEC_METHODS: tuple[str, ...] = get_args(SpecMethod)  # what --speculative offers
-DType = Literal["float32", "bfloat16", "float16", "int8"]
+# the engine's precisions; lowbit.py's docstring has a table of what each does
+DType = Literal["float32", "bfloat16", "float16", "int8", "int4"]
 DTYPES: tuple[str, ...] = get_args(DType)  # what --dtype offers
+LOWBIT_DTYPES = ("int8", "int4")  # float32 plus low-bit copies for decoding (lowbit.py)
 DRAFT_ALTERNATIVES = 1  # SpeculativeConfig's default
 MAX_ALTERNATIVES = 8  # SpeculativeConfig.draft_alternatives: rows a verify step adds for them
 APPLY_COPY_BIAS = 5.0  # fast apply's logit bonus for copying (copy_bias.py), in logits
@@ -66,8 +68,8 @@ class EngineConfig:
     model: str = "default"  # "default" (the starter model), a checkpoint folder, or an http(s) URL
     backend: Literal["auto", "local", "vllm", "openai"] = "auto"  # auto: URL -> openai, else local
     device: str = "cpu"  # torch device for the local backend
-    # weights; "int8": float32 plus int8 copies used for decoding (local backend on the CPU,
-    # lossy; model_runner.py `Int8Linear`)
+    # weights; "int8", "int4": float32 plus int8 or int4 copies used for decoding (local backend
+    # on the CPU, lossy; lowbit.py)
     dtype: DType = "float32"
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     api_key: str | None = None  # for the openai backend; None sends no Authorization header
@@ -81,10 +83,10 @@ class EngineConfig:
     # local backend: every output the same bits as a cold, unbatched, plain decode of the same
     # request (SGLang's deterministic inference, here). Verify steps compute plain decoding's
     # steps (where cpu_kernels build they do anyway; elsewhere each position attends in a call of
-    # its own), and under int8 every prefill row takes the int8 kernel, so a prefix-cache hit
-    # computes a cold prefill's bits. Costs cold prefill time; where rows cannot be computed
-    # alone (no cpu_kernels, float weights) the prefix cache is off instead. Off: a hit or a
-    # chunk boundary can turn a near-tie
+    # its own), and under int8 or int4 every prefill row takes the low-bit product, so a
+    # prefix-cache hit computes a cold prefill's bits. Costs cold prefill time; where rows cannot
+    # be computed alone (no cpu_kernels, float weights) the prefix cache is off instead. Off: a
+    # hit or a chunk boundary can turn a near-tie
     exact: bool = False
     # local backend: the logit bonus of the tokens that continue the original file or the edit
     # sketch in a fast-apply request (copy_bias.py); 0 turns it off
@@ -103,9 +105,10 @@ class EngineConfig:
             self.backend = "openai" if self.model.startswith(("http://", "https://")) else "local"
         if self.dtype not in DTYPES:
             raise BadRequest(f"unknown dtype {self.dtype!r}; use {', '.join(DTYPES)}")
-        if self.dtype == "int8" and (self.backend != "local" or self.device.split(":")[0] != "cpu"):
+        on_cpu = self.backend == "local" and self.device.split(":")[0] == "cpu"
+        if self.dtype in LOWBIT_DTYPES and not on_cpu:
             raise BadRequest(
-                "dtype int8 is the local backend's CPU option (CPU int8 kernels); "
+                f"dtype {self.dtype} is the local backend's CPU option (CPU {self.dtype} kernels); "
                 f"not for backend {self.backend!r} on device {self.device!r}"
             )
 

@@ -146,8 +146,8 @@ class LocalEngine:
             self._with_prefix_cache(model)
             if config.prefix_cache_mb and not self._caches_prefixes(model):
                 log.warning(
-                    "exact: %s computes prefill rows together (dtype int8 with Flywheel's "
-                    "kernels computes each alone), so the prefix cache is off",
+                    "exact: %s computes prefill rows together (dtype int8 or int4 with "
+                    "Flywheel's kernels computes each alone), so the prefix cache is off",
                     model.checkpoint.path,
                 )
             if self.spec.method == "draft":

@@ -43,7 +43,8 @@ def _parser() -> argparse.ArgumentParser:
         "--dtype",
         default="float32",
         choices=DTYPES,
-        help="weights; int8: int8 copies for decoding on the CPU, lossy (default: %(default)s)",
+        help="weights; int8, int4: low-bit copies for decoding on the CPU, lossy "
+        "(agent/engine/lowbit.py; default: %(default)s)",
     )
     m.add_argument(
         "--prefix-cache-mb",
@@ -55,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
         "--exact",
         action="store_true",
         help="local backend: every output the bits of a cold, unbatched, plain decode; under "
-        "int8, prefill takes the int8 kernel too (slower cold prefill)",
+        "int8 or int4, prefill takes the low-bit product too (slower cold prefill)",
     )
     m.add_argument(
         "--apply-copy-bias",

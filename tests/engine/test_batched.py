@@ -251,7 +251,7 @@ def test_under_int8_a_verify_step_computes_plain_decodings_steps_bit_for_bit():
     token). int8 products are per row and each position attends alone; float32 BLAS products
     round by row count, so there the equality is close, not exact."""
     from agent.engine.kv_cache import KVCache
-    from agent.engine.model_runner import use_int8_linear
+    from agent.engine.lowbit import use_int8_linear
 
     trunk = build_trunk("40m", vocab_size=512, seed=3).eval()  # the base's layer shapes
     use_int8_linear(trunk)
@@ -291,7 +291,7 @@ def test_under_int8_a_tree_step_computes_each_branchs_decode_steps_bit_for_bit()
     [x, b1, b2], in one verify step. Each row is what plain decoding's step at that point of its
     own branch computes, and keeping branch b's rows leaves the cache plain decoding would."""
     from agent.engine.kv_cache import KVCache
-    from agent.engine.model_runner import use_int8_linear
+    from agent.engine.lowbit import use_int8_linear
 
     trunk = build_trunk("40m", vocab_size=512, seed=3).eval()
     use_int8_linear(trunk)

@@ -10,7 +10,7 @@ from torch import nn
 
 from agent.engine import cpu_kernels
 from agent.engine.kv_cache import KVCache
-from agent.engine.model_runner import Int8Linear, use_int8_linear
+from agent.engine.lowbit import Int8Linear, use_int8_linear
 
 pytestmark = pytest.mark.skipif(
     cpu_kernels.unavailable() is not None,

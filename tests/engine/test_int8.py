@@ -10,13 +10,9 @@ import torch
 from torch import nn
 
 from agent.engine import BadRequest, EngineConfig, Request, SamplingParams, cpu_kernels, open_engine
-from agent.engine.model_runner import (
-    FewRowsLinear,
-    Int8Linear,
-    LoadedModel,
-    int8_unavailable,
-    use_int8_linear,
-)
+from agent.engine.few_rows import FewRowsLinear
+from agent.engine.lowbit import Int8Linear, int8_unavailable, use_int8_linear
+from agent.engine.model_runner import LoadedModel
 
 pytestmark = pytest.mark.skipif(
     int8_unavailable() is not None, reason=f"no int8 kernel: {int8_unavailable()}"
@@ -85,9 +81,9 @@ def test_widths_the_kernel_cannot_take_stay_float32():
 
 
 def test_prefill_is_float32_and_decoding_int8(lively_checkpoint, monkeypatch):
-    from agent.engine import model_runner
+    from agent.engine import lowbit
 
-    monkeypatch.setattr(model_runner, "bf16_matmul_is_fast", lambda: False)
+    monkeypatch.setattr(lowbit, "bf16_matmul_is_fast", lambda: False)
     exact = LoadedModel.load(str(lively_checkpoint))
     int8 = LoadedModel.load(str(lively_checkpoint), dtype="int8")
     assert type(int8.trunk.lm_head) is Int8Linear
@@ -170,9 +166,9 @@ def test_state_dict_and_training_modules_are_unaffected(tiny_checkpoint):
 def test_missing_kernel_falls_back_to_float32_with_one_error_line(
     tiny_checkpoint, monkeypatch, caplog
 ):
-    from agent.engine import model_runner
+    from agent.engine import lowbit
 
-    monkeypatch.setattr(model_runner, "int8_unavailable", lambda: "no kernel here")
+    monkeypatch.setattr(lowbit, "int8_unavailable", lambda: "no kernel here")
     with caplog.at_level(logging.ERROR, logger="flywheel.engine"):
         model = LoadedModel.load(str(tiny_checkpoint), dtype="int8")
     assert not any(isinstance(m, Int8Linear) for m in model.trunk.modules())
@@ -184,7 +180,7 @@ def test_missing_kernel_falls_back_to_float32_with_one_error_line(
 @pytest.mark.parametrize(
     "kwargs, words",
     [
-        (dict(dtype="int4"), "unknown dtype 'int4'"),
+        (dict(dtype="int2"), "unknown dtype 'int2'"),
         (dict(dtype="int8", backend="vllm"), "backend 'vllm'"),
         (dict(dtype="int8", device="cuda"), "device 'cuda'"),
     ],

@@ -208,7 +208,7 @@ def test_a_tokenizer_that_does_not_fit_the_model_is_refused(tmp_path, tokenizer)
 def test_few_rows_linear_computes_the_same_product(rows):
     """Decode (one row, padded), verify (a few rows) and prefill (many rows) all compute x · Wᵀ,
     and gradients still flow (the layer stays trainable)."""
-    from agent.engine.model_runner import FewRowsLinear
+    from agent.engine.few_rows import FewRowsLinear
 
     torch.manual_seed(rows)
     layer = torch.nn.Linear(64, 48)
@@ -231,5 +231,5 @@ def test_generate_cli_takes_a_dtype(tiny_checkpoint, capsys):
     out, err = capsys.readouterr()
     assert "output 4 tokens" in err
     with pytest.raises(SystemExit):
-        main([*argv, "--dtype", "int4"])
-    assert "invalid choice: 'int4'" in capsys.readouterr().err
+        main([*argv, "--dtype", "int2"])
+    assert "invalid choice: 'int2'" in capsys.readouterr().err

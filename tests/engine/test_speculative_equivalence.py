@@ -185,7 +185,7 @@ def test_sampled_distribution_matches_the_target(vocab16, method, setting):
 
 def int8_model(path) -> LoadedModel:
     model = LoadedModel.load(str(path), dtype="int8")
-    if not (model.int8 and takes_trees(model.trunk)):
+    if not (model.lowbit == "int8" and takes_trees(model.trunk)):
         pytest.skip("no int8 kernels here: the engine drafts chains only")
     return model
 
@@ -230,8 +230,8 @@ def test_sampling_with_alternatives_matches_plain_sampling_under_int8(monkeypatc
     from scipy.stats import chi2_contingency
 
     checkpoint = tiny_vocab_model(seed=3, heads=True).checkpoint
-    target = LoadedModel.wrap(checkpoint, int8=True)
-    if not (target.int8 and takes_trees(target.trunk)):
+    target = LoadedModel.wrap(checkpoint, lowbit="int8")
+    if not (target.lowbit == "int8" and takes_trees(target.trunk)):
         pytest.skip("no int8 kernels here: the engine drafts chains only")
     params = SamplingParams(temperature=1.0)
     spec = SpeculativeConfig(method="mtp", num_draft_tokens=2, draft_alternatives=2)
