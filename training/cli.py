@@ -6,9 +6,13 @@
     flywheel train starter --out runs/starter [--quick] [--ship]
     flywheel train eval --model runs/starter/model --tasks runs/starter/tasks --json eval.json
     flywheel train rl --recipe training/recipes/rl.toml [--set steps=10] [--no-resume]
+    flywheel train repo --workspace ~/src/project [--model default] [--out runs/repo]
+    flywheel train tab --workspace ~/src/project --model registry:v3 [--telemetry-db DB]
 
 STAGE is one of data, tasks, pretrain, long_context, sft, mtp, starter (the whole chain, see
-training/starter.py) or eval (held-out tasks through the real harness, training/evaluate.py).
+training/starter.py), eval (held-out tasks through the real harness, training/evaluate.py),
+repo (pretraining on one workspace, training/repo_pretrain.py) or tab (completion RL from
+accepted and rejected suggestions, training/tab_rl.py).
 A stage's recipe must name the same stage. Under the `deepspeed` launcher the module runs as `--module training.cli`, and the
 launcher's `--local_rank` argument is accepted.
 """
@@ -24,6 +28,8 @@ from pathlib import Path
 from agent.engine.config import DTYPES
 from agent.engine.request import EngineError
 from training.recipe import STAGES, RecipeError, load_recipe, parse_overrides
+
+REPO_RECIPE = Path(__file__).resolve().parent / "recipes" / "repo.toml"
 
 
 def main(argv: list[str]) -> int:
@@ -161,7 +167,10 @@ def main(argv: list[str]) -> int:
     rl.add_argument("--no-resume", action="store_true", help="start over, ignoring checkpoints")
     rl.add_argument("--no-progress", action="store_true", help="no per-update progress lines")
 
+    _repo_parser(sub)
     for stage in STAGES:
+        if stage == "repo":
+            continue
         p = sub.add_parser(stage, help=f"run the {stage} stage from a recipe")
         p.add_argument("--recipe", required=True, help="recipe TOML file")
         p.add_argument(
@@ -189,10 +198,48 @@ def main(argv: list[str]) -> int:
             return _rl(args)
         if args.stage == "eval":
             return _eval(args, argv)
+        if args.stage == "repo":
+            return _repo(args)
         return _stage(args)
     except (RecipeError, ValueError, RuntimeError, FileNotFoundError, EngineError) as exc:
         print(f"flywheel train {args.stage}: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # a full disk or an unwritable folder outside the loop's own checks
+        print(
+            f"flywheel train {args.stage}: {exc.strerror or exc} ({exc.filename or 'writing'}): "
+            "free disk space or fix the folder, then run the same command again",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _repo_parser(sub) -> None:
+    p = sub.add_parser(
+        "repo", help="pretrain a LoRA adapter on a workspace's own code; register the result"
+    )
+    p.add_argument("--workspace", required=True, help="the repository folder to learn")
+    p.add_argument("--model", default="", help="model to start from (default: the recipe's init)")
+    p.add_argument("--recipe", default=str(REPO_RECIPE), help="recipe TOML (default: %(default)s)")
+    p.add_argument("--out", default="", help="run folder (default: the recipe's out)")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override"
+    )
+    p.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="files never read, beside telemetry's defaults (.env*, keys, certificates)",
+    )
+    p.add_argument("--consent", default="code", help="the workspace's telemetry consent")
+    p.add_argument("--heldout", type=float, default=0.1, help="held-out share of files")
+    p.add_argument("--eval-lines", type=int, default=100, help="completion lines evaluated")
+    p.add_argument("--registry", default=None, help="model registry (default: the user's)")
+    p.add_argument("--no-register", action="store_true", help="train and evaluate only")
+    p.add_argument(
+        "--no-resume", action="store_true", help="start over, reading the workspace again"
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress lines")
 
 
 def _data(args: argparse.Namespace) -> int:
@@ -312,6 +359,50 @@ def _rl(args: argparse.Namespace) -> int:
     recipe = load_rl_recipe(args.recipe, parse_overrides(args.set))
     final = train_rl(recipe, resume=not args.no_resume, progress=not args.no_progress)
     print(f"model written to {final}")
+    return 0
+
+
+def _repo(args: argparse.Namespace) -> int:
+    from agent.registry import RegistryError, path_from_cli
+    from telemetry.privacy import DEFAULT_EXCLUDE
+    from training.repo_files import RepoConfig, RepoError
+    from training.repo_pretrain import train_repo
+
+    overrides = parse_overrides(args.set)
+    base = load_recipe(args.recipe, overrides)
+    out = args.out or base.out
+    fill = {
+        "out": out,
+        "data": str(Path(out, "data")),
+        **({"init": args.model} if args.model else {}),
+    }
+    recipe = load_recipe(args.recipe, {**overrides, **fill})
+    repo = RepoConfig(
+        root=args.workspace,
+        exclude=DEFAULT_EXCLUDE + tuple(args.exclude),
+        consent=args.consent,
+        heldout_fraction=args.heldout,
+        seed=recipe.seed,
+    )
+    registry = None if args.no_register else path_from_cli(args.registry)
+    try:
+        summary = train_repo(
+            recipe,
+            repo,
+            registry,
+            resume=not args.no_resume,
+            progress=not args.no_progress,
+            eval_lines=args.eval_lines,
+        )
+    except (RepoError, RegistryError) as exc:
+        print(f"flywheel train repo: {exc}", file=sys.stderr)
+        return 1
+    for side in ("before", "after"):
+        s = summary[side]
+        print(f"{side}: held-out ppl {s['ppl']['mean']:.3f}, exact line {s['exact']['mean']:.3f}")
+    print(f"model written to {summary['model']}")
+    if summary.get("version"):
+        print(f"registered as {summary['version']}: use --model registry:{summary['version']}")
     return 0
 
 

@@ -17,7 +17,13 @@ RECIPES = sorted(
 
 
 def test_there_is_a_recipe_per_stage():
-    assert {load_recipe(p).stage for p in RECIPES} == {"pretrain", "long_context", "sft", "mtp"}
+    assert {load_recipe(p).stage for p in RECIPES} == {
+        "pretrain",
+        "long_context",
+        "sft",
+        "mtp",
+        "repo",
+    }
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
