@@ -30,6 +30,7 @@ from agent.engine.request import EngineError
 from training.recipe import STAGES, RecipeError, load_recipe, parse_overrides
 
 REPO_RECIPE = Path(__file__).resolve().parent / "recipes" / "repo.toml"
+TAB_RECIPE = Path(__file__).resolve().parent / "recipes" / "tab.toml"
 
 
 def main(argv: list[str]) -> int:
@@ -168,6 +169,7 @@ def main(argv: list[str]) -> int:
     rl.add_argument("--no-progress", action="store_true", help="no per-update progress lines")
 
     _repo_parser(sub)
+    _tab_parser(sub)
     for stage in STAGES:
         if stage == "repo":
             continue
@@ -200,6 +202,8 @@ def main(argv: list[str]) -> int:
             return _eval(args, argv)
         if args.stage == "repo":
             return _repo(args)
+        if args.stage == "tab":
+            return _tab(args)
         return _stage(args)
     except (RecipeError, ValueError, RuntimeError, FileNotFoundError, EngineError) as exc:
         print(f"flywheel train {args.stage}: {exc}", file=sys.stderr)
@@ -359,6 +363,64 @@ def _rl(args: argparse.Namespace) -> int:
     recipe = load_rl_recipe(args.recipe, parse_overrides(args.set))
     final = train_rl(recipe, resume=not args.no_resume, progress=not args.no_progress)
     print(f"model written to {final}")
+    return 0
+
+
+def _tab_parser(sub) -> None:
+    p = sub.add_parser(
+        "tab", help="completion RL on accepted/rejected suggestions (simulated user or telemetry)"
+    )
+    p.add_argument("--data", default="", help="RUN/data of `flywheel train repo`: simulated user")
+    p.add_argument("--telemetry-db", default="", help="train on logged suggestion outcomes")
+    p.add_argument("--model", default="", help="model to start from (default: the recipe's init)")
+    p.add_argument("--recipe", default=str(TAB_RECIPE), help="RL recipe (default: %(default)s)")
+    p.add_argument("--out", default="", help="run folder (default: the recipe's out)")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override"
+    )
+    p.add_argument(
+        "--min-prefix-chars",
+        type=int,
+        default=8,
+        help="the simulated user accepts a correct start of the line this long",
+    )
+    p.add_argument("--seq-len", type=int, default=1024, help="prompt tokens, completion included")
+    p.add_argument("--registry", default=None, help="model registry (default: the user's)")
+    p.add_argument("--no-register", action="store_true", help="train only")
+
+
+def _tab(args: argparse.Namespace) -> int:
+    from agent.registry import RegistryError, path_from_cli
+    from training.rl import load_rl_recipe
+    from training.simulated_user import UserConfig
+    from training.tab_rl import TabError, train_tab
+
+    fill = {k: v for k, v in (("init", args.model), ("out", args.out)) if v}
+    recipe = load_rl_recipe(args.recipe, {**parse_overrides(args.set), **fill})
+    if recipe.env != "tab":
+        raise RecipeError(f"recipe {args.recipe} is for env {recipe.env!r}, not 'tab'")
+    user = UserConfig(
+        min_prefix_chars=args.min_prefix_chars,
+        seq_len=args.seq_len,
+        max_new_tokens=recipe.max_tokens,
+        seed=recipe.seed,
+    )
+    try:
+        summary = train_tab(
+            recipe,
+            data=args.data,
+            telemetry_db=args.telemetry_db,
+            user=user,
+            registry_root=None if args.no_register else path_from_cli(args.registry),
+            log=lambda line: print(line, flush=True),
+        )
+    except (TabError, RegistryError) as exc:
+        print(f"flywheel train tab: {exc}", file=sys.stderr)
+        return 1
+    if summary.get("model"):
+        print(f"model written to {summary['model']}")
+    if summary.get("version"):
+        print(f"registered as {summary['version']}: use --model registry:{summary['version']}")
     return 0
 
 
