@@ -238,6 +238,9 @@ def _repo_parser(sub) -> None:
     p.add_argument("--consent", default="code", help="the workspace's telemetry consent")
     p.add_argument("--heldout", type=float, default=0.1, help="held-out share of files")
     p.add_argument("--eval-lines", type=int, default=100, help="completion lines evaluated")
+    p.add_argument(
+        "--eval-requests", type=int, default=100, help="simulated-user requests evaluated"
+    )
     p.add_argument("--registry", default=None, help="model registry (default: the user's)")
     p.add_argument("--no-register", action="store_true", help="train and evaluate only")
     p.add_argument(
@@ -427,6 +430,7 @@ def _tab(args: argparse.Namespace) -> int:
 def _repo(args: argparse.Namespace) -> int:
     from agent.registry import RegistryError, path_from_cli
     from telemetry.privacy import DEFAULT_EXCLUDE
+    from training.repo_eval import RepoEvalConfig
     from training.repo_files import RepoConfig, RepoError
     from training.repo_pretrain import train_repo
 
@@ -454,14 +458,23 @@ def _repo(args: argparse.Namespace) -> int:
             registry,
             resume=not args.no_resume,
             progress=not args.no_progress,
-            eval_lines=args.eval_lines,
+            evaluation=RepoEvalConfig(
+                seq_len=recipe.seq_len,
+                max_lines=args.eval_lines,
+                requests=args.eval_requests,
+                device=recipe.device,
+            ),
         )
     except (RepoError, RegistryError) as exc:
         print(f"flywheel train repo: {exc}", file=sys.stderr)
         return 1
     for side in ("before", "after"):
         s = summary[side]
-        print(f"{side}: held-out ppl {s['ppl']['mean']:.3f}, exact line {s['exact']['mean']:.3f}")
+        rate = s.get("accept_rate", {}).get("mean")
+        print(
+            f"{side}: held-out ppl {s['ppl']['mean']:.3f}, exact line {s['exact']['mean']:.3f}"
+            + ("" if rate is None else f", simulated accept rate {rate:.3f}")
+        )
     print(f"model written to {summary['model']}")
     if summary.get("version"):
         print(f"registered as {summary['version']}: use --model registry:{summary['version']}")

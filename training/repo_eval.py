@@ -9,6 +9,10 @@ the train files as context, in the prompt format inline completion uses (render_
                 header; the second half of each window is scored (the first half is context), at
                 most `max_file_tokens` of each file; per file the mean negative log-likelihood per
                 token (`nll`), over all files exp(mean nll per token) (`ppl`)
+    accepted    the simulated user (training/simulated_user.py) replays the held-out files and
+                judges greedy suggestions at `requests` cursors: accept rate, shown per request,
+                accepted characters per request (telemetry/acceptance.py `score`, the code that
+                scores real telemetry); one row per request in `requests`
     exact       single-line completion: lines picked deterministically from the held-out files
                 (`pick_lines`: non-blank lines that are not only a comment, at least
                 `min_line_chars` long, chosen by a seeded hash of the path, spread evenly over the
@@ -55,6 +59,8 @@ class RepoEvalConfig:
     max_lines: int = 200  # completion lines in all
     min_line_chars: int = 4  # shorter lines (`)`, `else:`) are not asked for
     max_new_tokens: int = 48  # tokens a completion may write
+    requests: int = 100  # simulated-user requests (0: no acceptance measurement)
+    min_prefix_chars: int = 8  # the simulated user accepts a correct start this long
     context_share: float = 0.25  # share of the prompt given to other files of the repository
     seed: int = 0  # which lines are picked
     device: str = "cpu"
@@ -203,11 +209,26 @@ def evaluate_repo(model: str, data: str | Path, config: RepoEvalConfig) -> dict:
     )
     cursors = pick_lines(heldout, config.max_lines, config.min_line_chars, config.seed)
     lines = line_exact_match(trunk, ckpt.tokenizer, repo, train, cursors, config)
+    outcomes = []
+    if config.requests:
+        from training.simulated_user import UserConfig, session
+
+        user = UserConfig(
+            min_prefix_chars=config.min_prefix_chars,
+            max_requests=config.requests,
+            seed=config.seed,
+            seq_len=config.seq_len,
+            max_new_tokens=config.max_new_tokens,
+            context_share=config.context_share,
+        )
+        outcomes = session(trunk, ckpt.tokenizer, repo, train, heldout, user)
     split = json.loads(Path(data, "split.json").read_text())
-    return repo_result(ckpt.version, split, ppl, lines, config)
+    return repo_result(ckpt.version, split, ppl, lines, config, outcomes)
 
 
-def repo_result(version: str, split: dict, ppl: dict, lines: list[dict], config) -> dict:
+def repo_result(
+    version: str, split: dict, ppl: dict, lines: list[dict], config, outcomes: list | None = None
+) -> dict:
     """The gate-readable result: per held-out file `nll` and `exact`, and a summary."""
     task_key = json.dumps(
         [split.get("fingerprint"), [(r["path"], r["offset"]) for r in lines], asdict(config)],
@@ -223,7 +244,10 @@ def repo_result(version: str, split: dict, ppl: dict, lines: list[dict], config)
             scores["exact"] = sum(mine) / len(mine)
         if scores:
             tasks.append({"id": path, "scores": scores})
+    from telemetry.acceptance import score
+
     exact = np.array([float(r["exact"]) for r in lines])
+    accepted = score(outcomes or [])
     low, high = bootstrap_interval(exact, 2000, 0, 2.5) if len(exact) else (0.0, 0.0)
     return {
         "benchmark": BENCHMARK,
@@ -240,9 +264,24 @@ def repo_result(version: str, split: dict, ppl: dict, lines: list[dict], config)
             "nll": {"mean": ppl["nll"]},
             "ppl": {"mean": ppl["ppl"]},
             "lines": {"mean": len(lines)},
+            **{
+                k: {"mean": accepted[k]}
+                for k in ("accept_rate", "shown_per_request", "accepted_chars_per_request")
+                if outcomes
+            },
         },
         "tasks": tasks,
         "lines": lines,
+        "requests": [
+            {
+                "id": o.request_id,
+                "shown": o.shown,
+                "accepted_chars": o.accepted_chars,
+                "output": o.output,
+                "expected": o.extra.get("expected", ""),
+            }
+            for o in outcomes or []
+        ],
     }
 
 
@@ -269,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     s = result["summary"]
     print(
         f"{result['model_version']}: held-out ppl {s['ppl']['mean']:.3f}, exact line "
-        f"{s['exact']['mean']:.3f} over {s['lines']['mean']} lines"
+        f"{s['exact']['mean']:.3f} over {s['lines']['mean']} lines, accept rate "
+        f"{s.get('accept_rate', {}).get('mean', 0.0):.3f}"
     )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

@@ -272,16 +272,17 @@ def train_repo(
     resume: bool = True,
     progress: bool = False,
     log: Callable[[str], None] = print,
-    eval_lines: int = 200,
+    evaluation=None,
 ) -> dict:
-    """Prepare, train, evaluate the parent and the result, register; returns the summary."""
+    """Prepare, train, evaluate the parent and the result (`evaluation`, a RepoEvalConfig),
+    register; returns the summary."""
     from agent.registry import Registry
     from training.loop import train
     from training.repo_eval import RepoEvalConfig, evaluate_repo
 
     manifest = prepare(recipe, repo, resume, log)
     model = train(recipe, resume=resume, progress=progress)
-    ev = RepoEvalConfig(seq_len=recipe.seq_len, max_lines=eval_lines, device=recipe.device)
+    ev = evaluation or RepoEvalConfig(seq_len=recipe.seq_len, device=recipe.device)
     before = evaluate_repo(recipe.init, recipe.data, ev)
     after = evaluate_repo(str(model), recipe.data, ev)
     summary = {

@@ -142,6 +142,8 @@ def _run_cli(tmp_path, model, ws, *extra):
         str(tmp_path / "registry"),
         "--eval-lines",
         "4",
+        "--eval-requests",
+        "5",
         "--no-progress",
         *[
             a
@@ -179,6 +181,7 @@ def test_train_repo_registers_an_adapter_with_its_split_and_scores(tmp_path, tin
     assert version["data"]["repo"]["fingerprint"] == split["fingerprint"]
     (bench,) = registry.benchmarks(version["id"])
     assert bench["benchmark"] == "repo_heldout" and bench["summary"]["lines"]["mean"] == 4
+    assert len(bench["requests"]) == 5 and "accept_rate" in bench["summary"]
     assert {t["id"] for t in bench["tasks"]} <= set(split["heldout"])
     load_checkpoint(registry.verify(version["id"]))  # the registered adapter loads
 
