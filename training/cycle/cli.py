@@ -99,6 +99,30 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="gate on pass@1 only (no oracle log-probability score)",
     )
+    p.add_argument(
+        "--workspace",
+        default="",
+        help="a repository to learn: a repo stage runs when its code changed enough",
+    )
+    p.add_argument(
+        "--min-repo-chars",
+        type=int,
+        default=20_000,
+        help="characters of new or changed code in --workspace for a repo stage",
+    )
+    p.add_argument(
+        "--repo-exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="workspace files never read, beside telemetry's defaults (repeatable)",
+    )
+    p.add_argument(
+        "--repo-lines", type=int, default=100, help="held-out completion lines the gate compares"
+    )
+    p.add_argument(
+        "--repo-requests", type=int, default=50, help="simulated-user requests scored per version"
+    )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     return p
 
@@ -146,6 +170,11 @@ def main(argv: list[str]) -> int:
             min_reward=args.min_reward,
             held_out_percent=args.held_out_percent,
             quick=args.quick,
+            workspace=args.workspace,
+            min_repo_chars=args.min_repo_chars,
+            repo_exclude=tuple(args.repo_exclude),
+            repo_lines=args.repo_lines,
+            repo_requests=args.repo_requests,
             stages=_stage_overrides(args.set),
             bench=_bench(args),
             device=args.device,
