@@ -437,11 +437,18 @@ def _repo(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.set)
     base = load_recipe(args.recipe, overrides)
     out = args.out or base.out
-    fill = {
-        "out": out,
-        "data": str(Path(out, "data")),
-        **({"init": args.model} if args.model else {}),
-    }
+    registry = None if args.no_register else path_from_cli(args.registry)
+    model, parent = args.model or base.init, None
+    if registry is not None and (model == "registry" or model.startswith("registry:")):
+        from agent.registry import Registry
+
+        try:  # a version of this registry: the result's parent, read from the same folder
+            parent = Registry(registry).resolve(model.partition(":")[2] or "promoted")
+            model = str(Registry(registry).verify(parent))
+        except RegistryError as exc:
+            print(f"flywheel train repo: --model {model}: {exc}", file=sys.stderr)
+            return 1
+    fill = {"out": out, "data": str(Path(out, "data")), "init": model}
     recipe = load_recipe(args.recipe, {**overrides, **fill})
     repo = RepoConfig(
         root=args.workspace,
@@ -450,7 +457,6 @@ def _repo(args: argparse.Namespace) -> int:
         heldout_fraction=args.heldout,
         seed=recipe.seed,
     )
-    registry = None if args.no_register else path_from_cli(args.registry)
     try:
         summary = train_repo(
             recipe,
@@ -464,6 +470,7 @@ def _repo(args: argparse.Namespace) -> int:
                 requests=args.eval_requests,
                 device=recipe.device,
             ),
+            parent=parent,
         )
     except (RepoError, RegistryError) as exc:
         print(f"flywheel train repo: {exc}", file=sys.stderr)

@@ -7,6 +7,9 @@ the split by path) into RUN/data/ (`files.json` plus `split.json`, the split as 
 the `repo` stage of the one training loop (training/loop.py) from `--model`, score the result on
 the held-out files (training/repo_eval.py), and add it to the model registry as a candidate with
 its split, recipe and scores, so `--model registry:vN` and a running language server can use it.
+Started from a registry version (`--model registry:REF`), the result names it as its parent and
+the parent's score on the same held-out files is attached to it, so `flywheel models promote vN`
+can gate the new version against it.
 
 A sample is one training row of at most `seq_len + 1` tokens, in the inline-completion prompt's
 own format, `chat_format.render_repo_fim` (the repository's name, a few other train files as
@@ -273,9 +276,11 @@ def train_repo(
     progress: bool = False,
     log: Callable[[str], None] = print,
     evaluation=None,
+    parent: str | None = None,
 ) -> dict:
     """Prepare, train, evaluate the parent and the result (`evaluation`, a RepoEvalConfig),
-    register; returns the summary."""
+    register (with `parent`, the registry version `recipe.init` is, as its lineage); returns
+    the summary."""
     from agent.registry import Registry
     from training.loop import train
     from training.repo_eval import RepoEvalConfig, evaluate_repo
@@ -297,10 +302,13 @@ def train_repo(
         split = {k: v for k, v in manifest.items() if k not in ("train", "heldout")}
         vid = registry.add(
             model,
+            parent=parent,
             data={"repo": split, "split_file": str(Path(recipe.data, "split.json"))},
             recipe=recipe.to_dict(),
             note=f"repository pretraining on {manifest['repo']}",
         )
         registry.attach_benchmark(vid, after)
+        if parent is not None:  # the gate (`flywheel models promote`) compares the two on it
+            registry.attach_benchmark(parent, before)
         summary["version"] = vid
     return summary

@@ -277,3 +277,26 @@ def test_a_full_disk_is_one_line(tmp_path, tiny_checkpoint, monkeypatch, capsys)
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1 and "No space left on device" in err
     assert "free disk space" in err and not (tmp_path / "registry").exists()
+
+
+def test_started_from_a_registry_version_the_result_can_be_gated_against_it(
+    tmp_path, tiny_checkpoint
+):
+    from agent.gate import gate_promotion
+    from agent.registry import Registry
+
+    registry = Registry(tmp_path / "registry")
+    v1 = registry.add(tiny_checkpoint)
+    registry.promote(v1, forced=True)
+    out = _run_cli(tmp_path, "registry:v1", make_workspace(tmp_path / "ws"))
+    assert out.returncode == 0, out.stderr
+    v2 = registry.versions()[-1]
+    assert v2["parent"] == v1
+    (before,) = registry.benchmarks(v1)
+    (after,) = registry.benchmarks(v2["id"])
+    assert before["task_set"] == after["task_set"] and before["model_version"] == v1
+    decision = gate_promotion(registry, v2["id"])
+    assert {c.metric for c in decision.comparisons} == {"nll", "exact"}
+    missing = _run_cli(tmp_path, "registry:v9", tmp_path / "ws")
+    assert missing.returncode == 1 and missing.stderr.count("\n") == 1
+    assert missing.stderr.startswith("flywheel train repo: --model registry:v9:")
