@@ -16,7 +16,8 @@ Scores over a list of outcomes (`score`):
     accepted_chars_per_request  accepted characters / requests (what the user got per ask)
 
 `outcomes_from_db` reads the `suggestions`, `suggestion_events` and `survival` tables (a
-suggestion with no `shown` event, or with an empty output, is a declined request); the simulated
+suggestion with an empty output is a declined request; one with an output but no event that
+put it on screen, cancelled or still pending, is left out); the simulated
 user (training/simulated_user.py) produces the same records from a repository's held-out files,
 so both are scored by `score`, and `signals` turns either into the signals of the versioned
 reward `tab` (telemetry/rewards.py).
@@ -27,6 +28,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 KEPT_AFTER_S = 300  # a survival check at or after this many seconds says whether code was kept
+# Events that mean the suggestion was on screen (`superseded`: replaced while the user typed on,
+# which is a rejection); `cancelled` alone means it never was.
+SHOWN_EVENTS = frozenset(
+    {"shown", "accepted", "partially_accepted", "rejected", "ignored", "superseded"}
+)
 
 
 @dataclass
@@ -78,8 +84,8 @@ def signals(outcome: Outcome) -> dict:
 def outcomes_from_db(conn, kind: str = "inline", since: float = 0.0) -> list[Outcome]:
     """Every `kind` suggestion created after `since`, oldest first, as outcomes (see above)."""
     rows = conn.execute(
-        "SELECT id, output, context FROM suggestions WHERE kind = ? AND created_at > ? "
-        "ORDER BY created_at, id",
+        "SELECT id, output, context, document_uri FROM suggestions WHERE kind = ? "
+        "AND created_at > ? ORDER BY created_at, id",
         (kind, since),
     ).fetchall()
     events: dict[str, list[tuple[str, int | None]]] = {}
@@ -97,17 +103,18 @@ def outcomes_from_db(conn, kind: str = "inline", since: float = 0.0) -> list[Out
     ):
         kept[sid] = float(share)  # the latest check wins
     out = []
-    for sid, output, context in rows:
+    for sid, output, context, uri in rows:
         output = output or ""
-        seen = [e for e, _ in events.get(sid, [])]
-        shown = bool(output) and ("shown" in seen or any(e != "shown" for e in seen))
+        seen = {e for e, _ in events.get(sid, [])}
+        shown = bool(output) and bool(seen & SHOWN_EVENTS)
+        if output and not shown:
+            continue  # cancelled before it was shown, or no outcome yet: not a request to score
         taken = 0
         for event, chars in events.get(sid, []):
             if event == "accepted":
                 taken = len(output)
             elif event == "partially_accepted":
                 taken = max(taken, min(len(output), chars or 0))
-        out.append(
-            Outcome(sid, output, shown, taken if shown else 0, kept.get(sid), {"context": context})
-        )
+        extra = {"context": context, "document_uri": uri}
+        out.append(Outcome(sid, output, shown, taken if shown else 0, kept.get(sid), extra))
     return out

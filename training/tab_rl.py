@@ -77,7 +77,8 @@ def logged_samples(
             continue
         if not (o.shown and isinstance(context, dict) and "prefix" in context):
             continue  # metrics-only consent stores no context: nothing to learn from
-        path = str(context.get("path") or context.get("uri") or "file.py").rsplit("/", 1)[-1]
+        uri = context.get("path") or o.extra.get("document_uri") or "file.py"
+        path = str(uri).rsplit("/", 1)[-1]
         prompt = render_repo_fim(
             str(context.get("repo", "")),
             [],

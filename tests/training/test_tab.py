@@ -97,9 +97,10 @@ def logged_db(path: Path) -> Path:
     rec = Recorder(path, PrivacyPolicy(consent="code"))
     sid = rec.record("session_start", editor="nvim")
     _log(rec, sid, "return x * 2", [("shown", None), ("accepted", None)], kept=1.0)
-    _log(rec, sid, "return None", [("shown", None), ("rejected", None)])
+    _log(rec, sid, "return None", [("superseded", None)])  # typed over: rejected
     _log(rec, sid, "return x + 1 if x else 0", [("shown", None), ("partially_accepted", 6)])
     _log(rec, sid, "", [])  # declined: the model proposed nothing
+    _log(rec, sid, "return 0", [("cancelled", None)])  # never on screen: not scored
     rec.close()
     return path
 
