@@ -34,6 +34,7 @@ written to OUT/model or the registry before the last update.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections.abc import Callable
@@ -101,6 +102,46 @@ def _scored(spec: RewardSpec, task: str, i: int, turn: Turn, outcome: Outcome) -
     return spec.score(Trajectory(task, i, [turn], signals=signals(outcome)))
 
 
+def simulated_group(policy, spec, cursor, context, repo, user, step, generator, tally) -> list:
+    """Rows of one cursor's group (`group_size` sampled completions judged by the simulated
+    user), or [] when every sample earned the same reward (no signal)."""
+    from training.line_completion import complete
+
+    recipe, tokenizer = policy.recipe, policy.tokenizer
+    ids = prompt_for(tokenizer, repo, context, cursor, user)
+    group = []
+    for i in range(recipe.group_size):
+        done = complete(
+            policy.trunk, tokenizer, ids, recipe.max_tokens, recipe.temperature, generator
+        )
+        outcome = judge(cursor, done.text, user)
+        fate = "accepted" if outcome.accepted else "rejected" if outcome.shown else "declined"
+        tally[fate] += 1
+        turn = Turn(ids, done.ids, done.logprobs, step)
+        group.append(_scored(spec, f"{cursor.path}:{len(cursor.prefix)}", i, turn, outcome))
+    if zero_variance([t.reward for t in group]):
+        return []
+    return group_rows(group, step)[0]
+
+
+def logged_batch(policy, spec, batch: list, step: int) -> list:
+    """Rows of a batch of logged suggestions against the batch's mean reward (see the module
+    docstring), or [] when their rewards are all equal."""
+    scored = [
+        _scored(spec, o.request_id, i, Turn(p, y, [0.0] * len(y), step), o)
+        for i, (p, y, o) in enumerate(batch)
+    ]
+    rewards = [float(t.reward) for t in scored]
+    if zero_variance(rewards):
+        return []
+    rows = []
+    for t, adv in zip(scored, group_advantages(rewards), strict=True):
+        turn = t.turns[0]
+        row = turn_row(turn.prompt_ids, turn.output_ids, turn.logprobs, adv, 0)
+        rows.append(_on_policy(policy.trunk, policy.recipe.temperature, row))
+    return rows
+
+
 def train_tab(
     recipe: RLRecipe,
     *,
@@ -121,83 +162,43 @@ def train_tab(
     user = user or UserConfig(seq_len=1024, max_new_tokens=recipe.max_tokens)
     spec = RewardSpec(recipe.rewards, recipe.effort_penalty, recipe.reward_version)
     policy = Policy.load(recipe.init, recipe)
-    trunk, tokenizer = policy.trunk, policy.tokenizer
     cursors, repo, train = [], "", []
     if data:
         repo, train, _ = read_repo_data(data)
-        cursors = requests(train, UserConfig(**{**user.__dict__, "max_requests": 100_000}))
+        cursors = requests(train, dataclasses.replace(user, max_requests=100_000))
         if not cursors:
             raise TabError(f"the train files of {data} offer no cursor to complete")
-    logged = logged_samples(telemetry_db, tokenizer, user) if telemetry_db else []
+    logged = logged_samples(telemetry_db, policy.tokenizer, user) if telemetry_db else []
     rng = random.Random(recipe.seed)
     generator = torch.Generator().manual_seed(recipe.seed)
     out = Path(recipe.out)
     out.mkdir(parents=True, exist_ok=True)
-    metrics_path = out / "metrics.jsonl"
-    metrics_path.write_text("")
-    from training.line_completion import complete
+    metrics = out / "metrics.jsonl"
+    metrics.write_text("")
 
     updates, tally = 0, {"accepted": 0, "rejected": 0, "declined": 0}
     for step in range(recipe.steps):
-        rows, trajectories = [], 0
-        trunk.eval()
+        rows, samples = [], 0
+        policy.trunk.eval()
         for _ in range(recipe.tasks_per_step if cursors else 0):
-            cursor = rng.choice(cursors)
-            ids = prompt_for(tokenizer, repo, train, cursor, user)
-            group = []
-            for i in range(recipe.group_size):
-                done = complete(
-                    trunk, tokenizer, ids, recipe.max_tokens, recipe.temperature, generator
-                )
-                outcome = judge(cursor, done.text, user)
-                tally[
-                    "declined"
-                    if not outcome.shown
-                    else "accepted"
-                    if outcome.accepted
-                    else "rejected"
-                ] += 1
-                turn = Turn(ids, done.ids, done.logprobs, step)
-                group.append(_scored(spec, f"{cursor.path}:{len(cursor.prefix)}", i, turn, outcome))
-            if zero_variance([t.reward for t in group]):
-                continue
-            made, _ = group_rows(group, step)
-            rows += made
-            trajectories += len(group)
+            made = simulated_group(
+                policy, spec, rng.choice(cursors), train, repo, user, step, generator, tally
+            )
+            rows, samples = rows + made, samples + (recipe.group_size if made else 0)
         if logged:
             batch = [logged[rng.randrange(len(logged))] for _ in range(recipe.tasks_per_step)]
-            scored = [
-                _scored(spec, o.request_id, i, Turn(p, y, [0.0] * len(y), step), o)
-                for i, (p, y, o) in enumerate(batch)
-            ]
-            rewards = [float(t.reward) for t in scored]
-            if not zero_variance(rewards):
-                for t, adv in zip(scored, group_advantages(rewards), strict=True):
-                    rows.append(
-                        _on_policy(
-                            trunk,
-                            recipe.temperature,
-                            turn_row(
-                                t.turns[0].prompt_ids,
-                                t.turns[0].output_ids,
-                                t.turns[0].logprobs,
-                                adv,
-                                0,
-                            ),
-                        )
-                    )
-                trajectories += len(scored)
-        trunk.train()
+            made = logged_batch(policy, spec, batch, step)
+            rows, samples = rows + made, samples + len(made)
+        policy.trunk.train()
         result = (
-            policy.update(rows, trajectories)
+            policy.update(rows, samples)
             if rows
             else {"skipped": 1.0, "skip_reason": "no group with a learning signal"}
         )
         updates += not result.get("skipped")
-        with metrics_path.open("a") as handle:
-            handle.write(
-                json.dumps({"step": step + 1, "rows": len(rows), **tally, **result}) + "\n"
-            )
+        with metrics.open("a") as handle:
+            handle.write(json.dumps({"step": step + 1, "rows": len(rows), **tally, **result}))
+            handle.write("\n")
         if (step + 1) % recipe.log_every == 0:
             said = (
                 f"skipped: {result.get('skip_reason')}"
@@ -212,11 +213,16 @@ def train_tab(
         "reward": list(recipe.rewards),
         "reward_version": recipe.reward_version,
         "source": "simulated" if data else "telemetry",
+        "model": None,
     }
     if not updates:
-        summary["model"] = None
         log("no update was made (no group had a learning signal): nothing written or registered")
         return summary
+    return _finish(policy, recipe, summary, out, registry_root, data, telemetry_db)
+
+
+def _finish(policy, recipe, summary: dict, out: Path, registry_root, data, telemetry_db) -> dict:
+    """OUT/model (written beside and renamed into place), then the registry candidate."""
     meta = {
         "version": f"{recipe.name}-step{recipe.steps}",
         "stage": "tab",
@@ -224,19 +230,17 @@ def train_tab(
         "parent": policy.checkpoint.version,
         **summary,
     }
-    model = policy.export(out / "model", meta)
-    summary["model"] = str(model)
+    summary["model"] = str(policy.export(out / "model", meta))
     if registry_root is not None:
         from agent.registry import Registry
 
-        vid = Registry(registry_root).add(
-            model,
+        summary["version"] = Registry(registry_root).add(
+            summary["model"],
             data={"source": summary["source"], "data": data, "telemetry_db": telemetry_db},
             recipe=recipe.to_dict(),
             reward=", ".join(f"{k} x {w:g}" for k, w in recipe.rewards.items()),
             note="completion RL from suggestion outcomes",
         )
-        summary["version"] = vid
     return summary
 
 
