@@ -1,6 +1,7 @@
 """How well a model knows a repository: held-out perplexity and single-line completion.
 
-    python -m training.repo_eval --model registry:v3 --data runs/repo/data [--json out.json]
+    python -m training.repo_eval --model registry:v3 --data runs/repo/data [--lines 200]
+        [--requests 100] [--json out.json]
 
 Both are measured on the held-out files of a repository split (training/repo_files.py), with
 the train files as context, in the prompt format inline completion uses (render_repo_fim):
@@ -292,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", required=True, help="model name, folder or registry:REF")
     p.add_argument("--data", required=True, help="RUN/data folder of `flywheel train repo`")
     p.add_argument("--lines", type=int, default=200, help="completion lines in all")
+    p.add_argument("--requests", type=int, default=100, help="simulated-user requests")
     p.add_argument("--seq-len", type=int, default=1024)
     p.add_argument("--json", default="", help="write the result here")
     args = p.parse_args(argv)
@@ -300,7 +302,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         result = evaluate_repo(
-            args.model, args.data, RepoEvalConfig(seq_len=args.seq_len, max_lines=args.lines)
+            args.model,
+            args.data,
+            RepoEvalConfig(seq_len=args.seq_len, max_lines=args.lines, requests=args.requests),
         )
     except (RepoError, EngineError, ValueError) as exc:
         print(f"repo eval: {exc}", file=sys.stderr)

@@ -300,3 +300,20 @@ def test_started_from_a_registry_version_the_result_can_be_gated_against_it(
     missing = _run_cli(tmp_path, "registry:v9", tmp_path / "ws")
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1
     assert missing.stderr.startswith("flywheel train repo: --model registry:v9:")
+
+
+def test_repo_eval_command_scores_a_model_on_a_split(tmp_path, tiny_checkpoint, capsys):
+    from training import repo_eval
+    from training.repo_pretrain import write_repo_data
+
+    write_repo_data(read_repo(RepoConfig(root=str(make_workspace(tmp_path / "ws")))), tmp_path)
+    out = tmp_path / "eval.json"
+    argv = ["--model", str(tiny_checkpoint), "--data", str(tmp_path), "--lines", "3"]
+    argv += ["--requests", "4"]
+    assert repo_eval.main([*argv, "--seq-len", "64", "--json", str(out)]) == 0
+    assert "held-out ppl" in capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert result["summary"]["lines"]["mean"] == 3 and len(result["requests"]) == 4
+    assert all(set(t["scores"]) <= {"nll", "exact"} for t in result["tasks"])
+    assert repo_eval.main([*argv, "--data", str(tmp_path / "nothing")]) == 1
+    assert capsys.readouterr().err.startswith("repo eval: ")
