@@ -252,7 +252,7 @@ def measure(repo: Repo, model: str, work: Path, args, log) -> dict:
             evaluation=ev,
         ),
     )
-    timings = {"cpt_s": round(time.monotonic() - t0, 1)}
+    timings = {"cpt_and_eval_s": round(time.monotonic() - t0, 1)}  # both models scored
     tab_recipe = load_rl_recipe(
         ROOT / "training" / "recipes" / "tab.toml",
         {
@@ -270,10 +270,7 @@ def measure(repo: Repo, model: str, work: Path, args, log) -> dict:
     )
     timings["tab_s"] = round(time.monotonic() - t0, 1)
     final = tab.get("model") or cpt["model"]
-    before = _cached(folder / "eval-before.json", lambda: evaluate_repo(model, run / "data", ev))
-    after_cpt = _cached(
-        folder / "eval-cpt.json", lambda: evaluate_repo(cpt["model"], run / "data", ev)
-    )
+    before, after_cpt = cpt["before"], cpt["after"]  # train_repo scored both with `ev`
     after = (
         _cached(folder / "eval-tab.json", lambda: evaluate_repo(final, run / "data", ev))
         if tab.get("model")

@@ -476,7 +476,7 @@ def _repo(args: argparse.Namespace) -> int:
         print(f"flywheel train repo: {exc}", file=sys.stderr)
         return 1
     for side in ("before", "after"):
-        s = summary[side]
+        s = summary[side]["summary"]
         rate = s.get("accept_rate", {}).get("mean")
         print(
             f"{side}: held-out ppl {s['ppl']['mean']:.3f}, exact line {s['exact']['mean']:.3f}"

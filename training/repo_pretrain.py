@@ -293,8 +293,8 @@ def train_repo(
     summary = {
         "model": str(model),
         "split": manifest,
-        "before": before["summary"],
-        "after": after["summary"],
+        "before": before,  # the parent's repo_eval result (a benchmark result)
+        "after": after,
     }
     atomic_write_text(Path(recipe.out, "repo_eval.json"), json.dumps(after, indent=2) + "\n")
     if registry_root is not None:
