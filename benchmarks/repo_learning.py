@@ -239,7 +239,6 @@ def measure(repo: Repo, model: str, work: Path, args, log) -> dict:
         max_file_tokens=256 if args.quick else 1024,
         max_new_tokens=8 if args.quick else 48,
     )
-    t0 = time.monotonic()
     cpt = _cached(
         folder / "cpt.json",
         lambda: train_repo(
@@ -252,7 +251,6 @@ def measure(repo: Repo, model: str, work: Path, args, log) -> dict:
             evaluation=ev,
         ),
     )
-    timings = {"cpt_and_eval_s": round(time.monotonic() - t0, 1)}  # both models scored
     tab_recipe = load_rl_recipe(
         ROOT / "training" / "recipes" / "tab.toml",
         {
@@ -263,12 +261,10 @@ def measure(repo: Repo, model: str, work: Path, args, log) -> dict:
         },
     )
     user = UserConfig(seq_len=ev.seq_len, max_new_tokens=tab_recipe.max_tokens)
-    t0 = time.monotonic()
     tab = _cached(
         folder / "tab.json",
         lambda: train_tab(tab_recipe, data=str(run / "data"), user=user, log=log),
     )
-    timings["tab_s"] = round(time.monotonic() - t0, 1)
     final = tab.get("model") or cpt["model"]
     before, after_cpt = cpt["before"], cpt["after"]  # train_repo scored both with `ev`
     after = (
@@ -295,7 +291,11 @@ def measure(repo: Repo, model: str, work: Path, args, log) -> dict:
             "tab_vs_before": paired_bootstrap(before["requests"], after["requests"]),
             "tab_vs_cpt": paired_bootstrap(after_cpt["requests"], after["requests"]),
         },
-        "timings": timings,
+        "timings_s": {  # as first computed (a resumed run keeps the earlier figure)
+            "cpt_and_both_evaluations": cpt["seconds"],
+            "tab": tab["seconds"],
+            "tab_evaluation": after.get("seconds") if tab.get("model") else None,
+        },
     }
     if args.infill_limit >= 0:
         result["infill"] = _cached(folder / "infill.json", lambda: infill(model, final, args))
@@ -324,7 +324,9 @@ def _cached(path: Path, compute):
     """A stage's result from `path` when an earlier run finished it, else computed and kept."""
     if path.exists():
         return json.loads(path.read_text())
-    value = compute()
+    t0 = time.monotonic()
+    value = {**compute(), "seconds": 0.0}
+    value["seconds"] = round(time.monotonic() - t0, 1)
     path.write_text(json.dumps(value, indent=2, default=str) + "\n")
     return value
 
