@@ -64,9 +64,11 @@ class RepoEvalConfig:
     min_prefix_chars: int = 8  # the simulated user accepts a correct start this long
     context_share: float = 0.25  # share of the prompt given to other files of the repository
     seed: int = 0  # which lines are picked
-    device: str = "cpu"
+    device: str = "cpu"  # torch device; "auto": cuda when there is one (a recipe's default)
 
     def __post_init__(self) -> None:
+        if self.device == "auto":
+            self.device = "cuda" if torch.cuda.is_available() else "cpu"
         if self.seq_len < 32 or self.max_file_tokens < 1 or self.max_lines < 0:
             raise ValueError("seq_len must be >= 32, max_file_tokens >= 1, max_lines >= 0")
 
