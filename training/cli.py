@@ -237,9 +237,9 @@ def _repo_parser(sub) -> None:
     )
     p.add_argument("--consent", default="code", help="the workspace's telemetry consent")
     p.add_argument("--heldout", type=float, default=0.1, help="held-out share of files")
-    p.add_argument("--eval-lines", type=int, default=100, help="completion lines evaluated")
+    p.add_argument("--eval-lines", type=int, default=50, help="completion lines evaluated")
     p.add_argument(
-        "--eval-requests", type=int, default=100, help="simulated-user requests evaluated"
+        "--eval-requests", type=int, default=50, help="simulated-user requests evaluated"
     )
     p.add_argument("--registry", default=None, help="model registry (default: the user's)")
     p.add_argument("--no-register", action="store_true", help="train and evaluate only")

@@ -56,7 +56,8 @@ BENCHMARK = "repo_heldout"
 @dataclass
 class RepoEvalConfig:
     seq_len: int = 1024  # tokens per perplexity window and per completion prompt
-    max_file_tokens: int = 2048  # scored tokens per held-out file, at most
+    max_file_tokens: int = 1024  # scored tokens per held-out file, at most
+    max_tokens: int = 16_384  # scored tokens in all, spread evenly over the held-out files
     max_lines: int = 200  # completion lines in all
     min_line_chars: int = 4  # shorter lines (`)`, `else:`) are not asked for
     max_new_tokens: int = 48  # tokens a completion may write
@@ -134,18 +135,21 @@ def heldout_perplexity(
     seq_len: int,
     *,
     max_windows: int = 0,
-    max_file_tokens: int = 2048,
+    max_file_tokens: int = 1024,
+    max_tokens: int = 0,
     context_share: float = 0.25,
     device="cpu",
 ) -> dict:
     """Per-file and overall held-out negative log-likelihood per token (see the module
-    docstring); `max_windows` > 0 scores only that many tokens' worth of windows (the training
-    loop's quick check)."""
+    docstring); `max_windows` > 0 scores only that many windows' worth of tokens (the training
+    loop's quick check), `max_tokens` > 0 at most that many in all, an even share per file."""
     from training.repo_pretrain import CHARS_PER_TOKEN, context_files
 
     budget = int(seq_len * CHARS_PER_TOKEN * context_share)
     per_file, total, count = {}, 0.0, 0
     limit = max_windows * seq_len // 2 if max_windows else 0
+    if max_tokens:  # an even share of the total per file
+        max_file_tokens = min(max_file_tokens, max(64, max_tokens // max(len(heldout), 1)))
     for f in heldout:
         ctx = context_files(train, f.path, budget)
         header = prompt_ids(tokenizer, render_repo_fim(repo, ctx, f.path, "", None), seq_len // 2)
@@ -207,6 +211,7 @@ def evaluate_repo(model: str, data: str | Path, config: RepoEvalConfig) -> dict:
         heldout,
         config.seq_len,
         max_file_tokens=config.max_file_tokens,
+        max_tokens=config.max_tokens,
         context_share=config.context_share,
         device=config.device,
     )

@@ -317,3 +317,27 @@ def test_repo_eval_command_scores_a_model_on_a_split(tmp_path, tiny_checkpoint, 
     assert all(set(t["scores"]) <= {"nll", "exact"} for t in result["tasks"])
     assert repo_eval.main([*argv, "--data", str(tmp_path / "nothing")]) == 1
     assert capsys.readouterr().err.startswith("repo eval: ")
+
+
+def test_perplexity_windows_score_every_file_token_once_with_the_header_as_context(
+    tiny_checkpoint,
+):
+    import torch
+    import torch.nn.functional as F
+
+    from agent.model import load_checkpoint
+    from training.repo_eval import file_nll
+
+    ckpt = load_checkpoint(tiny_checkpoint)
+    trunk, tok = ckpt.trunk.eval(), ckpt.tokenizer
+    header = tok("<|repo_name|>shop\n<|file_sep|>a.py\n", add_special_tokens=False)["input_ids"]
+    ids = tok(CODE, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():  # the whole file in one window: the plain causal loss on its tokens
+        row = torch.tensor([header + ids])
+        logits = trunk(input_ids=row[:, :-1]).logits[0]
+        direct = F.cross_entropy(logits[len(header) - 1 :], row[0, len(header) :], reduction="sum")
+    total, count = file_nll(trunk, tok, header, CODE, 4 * len(ids), 10_000, "cpu")
+    assert count == len(ids) and abs(total - float(direct)) < 1e-3
+    total, count = file_nll(trunk, tok, header, CODE, len(header) + 16, 10_000, "cpu")
+    assert count == len(ids) and total > 0  # many short windows, still each token once
+    assert file_nll(trunk, tok, header, CODE, 4 * len(ids), 10, "cpu")[1] == 10
