@@ -260,7 +260,8 @@ def measure(repo: Repo, model: str, work: Path, args, log) -> dict:
             "out": str(folder / "tab"),
         },
     )
-    user = UserConfig(seq_len=ev.seq_len, max_new_tokens=tab_recipe.max_tokens)
+    # RL samples on shorter prompts than the evaluation's: sampling and updates are its cost
+    user = UserConfig(seq_len=min(ev.seq_len, 512), max_new_tokens=tab_recipe.max_tokens)
     tab = _cached(
         folder / "tab.json",
         lambda: train_tab(tab_recipe, data=str(run / "data"), user=user, log=log),

@@ -387,9 +387,23 @@ def _tab_parser(sub) -> None:
         default=8,
         help="the simulated user accepts a correct start of the line this long",
     )
-    p.add_argument("--seq-len", type=int, default=1024, help="prompt tokens, completion included")
+    p.add_argument("--seq-len", type=int, default=512, help="prompt tokens, completion included")
     p.add_argument("--registry", default=None, help="model registry (default: the user's)")
     p.add_argument("--no-register", action="store_true", help="train only")
+
+
+def _registry_model(registry, model: str) -> tuple[str | None, str]:
+    """(parent version, model folder) for `--model registry[:REF]`, read from `registry` (the
+    folder the result goes to); (None, model) for any other model."""
+    if registry is None or not (model == "registry" or model.startswith("registry:")):
+        return None, model
+    from agent.registry import Registry, RegistryError
+
+    try:
+        parent = Registry(registry).resolve(model.partition(":")[2] or "promoted")
+        return parent, str(Registry(registry).verify(parent))
+    except RegistryError as exc:
+        raise RecipeError(f"--model {model}: {exc}") from None
 
 
 def _tab(args: argparse.Namespace) -> int:
@@ -398,7 +412,9 @@ def _tab(args: argparse.Namespace) -> int:
     from training.simulated_user import UserConfig
     from training.tab_rl import TabError, train_tab
 
-    fill = {k: v for k, v in (("init", args.model), ("out", args.out)) if v}
+    registry = None if args.no_register else path_from_cli(args.registry)
+    parent, model = _registry_model(registry, args.model)
+    fill = {k: v for k, v in (("init", model), ("out", args.out)) if v}
     recipe = load_rl_recipe(args.recipe, {**parse_overrides(args.set), **fill})
     if recipe.env != "tab":
         raise RecipeError(f"recipe {args.recipe} is for env {recipe.env!r}, not 'tab'")
@@ -414,7 +430,8 @@ def _tab(args: argparse.Namespace) -> int:
             data=args.data,
             telemetry_db=args.telemetry_db,
             user=user,
-            registry_root=None if args.no_register else path_from_cli(args.registry),
+            registry_root=registry,
+            parent=parent,
             log=lambda line: print(line, flush=True),
         )
     except (TabError, RegistryError) as exc:
@@ -438,16 +455,7 @@ def _repo(args: argparse.Namespace) -> int:
     base = load_recipe(args.recipe, overrides)
     out = args.out or base.out
     registry = None if args.no_register else path_from_cli(args.registry)
-    model, parent = args.model or base.init, None
-    if registry is not None and (model == "registry" or model.startswith("registry:")):
-        from agent.registry import Registry
-
-        try:  # a version of this registry: the result's parent, read from the same folder
-            parent = Registry(registry).resolve(model.partition(":")[2] or "promoted")
-            model = str(Registry(registry).verify(parent))
-        except RegistryError as exc:
-            print(f"flywheel train repo: --model {model}: {exc}", file=sys.stderr)
-            return 1
+    parent, model = _registry_model(registry, args.model or base.init)
     fill = {"out": out, "data": str(Path(out, "data")), "init": model}
     recipe = load_recipe(args.recipe, {**overrides, **fill})
     repo = RepoConfig(

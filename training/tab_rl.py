@@ -149,9 +149,11 @@ def train_tab(
     telemetry_db: str = "",
     user: UserConfig | None = None,
     registry_root: str | Path | None = None,
+    parent: str | None = None,
     log: Callable[[str], None] = print,
 ) -> dict:
-    """Run `recipe.steps` updates (see the module docstring); returns the run's summary."""
+    """Run `recipe.steps` updates (see the module docstring); returns the run's summary.
+    `parent`: the registry version `recipe.init` is, recorded as the candidate's lineage."""
     from training.repo_pretrain import read_repo_data
     from training.rl.trainer import Policy
 
@@ -218,10 +220,10 @@ def train_tab(
     if not updates:
         log("no update was made (no group had a learning signal): nothing written or registered")
         return summary
-    return _finish(policy, recipe, summary, out, registry_root, data, telemetry_db)
+    return _finish(policy, recipe, summary, out, registry_root, parent, data, telemetry_db)
 
 
-def _finish(policy, recipe, summary: dict, out: Path, registry_root, data, telemetry_db) -> dict:
+def _finish(policy, recipe, summary, out: Path, registry_root, parent, data, telemetry_db) -> dict:
     """OUT/model (written beside and renamed into place), then the registry candidate."""
     meta = {
         "version": f"{recipe.name}-step{recipe.steps}",
@@ -236,6 +238,7 @@ def _finish(policy, recipe, summary: dict, out: Path, registry_root, data, telem
 
         summary["version"] = Registry(registry_root).add(
             summary["model"],
+            parent=parent,
             data={"source": summary["source"], "data": data, "telemetry_db": telemetry_db},
             recipe=recipe.to_dict(),
             reward=", ".join(f"{k} x {w:g}" for k, w in recipe.rewards.items()),

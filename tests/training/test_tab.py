@@ -247,3 +247,34 @@ def test_train_tab_refuses_missing_sources_in_one_line(tmp_path, tiny_checkpoint
     )
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1 and "no telemetry database at" in err
+
+
+def test_train_tab_from_a_registry_version_records_it_as_the_parent(
+    tmp_path, tiny_checkpoint, capsys
+):
+    from agent.registry import Registry
+    from training import cli
+
+    registry = Registry(tmp_path / "registry")
+    v1 = registry.add(tiny_checkpoint)
+    db = logged_db(tmp_path / "t.db")
+    sets = ["steps=2", "lr=3e-3", "max_tokens=8", "group_size=2", "tasks_per_step=3"]
+    argv = [
+        "tab",
+        "--telemetry-db",
+        str(db),
+        "--registry",
+        str(registry.root),
+        "--out",
+        str(tmp_path / "tab"),
+        "--seq-len",
+        "128",
+        *[a for s in sets for a in ("--set", s)],
+    ]
+    assert cli.main([*argv, "--model", "registry:v1"]) == 0
+    v2 = registry.versions()[-1]
+    assert v2["parent"] == v1 and v2["stage"] == "tab"
+    assert f"registered as {v2['id']}" in capsys.readouterr().out
+    assert cli.main([*argv, "--model", "registry:v7"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("flywheel train tab: --model registry:v7:")
