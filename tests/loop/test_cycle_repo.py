@@ -63,3 +63,14 @@ def test_a_workspace_without_code_consent_is_refused_naming_the_setting(registry
     ws = make_workspace(tmp_path / "ws")
     with pytest.raises(RepoError, match="consent is 'metrics'"):
         cycle.run_cycle(_config(registry, tmp_path, ws, repo_consent="metrics"), log=print)
+
+
+def test_a_watched_cycle_is_due_when_the_workspace_changed_enough(registry, tmp_path, capsys):
+    from training.cycle.cli import _workspace_due
+
+    ws = make_workspace(tmp_path / "ws")
+    state = cycle.load_state(tmp_path / "work")
+    assert "characters of" in _workspace_due(_config(registry, tmp_path, ws), state)
+    assert _workspace_due(_config(registry, tmp_path, ws, min_repo_chars=10**9), state) == ""
+    gone = _config(registry, tmp_path, tmp_path / "missing")
+    assert _workspace_due(gone, state) == "" and "does not exist" in capsys.readouterr().err

@@ -192,6 +192,20 @@ def main(argv: list[str]) -> int:
         return 2
 
 
+def _workspace_due(config: CycleConfig, state: dict) -> str:
+    """Why the workspace calls for a cycle now (enough changed code), or ""."""
+    from training.cycle.repo import repo_change
+
+    try:
+        changed, _, _ = repo_change(config, state)
+    except ValueError as exc:  # the workspace cannot be read now: say so, keep watching
+        print(f"flywheel cycle: {exc}", file=sys.stderr, flush=True)
+        return ""
+    if changed < config.min_repo_chars:
+        return ""
+    return f"{changed} characters of {config.workspace} new or changed"
+
+
 def _watch(config: CycleConfig, period_s: float, poll_s: float) -> int:
     if poll_s <= 0:
         raise CycleError("--poll must be > 0 seconds")
@@ -208,6 +222,8 @@ def _watch(config: CycleConfig, period_s: float, poll_s: float) -> int:
             print(f"flywheel cycle: {exc}", file=sys.stderr, flush=True)
             fresh = 0
         reason = due(state, fresh, time.time(), config.min_sessions, period_s)
+        if not reason and config.workspace:
+            reason = _workspace_due(config, state)
         if reason:
             print(f"flywheel cycle: starting ({reason})", flush=True)
             try:
