@@ -18,12 +18,16 @@ the log-probabilities of a model that is training, in-process.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
 
 from agent.chat_format import EOS, render_repo_fim
 from training.repo_files import RepoFile
+
+# Where a word ends inside a line, so a cursor (a request, a FIM middle's start) may stand after it.
+WORD_BOUNDARY = re.compile(r"[ (.=,]")
 
 
 @dataclass

@@ -17,9 +17,11 @@ own format, `chat_format.render_repo_fim` (the repository's name, a few other tr
 
     plain  (1 - fim_fraction)  the prompt is the header and the file's text before a line;
                                the model learns the next lines (left to right)
-    fim    fim_fraction        a span of 1-8 whole lines is cut out of the file; the prompt is
-                               prefix and suffix in fill-in-the-middle form; the model learns the
-                               span and then `<|endoftext|>` (it must learn to stop)
+    fim    fim_fraction        a span of 1-8 lines is cut out of the file, starting at its first
+                               line's start, after its indentation or after a word inside it
+                               (where the editor asks for completions); the prompt is prefix
+                               and suffix in fill-in-the-middle form; the model learns the span
+                               and then `<|endoftext|>` (it must learn to stop)
 
 Loss is computed on the trained tokens only (the continuation, or the middle and its end token):
 the repository context and the prompt are conditioning, never targets. Context files are other
@@ -46,6 +48,7 @@ import torch.nn.functional as F
 
 from agent.chat_format import EOS, PAD, render_repo_fim
 from agent.files import atomic_write_text
+from training.line_completion import WORD_BOUNDARY
 from training.recipe import Recipe
 from training.repo_files import RepoConfig, RepoError, RepoFile, RepoFiles, read_repo
 
@@ -128,6 +131,10 @@ def make_sample(
     fim = rng.random() < fim_fraction and len(lines) >= 2
     at = int(rng.integers(0, len(lines)))
     span = int(rng.integers(1, MAX_FIM_LINES + 1))
+    line = lines[at].rstrip("\n")
+    indent = len(line) - len(line.lstrip(" \t"))
+    stops = [0, indent] + [m.end() for m in WORD_BOUNDARY.finditer(line, indent)]
+    cut = stops[int(rng.integers(0, len(stops)))] if fim else 0  # where the middle starts
     order_seed = int(rng.integers(0, 2**31))
     scale = 1.0
     for _ in range(6):
@@ -136,9 +143,9 @@ def make_sample(
             files, file.path, int(budget * context_share), np.random.default_rng(order_seed)
         )
         own = budget - sum(len(t) + len(p) for p, t in context)
-        start = sum(len(x) for x in lines[:at])
+        start = sum(len(x) for x in lines[:at]) + cut
         if fim:
-            middle = "".join(lines[at : at + span])[: own // 2]
+            middle = "".join(lines[at : at + span])[cut:][: own // 2]
             prefix = file.text[max(0, start - own // 3) : start]
             suffix = file.text[start + len(middle) :][: own // 6]
             prompt = render_repo_fim(repo, context, file.path, prefix, suffix)

@@ -26,14 +26,18 @@ request sees the author's true text before it), or model a user's patience and l
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass
 
 from telemetry.acceptance import Outcome
-from training.line_completion import Completion, Cursor, cursor_at, cursor_prompt, prompt_ids
+from training.line_completion import (
+    WORD_BOUNDARY,
+    Completion,
+    Cursor,
+    cursor_at,
+    cursor_prompt,
+    prompt_ids,
+)
 from training.repo_files import RepoFile
-
-_BOUNDARY = re.compile(r"[ (.=,]")
 
 
 @dataclass
@@ -60,7 +64,7 @@ def requests(files: list[RepoFile], config: UserConfig) -> list[Cursor]:
             body = line.rstrip("\n")
             indent = len(body) - len(body.lstrip())
             if body.strip() and not body.lstrip().startswith("#"):
-                stops = [indent] + [m.end() for m in _BOUNDARY.finditer(body, indent)]
+                stops = [indent] + [m.end() for m in WORD_BOUNDARY.finditer(body, indent)]
                 for s in sorted(set(stops)):
                     if len(body[s:].strip()) >= config.min_rest_chars and at + s > 0:
                         offsets.append(at + s)

@@ -92,12 +92,13 @@ def test_a_repository_without_python_and_one_without_consent_are_refused(tmp_pat
 
 
 def test_samples_train_only_the_continuation_or_the_middle(tmp_path, tokenizer):
-    from agent.chat_format import EOS, FIM_MIDDLE
+    from agent.chat_format import EOS, FIM_MIDDLE, FIM_SUFFIX
     from training.repo_pretrain import make_sample
 
     files = read_repo(RepoConfig(root=str(make_workspace(tmp_path / "ws")))).train
+    starts = set()
     for fim in (0.0, 1.0):
-        for seed in range(5):
+        for seed in range(12):
             ids, mask = make_sample(
                 tokenizer, "ws", files, np.random.default_rng(seed), 96, fim, 0.25
             )
@@ -108,6 +109,8 @@ def test_samples_train_only_the_continuation_or_the_middle(tmp_path, tokenizer):
             assert "<|repo_name|>ws" in text and "<|file_sep|>shop/" in text
             if fim:
                 assert text.endswith(FIM_MIDDLE) and tokenizer.decode(ids).endswith(EOS)
+                starts.add(text.split(FIM_SUFFIX)[0][-1:] == "\n")
+    assert starts == {True, False}  # middles start at line starts and inside lines
 
 
 def test_lines_are_picked_deterministically_and_spread_over_files(tmp_path):
