@@ -23,13 +23,15 @@ archive`), and two Python packages from PyPI whose first release came after 2024
 base model's training data: fastmcp (0.1.0's sdist files are dated 2024-11-30) and smolagents
 (0.1.0's are dated 2024-12), each at a pinned version checked by sha256.
 
-    .venv/bin/python benchmarks/repo_learning.py                     # the full measurement
-    .venv/bin/python benchmarks/repo_learning.py --quick --repos flywheel   # tiny model, minutes
+    nice .venv/bin/python benchmarks/repo_learning.py      # -> benchmarks/results/repo_learning.json
+    .venv/bin/python benchmarks/repo_learning.py --quick --repos flywheel --work /tmp/q  # a minute
 
-The full run is long on a 2-core CPU (an estimate to be measured: about 2 hours per repository,
-most of it the recipes' training and the evaluation of three models); it resumes stages whose
-results are already in `--work`. `--quick` builds a ~0.6M-parameter model in-process and runs
-every stage for a few steps: it measures nothing, but every step runs (tests/bench).
+The full run is long on a 2-core CPU (an estimate to be measured: about 3 hours per repository,
+9 for the three: the CPT recipe's ~35 minutes, the tab recipe's ~60, and the evaluation of three
+models and the HumanEval infilling of two); `--repos` runs some of them, and a rerun with the
+same `--work` takes every finished stage from it. `--quick` builds a ~0.6M-parameter model
+in-process and runs every stage for a few steps: it measures nothing, but every step runs
+(tests/bench/test_repo_learning.py).
 
 What it does not do: measure latency (benchmarks/completion_wait.py does), or go through the
 language server.
@@ -340,7 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repos", default=",".join(REPOS), help="comma-separated: %(default)s")
     p.add_argument("--model", default="default", help="starting model (default: %(default)s)")
     p.add_argument("--work", default="runs/repo_learning", help="sources, runs and stage results")
-    p.add_argument("--json", default="benchmarks/results/repo_learning.json")
+    p.add_argument(
+        "--json",
+        default="",
+        help="result file (default: benchmarks/results/repo_learning.json; --quick: in --work)",
+    )
     p.add_argument("--lines", type=int, default=100, help="held-out completion lines per repo")
     p.add_argument("--requests", type=int, default=150, help="simulated-user requests per repo")
     p.add_argument(
@@ -356,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
+    if not args.json:  # a quick run measures nothing: never over the committed results
+        quick = work / "repo_learning-quick.json"
+        args.json = str(quick if args.quick else ROOT / "benchmarks/results/repo_learning.json")
     model = str(tiny_checkpoint(work / "tiny-model")) if args.quick else args.model
     if args.quick:
         args.lines, args.requests = min(args.lines, 4), min(args.requests, 6)
