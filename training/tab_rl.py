@@ -22,6 +22,11 @@ Two sources of outcomes, one scoring path (telemetry/acceptance.py):
                and since the sampling log-probabilities were not stored, each is treated as
                on-policy (importance weight 1): REINFORCE with a batch baseline.
 
+The update is the agent RL stage's own (full-parameter, AdamW, clipped), on prompts of at most
+`--seq-len` tokens (the simulated user's `UserConfig.seq_len`) plus `max_tokens` sampled ones.
+The simulated user replays the train files, never the held-out ones, so the repository's held-out
+evaluation (training/repo_eval.py) still judges code no stage saw.
+
 Declining: a sampled completion whose first token is `<|endoftext|>` shows nothing and earns 0.
 Where the other samples at a cursor are mostly rejected (-0.25), silence is above the group's
 mean and gets more likely; where they are accepted, it falls below and gets less likely.
