@@ -18,6 +18,7 @@ the log-probabilities of a model that is training, in-process.
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
 
@@ -82,11 +83,43 @@ def complete(
     generator: torch.Generator | None = None,
 ) -> Completion:
     """Decode from prompt `ids` to the end of the line (see the module docstring)."""
+    return complete_many(trunk, tokenizer, ids, 1, max_new_tokens, temperature, generator)[0]
+
+
+@torch.no_grad()
+def complete_many(
+    trunk,
+    tokenizer,
+    ids: list[int],
+    samples: int,
+    max_new_tokens: int = 48,
+    temperature: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> list[Completion]:
+    """`samples` completions of one prompt, one after another from a copy of the prompt's KV
+    cache: the prompt (most of the cost) runs once. The same as `samples` calls of `complete`
+    with the same generator, which the prompt's pass does not draw from."""
+    device = next(trunk.parameters()).device
+    out = trunk(input_ids=torch.tensor([ids], device=device), use_cache=True)
+    cache = getattr(out, "cache", None) or out.past_key_values
+    logits = out.logits[0, -1].float()  # [vocab]
+    return [
+        _decode(
+            trunk,
+            tokenizer,
+            copy.deepcopy(cache) if i < samples - 1 else cache,
+            logits,
+            max_new_tokens,
+            temperature,
+            generator,
+        )
+        for i in range(samples)
+    ]
+
+
+def _decode(trunk, tokenizer, past, logits, max_new_tokens, temperature, generator) -> Completion:
     device = next(trunk.parameters()).device
     eos = tokenizer.convert_tokens_to_ids(EOS)
-    out = trunk(input_ids=torch.tensor([ids], device=device), use_cache=True)
-    past = getattr(out, "cache", None) or out.past_key_values
-    logits = out.logits[0, -1].float()  # [vocab]
     sampled: list[int] = []
     logprobs: list[float] = []
     text = ""

@@ -110,15 +110,21 @@ def _scored(spec: RewardSpec, task: str, i: int, turn: Turn, outcome: Outcome) -
 def simulated_group(policy, spec, cursor, context, repo, user, step, generator, tally) -> list:
     """Rows of one cursor's group (`group_size` sampled completions judged by the simulated
     user), or [] when every sample earned the same reward (no signal)."""
-    from training.line_completion import complete
+    from training.line_completion import complete_many
 
     recipe, tokenizer = policy.recipe, policy.tokenizer
     ids = prompt_for(tokenizer, repo, context, cursor, user)
     group = []
-    for i in range(recipe.group_size):
-        done = complete(
-            policy.trunk, tokenizer, ids, recipe.max_tokens, recipe.temperature, generator
-        )
+    samples = complete_many(
+        policy.trunk,
+        tokenizer,
+        ids,
+        recipe.group_size,
+        recipe.max_tokens,
+        recipe.temperature,
+        generator,
+    )
+    for i, done in enumerate(samples):
         outcome = judge(cursor, done.text, user)
         fate = "accepted" if outcome.accepted else "rejected" if outcome.shown else "declined"
         tally[fate] += 1

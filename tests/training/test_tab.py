@@ -278,3 +278,19 @@ def test_train_tab_from_a_registry_version_records_it_as_the_parent(
     assert cli.main([*argv, "--model", "registry:v7"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("flywheel train tab: --model registry:v7:")
+
+
+def test_samples_that_share_the_prompt_pass_equal_separate_completions(tiny_checkpoint):
+    from agent.model import load_checkpoint
+    from training.line_completion import complete, complete_many
+
+    ckpt = load_checkpoint(tiny_checkpoint)
+    trunk, tok = ckpt.trunk.eval(), ckpt.tokenizer
+    ids = tok("def price(x):\n    return", add_special_tokens=False)["input_ids"]
+    shared = complete_many(trunk, tok, ids, 3, 12, 1.0, torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(0)
+    alone = [complete(trunk, tok, ids, 12, 1.0, generator) for _ in range(3)]
+    assert [(c.ids, c.text) for c in shared] == [(c.ids, c.text) for c in alone]
+    for a, b in zip(shared, alone, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    assert len({tuple(c.ids) for c in shared}) > 1  # sampled: they differ from each other
