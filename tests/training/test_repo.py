@@ -230,18 +230,27 @@ def test_a_failed_run_registers_nothing_and_says_so_in_one_line(
 
 def test_a_killed_run_resumes_on_its_recorded_split(tmp_path, tiny_checkpoint):
     ws = make_workspace(tmp_path / "ws")
-    first = _run_cli(tmp_path, tiny_checkpoint, ws, "--no-register", "--set", "steps=1")
+    quiet = ("--no-register", "--eval-lines", "0", "--eval-requests", "0")  # the split is the point
+    first = _run_cli(tmp_path, tiny_checkpoint, ws, *quiet, "--set", "steps=1")
     assert first.returncode == 0, first.stderr
     (ws / "shop" / "late.py").write_text(CODE)  # the workspace changes while the run waits
-    again = _run_cli(tmp_path, tiny_checkpoint, ws, "--no-register")
+    again = _run_cli(tmp_path, tiny_checkpoint, ws, *quiet)
     assert again.returncode == 0, again.stderr
     assert "resuming on the recorded split" in again.stdout
     assert "resuming repo from step_0000001" in again.stdout
     split = json.loads((tmp_path / "run" / "data" / "split.json").read_text())
     assert "shop/late.py" not in split["train"] + split["heldout"]
-    fresh = _run_cli(tmp_path, tiny_checkpoint, ws, "--no-register", "--no-resume")
-    assert fresh.returncode == 0, fresh.stderr
-    split = json.loads((tmp_path / "run" / "data" / "split.json").read_text())
+    from training.recipe import Recipe
+    from training.repo_pretrain import prepare
+
+    recipe = Recipe(  # --no-resume: the workspace is read again, as it is now
+        name="repo",
+        stage="repo",
+        out=str(tmp_path / "run"),
+        init=str(tiny_checkpoint),
+        data=str(tmp_path / "run" / "data"),
+    )
+    split = prepare(recipe, RepoConfig(root=str(ws)), resume=False, log=lambda line: None)
     assert "shop/late.py" in split["train"] + split["heldout"]
 
 
