@@ -9,6 +9,10 @@ tasks with d = [0, 0, 0, 0, 0, -1] (one task lost) give a mean of -0.17 and an i
 [-0.5, 0]: not beyond noise, accepted; d = [-1.2, -0.9, -1.1, -1.0, -1.3, -0.8] gives [-1.18,
 -0.92]: rejected.
 
+A candidate scored on several task sets (the agent benchmark, and a repository's held-out files
+from training/repo_eval.py, where the tasks are held-out files scored by `nll` and `exact`) is
+judged on each set both versions share, and accepted only when no set shows it worse.
+
 When a result has no per-task scores for a metric but reports a mean with an interval
 (`summary[metric] = {"mean", "ci95": [lo, hi]}`), the gate falls back to comparing intervals:
 worse when the candidate's upper end lies below the current version's lower end.
@@ -272,8 +276,9 @@ def _by_interval(
 def gate_promotion(registry, candidate: str, config: GateConfig | None = None) -> Decision:
     """Decide whether `candidate` may replace the promoted version of `registry`.
 
-    Uses the newest benchmark result of the candidate whose task set the promoted version was
-    also scored on. Raises GateError when that cannot be decided (no result, no shared task set).
+    Uses, for every task set the promoted version was also scored on, the candidate's newest
+    result on it (the agent benchmark and a repository's held-out files, say): accepted when no
+    set shows it worse. Raises GateError when that cannot be decided (no result, no shared set).
     """
     cid = registry.resolve(candidate)
     current = registry.promoted()
@@ -294,15 +299,47 @@ def gate_promotion(registry, candidate: str, config: GateConfig | None = None) -
             True, ["accepted: no version is promoted yet, nothing to compare"], cid, None
         )
     theirs = {r.get("task_set"): r for r in registry.benchmarks(current)}
-    for result in reversed(mine):
+    newest: dict[Any, dict[str, Any]] = {}  # task set -> the candidate's newest result on it
+    for result in mine:
         if result.get("task_set") in theirs:
-            return compare(result, theirs[result.get("task_set")], config, (cid, current))
-    sets = ", ".join(sorted(str(s) for s in theirs)) or "none"
-    raise GateError(
-        f"the promoted version {current} was not benchmarked on the task set of {cid}'s results "
-        f"({', '.join(str(r.get('task_set')) for r in mine)}; {current} has: {sets}): benchmark "
-        f"both on the same tasks (flywheel cycle does), or promote with --force"
+            newest[result.get("task_set")] = result
+    if not newest:
+        sets = ", ".join(sorted(str(s) for s in theirs)) or "none"
+        raise GateError(
+            f"the promoted version {current} was not benchmarked on the task set of {cid}'s "
+            f"results ({', '.join(str(r.get('task_set')) for r in mine)}; {current} has: "
+            f"{sets}): benchmark both on the same tasks (flywheel cycle does), or promote with "
+            "--force"
+        )
+    decisions = [
+        compare(result, theirs[task_set], config, (cid, current))
+        for task_set, result in newest.items()
+    ]
+    if len(decisions) == 1:
+        return decisions[0]
+    return _merge(decisions, [str(r.get("benchmark") or t) for t, r in newest.items()])
+
+
+def _merge(decisions: list[Decision], names: list[str]) -> Decision:
+    """One decision over several task sets: accepted when every one accepts; each set's reasons
+    kept under its benchmark's name."""
+    accepted = all(d.accepted for d in decisions)
+    worse = [
+        f"{n}: {c.metric}"
+        for n, d in zip(names, decisions, strict=True)
+        for c in d.comparisons
+        if c.worse
+    ]
+    head = (
+        "accepted: not worse than the current version on any gated metric of any benchmark"
+        if accepted
+        else f"rejected: worse than the current version beyond noise on {', '.join(worse)}"
     )
+    reasons = [head] + [
+        f"{n}: {r}" for n, d in zip(names, decisions, strict=True) for r in d.reasons[1:]
+    ]
+    comparisons = [c for d in decisions for c in d.comparisons]
+    return Decision(accepted, reasons, decisions[0].candidate, decisions[0].current, comparisons)
 
 
 def _other_base(registry, cid: str, current: str) -> str | None:

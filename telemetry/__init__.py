@@ -14,6 +14,8 @@ compressed code snapshots, model versions and training runs. Modules, by role:
   privacy.py      consent levels, exclusion globs, cleaning, forget
   redaction.py    secret shapes and high-entropy tokens -> `[REDACTED:<kind>]`
   rewards.py      named, versioned, pure reward functions; signals from the database; recompute
+  acceptance.py   inline suggestions as outcomes (shown, accepted, declined, kept) and their
+                  scores, for real and simulated users alike
   queries.py      the reads that the dashboard, the cycle and the demo make of the tables
   exports.py      pretrain / SFT / RL-task / benchmark JSONL with a manifest; idempotent import
   cli.py          `flywheel telemetry stats | export | import | forget | rewards | path`

@@ -22,6 +22,7 @@ Signals (all optional; a missing key means "unknown"):
   status              task status (done | failed | cancelled | limit | running)
   stop_reason         why the harness stopped the task (answered | max_steps | repeated_failure
                       | ...), None for tasks recorded before schema v3
+  shown               bool: an inline suggestion was displayed (False: the model declined)
 
 Worked example (values in tests/telemetry/test_rewards.py): a task whose tests went from 3 passed /
 2 failed to 4 passed / 1 failed, one tool error in 4 calls, no repeats, lint 2 -> 1, a 300-char
@@ -223,6 +224,34 @@ TOTAL_V2_WEIGHTS: dict[str, float] = {
 }
 
 
+TAB_REJECT_COST = 0.25  # tab@1: what a shown, rejected suggestion costs
+
+
+def tab_v1(s: Signals) -> float | None:
+    """Inline completion (Cursor Tab's rule): a declined request (`shown` False) is 0; a shown
+    suggestion earns the larger of its accepted share and its kept share (survival at 5 minutes
+    or later), or -TAB_REJECT_COST when neither is above 0. Showing then pays only when the
+    chance of acceptance p satisfies p - (1 - p) * 0.25 > 0, i.e. p > 0.2; below that, staying
+    silent is better. None without an outcome.
+
+    >>> [tab_v1(x) for x in ({"shown": False}, {"shown": True, "accepted": True},
+    ...  {"shown": True, "accepted": False}, {"shown": True, "accepted": True,
+    ...  "accepted_share": 0.5})]
+    [0.0, 1.0, -0.25, 0.5]
+    """
+    if s.get("shown") is False:
+        return 0.0
+    survival = s.get("survival") or {}
+    kept = [float(v) for k, v in survival.items() if int(k) >= 300 and v is not None]
+    if s.get("accepted") is None and not kept:
+        return None
+    share = s.get("accepted_share")
+    if share is None:
+        share = 1.0 if s.get("accepted") else 0.0
+    value = max(float(share), max(kept, default=0.0))
+    return value if value > 0 else -TAB_REJECT_COST
+
+
 def _weighted(weights: dict[str, float], s: Signals) -> float | None:
     values = {key: REWARDS[key].fn(s) for key in weights}
     known = {k: v for k, v in values.items() if v is not None}
@@ -258,6 +287,9 @@ REWARDS: dict[str, RewardFunction] = {
         RewardFunction("loops", 2, loops_v2, "loops@1, or -1 when stopped for a repeated failure"),
         RewardFunction("total", 1, total_v1, "weighted sum of the above (TOTAL_V1_WEIGHTS)"),
         RewardFunction("total", 2, total_v2, "weighted sum (TOTAL_V2_WEIGHTS)"),
+        RewardFunction(
+            "tab", 1, tab_v1, "inline completion: accepted/kept +, rejected -, silent 0"
+        ),
     ]
 }
 
@@ -360,7 +392,9 @@ def signals_for_suggestion(conn: sqlite3.Connection, suggestion_id: str) -> dict
         (suggestion_id,),
     ).fetchall()
     for event, accepted_chars in events:
-        if event == "accepted":
+        if event == "shown":
+            s["shown"] = True
+        elif event == "accepted":
             s["accepted"], s["accepted_share"] = True, 1.0
         elif event == "partially_accepted":
             s["accepted"] = True

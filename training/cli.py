@@ -6,9 +6,13 @@
     flywheel train starter --out runs/starter [--quick] [--ship]
     flywheel train eval --model runs/starter/model --tasks runs/starter/tasks --json eval.json
     flywheel train rl --recipe training/recipes/rl.toml [--set steps=10] [--no-resume]
+    flywheel train repo --workspace ~/src/project [--model default] [--out runs/repo]
+    flywheel train tab --workspace ~/src/project --model registry:v3 [--telemetry-db DB]
 
 STAGE is one of data, tasks, pretrain, long_context, sft, mtp, starter (the whole chain, see
-training/starter.py) or eval (held-out tasks through the real harness, training/evaluate.py).
+training/starter.py), eval (held-out tasks through the real harness, training/evaluate.py),
+repo (pretraining on one workspace, training/repo_pretrain.py) or tab (completion RL from
+accepted and rejected suggestions, training/tab_rl.py).
 A stage's recipe must name the same stage. Under the `deepspeed` launcher the module runs as `--module training.cli`, and the
 launcher's `--local_rank` argument is accepted.
 """
@@ -24,6 +28,9 @@ from pathlib import Path
 from agent.engine.config import DTYPES
 from agent.engine.request import EngineError
 from training.recipe import STAGES, RecipeError, load_recipe, parse_overrides
+
+REPO_RECIPE = Path(__file__).resolve().parent / "recipes" / "repo.toml"
+TAB_RECIPE = Path(__file__).resolve().parent / "recipes" / "tab.toml"
 
 
 def main(argv: list[str]) -> int:
@@ -161,7 +168,11 @@ def main(argv: list[str]) -> int:
     rl.add_argument("--no-resume", action="store_true", help="start over, ignoring checkpoints")
     rl.add_argument("--no-progress", action="store_true", help="no per-update progress lines")
 
+    _repo_parser(sub)
+    _tab_parser(sub)
     for stage in STAGES:
+        if stage == "repo":
+            continue
         p = sub.add_parser(stage, help=f"run the {stage} stage from a recipe")
         p.add_argument("--recipe", required=True, help="recipe TOML file")
         p.add_argument(
@@ -189,10 +200,53 @@ def main(argv: list[str]) -> int:
             return _rl(args)
         if args.stage == "eval":
             return _eval(args, argv)
+        if args.stage == "repo":
+            return _repo(args)
+        if args.stage == "tab":
+            return _tab(args)
         return _stage(args)
     except (RecipeError, ValueError, RuntimeError, FileNotFoundError, EngineError) as exc:
         print(f"flywheel train {args.stage}: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # a full disk or an unwritable folder outside the loop's own checks
+        print(
+            f"flywheel train {args.stage}: {exc.strerror or exc} ({exc.filename or 'writing'}): "
+            "free disk space or fix the folder, then run the same command again",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _repo_parser(sub) -> None:
+    p = sub.add_parser(
+        "repo", help="pretrain a LoRA adapter on a workspace's own code; register the result"
+    )
+    p.add_argument("--workspace", required=True, help="the repository folder to learn")
+    p.add_argument("--model", default="", help="model to start from (default: the recipe's init)")
+    p.add_argument("--recipe", default=str(REPO_RECIPE), help="recipe TOML (default: %(default)s)")
+    p.add_argument("--out", default="", help="run folder (default: the recipe's out)")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override"
+    )
+    p.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="files never read, beside telemetry's defaults (.env*, keys, certificates)",
+    )
+    p.add_argument("--consent", default="code", help="the workspace's telemetry consent")
+    p.add_argument("--heldout", type=float, default=0.1, help="held-out share of files")
+    p.add_argument("--eval-lines", type=int, default=50, help="completion lines evaluated")
+    p.add_argument(
+        "--eval-requests", type=int, default=50, help="simulated-user requests evaluated"
+    )
+    p.add_argument("--registry", default=None, help="model registry (default: the user's)")
+    p.add_argument("--no-register", action="store_true", help="train and evaluate only")
+    p.add_argument(
+        "--no-resume", action="store_true", help="start over, reading the workspace again"
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress lines")
 
 
 def _data(args: argparse.Namespace) -> int:
@@ -312,6 +366,133 @@ def _rl(args: argparse.Namespace) -> int:
     recipe = load_rl_recipe(args.recipe, parse_overrides(args.set))
     final = train_rl(recipe, resume=not args.no_resume, progress=not args.no_progress)
     print(f"model written to {final}")
+    return 0
+
+
+def _tab_parser(sub) -> None:
+    p = sub.add_parser(
+        "tab", help="completion RL on accepted/rejected suggestions (simulated user or telemetry)"
+    )
+    p.add_argument("--data", default="", help="RUN/data of `flywheel train repo`: simulated user")
+    p.add_argument("--telemetry-db", default="", help="train on logged suggestion outcomes")
+    p.add_argument("--model", default="", help="model to start from (default: the recipe's init)")
+    p.add_argument("--recipe", default=str(TAB_RECIPE), help="RL recipe (default: %(default)s)")
+    p.add_argument("--out", default="", help="run folder (default: the recipe's out)")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override"
+    )
+    p.add_argument(
+        "--min-prefix-chars",
+        type=int,
+        default=8,
+        help="the simulated user accepts a correct start of the line this long",
+    )
+    p.add_argument("--seq-len", type=int, default=512, help="prompt tokens, completion included")
+    p.add_argument("--registry", default=None, help="model registry (default: the user's)")
+    p.add_argument("--no-register", action="store_true", help="train only")
+
+
+def _registry_model(registry, model: str) -> tuple[str | None, str]:
+    """(parent version, model folder) for `--model registry[:REF]`, read from `registry` (the
+    folder the result goes to); (None, model) for any other model."""
+    if registry is None or not (model == "registry" or model.startswith("registry:")):
+        return None, model
+    from agent.registry import Registry, RegistryError
+
+    try:
+        parent = Registry(registry).resolve(model.partition(":")[2] or "promoted")
+        return parent, str(Registry(registry).verify(parent))
+    except RegistryError as exc:
+        raise RecipeError(f"--model {model}: {exc}") from None
+
+
+def _tab(args: argparse.Namespace) -> int:
+    from agent.registry import RegistryError, path_from_cli
+    from training.rl import load_rl_recipe
+    from training.simulated_user import UserConfig
+    from training.tab_rl import TabError, train_tab
+
+    registry = None if args.no_register else path_from_cli(args.registry)
+    parent, model = _registry_model(registry, args.model)
+    fill = {k: v for k, v in (("init", model), ("out", args.out)) if v}
+    recipe = load_rl_recipe(args.recipe, {**parse_overrides(args.set), **fill})
+    if recipe.env != "tab":
+        raise RecipeError(f"recipe {args.recipe} is for env {recipe.env!r}, not 'tab'")
+    user = UserConfig(
+        min_prefix_chars=args.min_prefix_chars,
+        seq_len=args.seq_len,
+        max_new_tokens=recipe.max_tokens,
+        seed=recipe.seed,
+    )
+    try:
+        summary = train_tab(
+            recipe,
+            data=args.data,
+            telemetry_db=args.telemetry_db,
+            user=user,
+            registry_root=registry,
+            parent=parent,
+            log=lambda line: print(line, flush=True),
+        )
+    except (TabError, RegistryError) as exc:
+        print(f"flywheel train tab: {exc}", file=sys.stderr)
+        return 1
+    if summary.get("model"):
+        print(f"model written to {summary['model']}")
+    if summary.get("version"):
+        print(f"registered as {summary['version']}: use --model registry:{summary['version']}")
+    return 0
+
+
+def _repo(args: argparse.Namespace) -> int:
+    from agent.registry import RegistryError, path_from_cli
+    from telemetry.privacy import DEFAULT_EXCLUDE
+    from training.repo_eval import RepoEvalConfig
+    from training.repo_files import RepoConfig, RepoError
+    from training.repo_pretrain import train_repo
+
+    overrides = parse_overrides(args.set)
+    base = load_recipe(args.recipe, overrides)
+    out = args.out or base.out
+    registry = None if args.no_register else path_from_cli(args.registry)
+    parent, model = _registry_model(registry, args.model or base.init)
+    fill = {"out": out, "data": str(Path(out, "data")), "init": model}
+    recipe = load_recipe(args.recipe, {**overrides, **fill})
+    repo = RepoConfig(
+        root=args.workspace,
+        exclude=DEFAULT_EXCLUDE + tuple(args.exclude),
+        consent=args.consent,
+        heldout_fraction=args.heldout,
+        seed=recipe.seed,
+    )
+    try:
+        summary = train_repo(
+            recipe,
+            repo,
+            registry,
+            resume=not args.no_resume,
+            progress=not args.no_progress,
+            evaluation=RepoEvalConfig(
+                seq_len=recipe.seq_len,
+                max_lines=args.eval_lines,
+                requests=args.eval_requests,
+                device=recipe.device,
+            ),
+            parent=parent,
+        )
+    except (RepoError, RegistryError) as exc:
+        print(f"flywheel train repo: {exc}", file=sys.stderr)
+        return 1
+    for side in ("before", "after"):
+        s = summary[side]["summary"]
+        rate = s.get("accept_rate", {}).get("mean")
+        print(
+            f"{side}: held-out ppl {s['ppl']['mean']:.3f}, exact line {s['exact']['mean']:.3f}"
+            + ("" if rate is None else f", simulated accept rate {rate:.3f}")
+        )
+    print(f"model written to {summary['model']}")
+    if summary.get("version"):
+        print(f"registered as {summary['version']}: use --model registry:{summary['version']}")
     return 0
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from training.adapters import LORA_TARGETS
 
-STAGES = ("pretrain", "long_context", "sft", "mtp")
+STAGES = ("pretrain", "long_context", "sft", "mtp", "repo")
 _SCALARS = {"int": int, "float": float, "str": str, "bool": bool}
 
 
@@ -84,6 +84,10 @@ class Recipe:
     # empty = every one (training/adapters.py LORA_TARGETS)
     token_lr: float = 0.0  # peak learning rate of the new tokens' embedding rows; 0 = lr
     telemetry_db: str = ""  # record the run and its metrics in this telemetry database; "" = no
+    fim_fraction: float = 0.5  # repo: share of samples in fill-in-the-middle form (the rest
+    # left to right); training/repo_pretrain.py
+    repo_context: float = 0.25  # repo: share of seq_len that other files of the repository
+    # may take as context
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
@@ -106,10 +110,14 @@ class Recipe:
                 raise RecipeError(f"{key} must be >= 1, not {getattr(self, key)}")
         if self.lr <= 0:
             raise RecipeError("lr must be > 0")
-        if self.stage in ("long_context", "sft", "mtp") and not self.init:
+        if self.stage in ("long_context", "sft", "mtp", "repo") and not self.init:
             raise RecipeError(f"stage {self.stage} starts from a checkpoint: set `init`")
         if self.stage in ("pretrain", "long_context", "mtp") and not self.data:
             raise RecipeError(f"stage {self.stage} reads a built corpus: set `data`")
+        if self.stage == "repo" and not self.data:
+            raise RecipeError("stage repo reads a workspace's data folder: set `data`")
+        if not (0.0 <= self.fim_fraction <= 1.0 and 0.0 <= self.repo_context < 1.0):
+            raise RecipeError("fim_fraction must be in [0, 1] and repo_context in [0, 1)")
         if self.stage == "sft" and not self.sft_data:
             raise RecipeError("stage sft needs `sft_data` (chat JSONL files)")
         if self.precision not in ("fp32", "bf16"):

@@ -72,6 +72,10 @@ class Job:
 
 
 def build(recipe: Recipe, device: torch.device, rank: int = 0) -> Job:
+    if recipe.stage == "repo":  # repository pretraining: training/repo_pretrain.py
+        from training.repo_pretrain import build_job
+
+        return build_job(recipe, device, rank)
     return {"pretrain": _pretrain, "long_context": _long_context, "sft": _sft, "mtp": _mtp}[
         recipe.stage
     ](recipe, device, rank)

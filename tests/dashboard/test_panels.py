@@ -52,3 +52,42 @@ def test_a_damaged_registry_or_old_schema_is_a_sentence_not_a_crash(tmp_path):
     panels, empty = data.collect(old, Path(tmp_path / "none"))
     assert empty is None and panels[0].empty is None  # sessions still show
     assert "upgrade its schema" in panels[1].empty  # no suggestions table in this file
+
+
+def test_each_repository_gets_its_perplexity_and_accept_rate_curve_over_versions(tmp_path):
+    from agent.registry import Registry
+    from training.dashboard.charts import render
+
+    reg = Registry(tmp_path / "registry")
+    for i, (repo, ppl, rate) in enumerate(
+        [("shop", 9.0, 0.10), ("shop", 6.5, 0.25), ("blog", 4.0, 0.40)]
+    ):
+        ckpt = tmp_path / f"ckpt{i}"
+        ckpt.mkdir()
+        (ckpt / "config.json").write_text("{}")
+        (ckpt / "model.safetensors").write_bytes(b"weights %d" % i)
+        vid = reg.add(ckpt)
+        reg.attach_benchmark(
+            vid,
+            {
+                "benchmark": "repo_heldout",
+                "repo": repo,
+                "task_set": f"t-{repo}",
+                "summary": {
+                    "ppl": {"mean": ppl},
+                    "accept_rate": {"mean": rate},
+                    "exact": {"mean": 0.1, "ci95": [0.0, 0.2]},
+                },
+            },
+        )
+    panel = data.repo_panel(reg.root)
+    assert panel.empty is None and panel.stats["repositories"] == "2"
+    assert panel.series["panels"]["shop: held-out ppl"] == {"ppl": (["v1", "v2"], [9.0, 6.5])}
+    assert panel.series["panels"]["shop: accept rate"] == {
+        "accept rate": (["v1", "v2"], [0.1, 0.25])
+    }
+    assert panel.series["panels"]["blog: accept rate"] == {"accept rate": (["v3"], [0.4])}
+    assert [r["accept rate"] for r in panel.rows] == ["0.400", "0.100", "0.250"]
+    assert render(panel.series).startswith("<svg")
+    assert "flywheel train repo" in data.repo_panel(tmp_path / "empty").empty
+    assert "--registry" in data.repo_panel(None).empty

@@ -122,3 +122,32 @@ def test_a_candidate_for_another_base_is_rejected_with_both_names(
     decision = gate_promotion(registry, registry.add(adapter))
     assert not decision.accepted
     assert "trained on base 'another-base@0123', but this install's base is" in decision.reasons[0]
+
+
+def test_every_shared_task_set_is_judged_and_one_worse_set_rejects(registry, tiny_checkpoint):
+    """The cycle scores a repository candidate on the agent tasks and on the repository's held-out
+    files; better agent tasks do not hide a worse repository."""
+
+    def result(name: str, task_set: str, metric: str, direction: str, values: list[float]):
+        return {
+            "benchmark": name,
+            "task_set": task_set,
+            "metrics": {metric: {"direction": direction}},
+            "tasks": [{"id": f"t{i}", "scores": {metric: v}} for i, v in enumerate(values)],
+        }
+
+    v1, v2 = registry.add(tiny_checkpoint), registry.add(tiny_checkpoint)
+    registry.promote(v1, forced=True)
+    registry.attach_benchmark(v1, result("agent", "a", "pass", "higher", [0, 0, 1, 0, 0, 0]))
+    registry.attach_benchmark(v1, result("repo_heldout", "r", "nll", "lower", [1.0] * 6))
+    registry.attach_benchmark(v2, result("agent", "a", "pass", "higher", [1, 1, 1, 1, 0, 1]))
+    registry.attach_benchmark(v2, result("repo_heldout", "r", "nll", "lower", [1.5, 1.6, 1.4] * 2))
+    decision = gate_promotion(registry, v2)
+    assert not decision.accepted
+    assert decision.reasons[0] == (
+        "rejected: worse than the current version beyond noise on repo_heldout: nll"
+    )
+    assert any(r.startswith("agent: pass:") for r in decision.reasons)
+    assert {c.metric for c in decision.comparisons} == {"pass", "nll"}
+    registry.attach_benchmark(v2, result("repo_heldout", "r", "nll", "lower", [0.9] * 6))
+    assert gate_promotion(registry, v2).accepted  # the newest result on each set counts

@@ -141,6 +141,7 @@ def test_registry_names_and_versions():
         "tool_errors",
         "loops",
         "total",
+        "tab",
     }
     for key in rewards.TOTAL_V1_WEIGHTS:
         assert key in rewards.REWARDS

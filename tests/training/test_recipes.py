@@ -12,13 +12,28 @@ from training.recipe import RecipeError, load_recipe, parse_overrides
 RECIPES = sorted(
     p
     for p in (Path(__file__).parents[2] / "training" / "recipes").glob("*.toml")
-    # RLRecipes (training/rl/recipe.py) are loaded in test_rl_grpo.py
+    # RLRecipes (training/rl/recipe.py, tab.toml among them) are loaded in test_rl_grpo.py and below
     if 'stage = "rl"' not in p.read_text()
 )
 
 
+def test_the_tab_recipe_is_an_rl_recipe_that_says_how_to_launch_it():
+    from training.rl import load_rl_recipe
+
+    path = RECIPES[0].parent / "tab.toml"
+    recipe = load_rl_recipe(path)
+    assert recipe.env == "tab" and recipe.rewards == {"tab@1": 1.0}
+    assert "flywheel train tab" in path.read_text().split("\nname")[0]
+
+
 def test_there_is_a_recipe_per_stage():
-    assert {load_recipe(p).stage for p in RECIPES} == {"pretrain", "long_context", "sft", "mtp"}
+    assert {load_recipe(p).stage for p in RECIPES} == {
+        "pretrain",
+        "long_context",
+        "sft",
+        "mtp",
+        "repo",
+    }
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)

@@ -5,10 +5,13 @@ One cycle, in order:
     lock       one cycle per registry at a time (fcntl lock on REGISTRY/cycle.lock; a second
                cycle is refused with the first one's pid)
     sessions   count sessions logged since the last cycle (the watermark in WORK/state.json);
-               fewer than `min_sessions` -> skipped, nothing trained
+               fewer than `min_sessions` -> skipped, nothing trained, unless the workspace
+               (`--workspace`) has at least `min_repo_chars` characters of new or changed code
     base       an empty registry first gets `base` (the starter model) as its promoted version
     export     telemetry.export of the whole store; the rows no earlier cycle used are new
     train      from the promoted version, the stages the new data calls for:
+                 repo      on the workspace's own code (repo.py: FIM and plain samples with
+                           repository context, its files split by path) when it changed enough
                  pretrain  on new code (file snapshots, task workspaces) when there are at least
                            `min_code_chars` characters of it
                  sft       on new good trajectories (tasks whose reward >= `min_reward`) when
@@ -28,7 +31,10 @@ One cycle, in order:
                comparison); pass@1 through the harness, and oracle_logprob (the mean
                log-probability of each task's oracle trajectory: a tiny model rarely passes a
                task, so pass@1 alone cannot tell two candidates apart)
-    gate       agent/gate.py; the decision and its reasons are kept in the registry
+               and, after a repo stage, both on the workspace's held-out files (repo.py:
+               held-out perplexity per file, exact single-line completion)
+    gate       agent/gate.py, on every task set both were scored on (a candidate worse on the
+               agent tasks or on the repository is rejected); the decision is kept in the registry
     promote    when accepted; running `flywheel serve` / `flywheel lsp --model registry`
                processes switch to it by themselves
 
@@ -36,7 +42,8 @@ Each cycle is a telemetry `training_run` (stage "cycle", running -> promoted | r
 | failed, its summary as config), each stage a run of its own with its metrics, and the candidate
 a `model_version`. WORK/CYCLE_ID/ keeps the export, the stage runs and summary.json.
 
-Files: this one (the cycle), rl.py (the RL stage's task pool), cli.py (`flywheel cycle`).
+Files: this one (the cycle), rl.py (the RL stage's task pool), repo.py (the repository stage),
+cli.py (`flywheel cycle`).
 
 `--watch` repeats: a cycle starts when `min_sessions` new sessions are logged, or when `period_s`
 has passed since the last one and at least one session is new.
@@ -65,7 +72,7 @@ from training.benchmark import BenchConfig, BenchTask
 
 # Each stage's recipe: training/recipes/cycle/STAGE.toml (`quick`: cycle/quick/STAGE.toml).
 RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "cycle"
-STAGES = ("pretrain", "sft", "rl", "mtp")
+STAGES = ("repo", "pretrain", "sft", "rl", "mtp")
 
 
 @dataclass
@@ -138,6 +145,12 @@ class CycleConfig:
     min_reward: float = 0.5  # trajectories below this reward are not trained on
     held_out_percent: float = 10.0  # sessions kept out of training for the benchmark
     quick: bool = False  # tiny stages (a few steps each): tests and smoke runs
+    workspace: str = ""  # a repository to learn (the repo stage, training/cycle/repo.py); "" = none
+    min_repo_chars: int = 20_000  # characters of new or changed code in it for a repo stage
+    repo_exclude: tuple[str, ...] = ()  # files of the workspace never read, beside the defaults
+    repo_consent: str = "code"  # the workspace's telemetry consent; the repo stage needs "code"
+    repo_lines: int = 100  # held-out completion lines the gate compares on
+    repo_requests: int = 50  # simulated-user requests scored per version (0: none)
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-stage recipe overrides
     bench: CycleBench = field(default_factory=CycleBench)
     gate: GateConfig = field(default_factory=GateConfig)
@@ -146,11 +159,18 @@ class CycleConfig:
 
     def __post_init__(self) -> None:
         if (
-            min(self.min_sessions, self.min_trajectories, self.min_code_chars, self.min_rl_tasks)
+            min(
+                self.min_sessions,
+                self.min_trajectories,
+                self.min_code_chars,
+                self.min_rl_tasks,
+                self.min_repo_chars,
+            )
             < 1
         ):
             raise CycleError(
-                "min_sessions, min_trajectories, min_code_chars and min_rl_tasks must be >= 1"
+                "min_sessions, min_trajectories, min_code_chars, min_rl_tasks and "
+                "min_repo_chars must be >= 1"
             )
         if self.rl_synthetic < 0:
             raise CycleError("rl_synthetic must be >= 0")
@@ -213,6 +233,7 @@ NEW_STATE = {
     "used_text": [],
     "used_rl": [],
     "last_at": 0.0,
+    "repo_files": {},  # path -> sha256 of the workspace's files the last repo stage trained on
 }
 
 
@@ -297,14 +318,25 @@ def run_cycle(config: CycleConfig, log: Callable[[str], None] = print) -> dict[s
         work.mkdir(parents=True, exist_ok=True)
         state = load_state(work)
         total, fresh, newest = new_sessions(config.telemetry_db, state["watermark"])
-        if total == 0:
+        repo = None
+        if config.workspace:
+            from training.cycle.repo import repo_change
+
+            changed, snapshot, files = repo_change(config, state)
+            repo = (changed, snapshot, files) if changed >= config.min_repo_chars else None
+            log(
+                f"workspace {config.workspace}: {changed} characters new or changed since the "
+                f"last repository stage ({'enough' if repo else 'fewer than'} "
+                f"--min-repo-chars {config.min_repo_chars})"
+            )
+        if total == 0 and repo is None:
             return _skipped(
                 config,
                 log,
                 f"the telemetry database {config.telemetry_db} has no "
                 "sessions yet: use Flywheel in an editor first",
             )
-        if fresh < config.min_sessions:
+        if fresh < config.min_sessions and repo is None:
             return _skipped(
                 config,
                 log,
@@ -317,8 +349,10 @@ def run_cycle(config: CycleConfig, log: Callable[[str], None] = print) -> dict[s
         run = _TelemetryRun(config.telemetry_db, cycle_id)
         summary: dict[str, Any] = {"id": cycle_id, "new_sessions": fresh, "status": "failed"}
         try:
-            summary.update(_cycle(config, registry, state, folder, log))
+            summary.update(_cycle(config, registry, state, folder, log, repo))
             if summary["status"] != "skipped":
+                if "repo" in summary.get("stages", []):
+                    state["repo_files"] = repo[1]
                 state.update(
                     watermark=newest,
                     cycles=state["cycles"] + 1,
@@ -338,7 +372,12 @@ def run_cycle(config: CycleConfig, log: Callable[[str], None] = print) -> dict[s
 
 
 def _cycle(
-    config: CycleConfig, registry: Registry, state: dict, folder: Path, log: Callable[[str], None]
+    config: CycleConfig,
+    registry: Registry,
+    state: dict,
+    folder: Path,
+    log: Callable[[str], None],
+    repo: tuple | None = None,
 ) -> dict[str, Any]:
     from agent.model import resolve_model
     from telemetry import export
@@ -378,7 +417,7 @@ def _cycle(
     )
     rl_size = out["data"]["rl_tasks"]["new"] + out["data"]["rl_tasks"]["synthetic"]
     out["_used_rl"] = sorted(set(state["used_rl"]) | set(mined))
-    plan = []
+    plan = ["repo"] if repo is not None else []
     if code_chars >= config.min_code_chars:
         plan.append("pretrain")
     if len(new_sft) >= config.min_trajectories:
@@ -397,9 +436,15 @@ def _cycle(
 
     current = str(registry.verify(parent))
     recipes: dict[str, Any] = {}
+    repo_data = None
     for stage in plan:
         log(f"training {stage} from {Path(current).name} ...")
-        if stage == "pretrain":
+        if stage == "repo":
+            from training.cycle.repo import train_repo_stage
+
+            model, recipes[stage], repo_data = train_repo_stage(config, repo[2], current, folder)
+            out["data"]["repo"] = {"changed_chars": repo[0], "split": str(repo_data / "split.json")}
+        elif stage == "pretrain":
             from training.data import CorpusConfig, build_corpus
 
             _write_jsonl(folder / "new_code.jsonl", new_text)
@@ -442,13 +487,14 @@ def _cycle(
         log(f"cycle skipped: {out['reason']}")
         return out
 
+    from agent.model import adapter_base, is_adapter
     from training.data import CorpusError, distillation_corpus
 
     try:
         export = folder / "export"
         corpus, tokens = distillation_corpus(
             folder / "mtp_text",
-            current,
+            str(adapter_base(Path(current)) if is_adapter(Path(current)) else current),
             [r["text"] for r in _jsonl(export / "pretrain.jsonl")],
             _jsonl(export / "sft.jsonl"),
         )
@@ -482,6 +528,11 @@ def _cycle(
     out["stages"] = list(recipes)
     log(f"candidate {candidate}; benchmarking ...")
     results = _benchmark(config, registry, candidate, parent, log)
+    if repo_data is not None:
+        from training.cycle.repo import benchmark_repo
+
+        log("scoring on the repository's held-out files ...")
+        out["repo_benchmark"] = benchmark_repo(config, registry, candidate, parent, repo_data, log)
     out["benchmark"] = results
     try:
         decision = gate_promotion(registry, candidate, config.gate)

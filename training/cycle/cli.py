@@ -99,6 +99,30 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="gate on pass@1 only (no oracle log-probability score)",
     )
+    p.add_argument(
+        "--workspace",
+        default="",
+        help="a repository to learn: a repo stage runs when its code changed enough",
+    )
+    p.add_argument(
+        "--min-repo-chars",
+        type=int,
+        default=20_000,
+        help="characters of new or changed code in --workspace for a repo stage",
+    )
+    p.add_argument(
+        "--repo-exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="workspace files never read, beside telemetry's defaults (repeatable)",
+    )
+    p.add_argument(
+        "--repo-lines", type=int, default=100, help="held-out completion lines the gate compares"
+    )
+    p.add_argument(
+        "--repo-requests", type=int, default=50, help="simulated-user requests scored per version"
+    )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     return p
 
@@ -146,6 +170,11 @@ def main(argv: list[str]) -> int:
             min_reward=args.min_reward,
             held_out_percent=args.held_out_percent,
             quick=args.quick,
+            workspace=args.workspace,
+            min_repo_chars=args.min_repo_chars,
+            repo_exclude=tuple(args.repo_exclude),
+            repo_lines=args.repo_lines,
+            repo_requests=args.repo_requests,
             stages=_stage_overrides(args.set),
             bench=_bench(args),
             device=args.device,
@@ -161,6 +190,20 @@ def main(argv: list[str]) -> int:
     except (CycleError, RegistryError, GateError, ValueError, FileNotFoundError) as exc:
         print(f"flywheel cycle: {exc}", file=sys.stderr)
         return 2
+
+
+def _workspace_due(config: CycleConfig, state: dict) -> str:
+    """Why the workspace calls for a cycle now (enough changed code), or ""."""
+    from training.cycle.repo import repo_change
+
+    try:
+        changed, _, _ = repo_change(config, state)
+    except ValueError as exc:  # the workspace cannot be read now: say so, keep watching
+        print(f"flywheel cycle: {exc}", file=sys.stderr, flush=True)
+        return ""
+    if changed < config.min_repo_chars:
+        return ""
+    return f"{changed} characters of {config.workspace} new or changed"
 
 
 def _watch(config: CycleConfig, period_s: float, poll_s: float) -> int:
@@ -179,6 +222,8 @@ def _watch(config: CycleConfig, period_s: float, poll_s: float) -> int:
             print(f"flywheel cycle: {exc}", file=sys.stderr, flush=True)
             fresh = 0
         reason = due(state, fresh, time.time(), config.min_sessions, period_s)
+        if not reason and config.workspace:
+            reason = _workspace_due(config, state)
         if reason:
             print(f"flywheel cycle: starting ({reason})", flush=True)
             try:

@@ -62,7 +62,7 @@ def render(series: dict[str, Any]) -> str | None:
             for label, (xs, ys) in series["panels"][name].items():
                 ax.plot(xs, ys, marker="." if len(xs) < 30 else None, label=label)
             ax.set_title(name)
-            ax.set_xlabel("step")
+            ax.set_xlabel(series.get("xlabel", "step"))
         axes[0][0].legend(fontsize=7)
         return _svg(fig)
     fig, ax = plt.subplots(figsize=(6, 2.6))

@@ -311,6 +311,63 @@ def models_panel(db: Database | None, registry: Path | None) -> Panel:
     return p
 
 
+def repo_panel(registry: Path | None) -> Panel:
+    """Per repository, held-out perplexity and simulated accept rate over model versions: the
+    `repo_heldout` results (training/repo_eval.py) attached to registry versions, in version
+    order."""
+    p = Panel("repos", "Repositories: held-out perplexity and accept rate by model version")
+    hint = (
+        "run `flywheel train repo --workspace DIR` (it scores the result on the repository's "
+        "held-out files and registers it)"
+    )
+    if registry is None:
+        p.empty = f"No registry folder was given (--registry): {hint}."
+        return p
+    from agent.registry import Registry, RegistryError
+
+    reg = Registry(registry)
+    points: dict[str, list[tuple[int, str, dict]]] = {}
+    try:
+        for v in reg.versions() if reg.exists() else []:
+            for result in reg.benchmarks(v["id"]):
+                if result.get("benchmark") == "repo_heldout" and result.get("repo"):
+                    summary = {k: x.get("mean") for k, x in (result.get("summary") or {}).items()}
+                    points.setdefault(result["repo"], []).append((v["number"], v["id"], summary))
+    except RegistryError as exc:
+        p.empty = f"The model registry cannot be read: {exc}"
+        return p
+    if not points:
+        p.empty = f"No version was scored on a repository's held-out files yet: {hint}."
+        return p
+    panels: dict[str, dict[str, tuple[list, list]]] = {}
+    for repo, rows in sorted(points.items()):
+        rows.sort()
+        xs = [f"v{n}" for n, _, _ in rows]
+        panels[f"{repo}: held-out ppl"] = {"ppl": (xs, [s.get("ppl") for _, _, s in rows])}
+        panels[f"{repo}: accept rate"] = {
+            "accept rate": (xs, [s.get("accept_rate") for _, _, s in rows])
+        }
+        for _, vid, s in rows:
+            p.rows.append(
+                {
+                    "repository": repo,
+                    "version": vid,
+                    "held-out ppl": _fmt(s.get("ppl")),
+                    "exact line": _fmt(s.get("exact")),
+                    "accept rate": _fmt(s.get("accept_rate")),
+                    "accepted chars / request": _fmt(s.get("accepted_chars_per_request")),
+                }
+            )
+    p.series = {"kind": "curves", "panels": panels, "xlabel": "model version"}
+    p.stats = {"repositories": str(len(points)), "scored versions": str(len(p.rows))}
+    p.note = f"from `repo_heldout` results in the model registry at {registry}"
+    return p
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 PANELS: list[Callable[[Database], Panel]] = [
     sessions_panel,
     suggestions_panel,
@@ -343,6 +400,7 @@ def collect(db: Path, registry: Path | None) -> tuple[list[Panel], str | None]:
                     )
                 )
         panels.append(models_panel(tables, registry))
+        panels.append(repo_panel(registry))
     finally:
         if tables is not None:
             tables.close()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from training.recipe import RecipeError, parse_overrides, read_toml
 
-ENVS = ("harness", "magic")
+ENVS = ("harness", "magic", "tab")  # tab: inline completions (training/tab_rl.py)
 RUNTIMES = ("inline", "processes", "ray")
 MODES = ("sync", "async")
 DTYPES = ("float32", "bfloat16")

@@ -1,0 +1,76 @@
+"""`flywheel cycle --workspace`: the repository stage runs when the code changed enough, and the
+gate compares the candidate with its parent on the repository's held-out files."""
+
+from __future__ import annotations
+
+from telemetry import open_db
+from tests.training.test_repo import CODE, make_workspace
+from training import cycle
+from training.cycle import CycleBench
+
+
+def _config(registry, tmp_path, ws, **extra) -> cycle.CycleConfig:
+    settings = dict(
+        registry=str(registry.root),
+        telemetry_db=str(tmp_path / "telemetry.db"),
+        work=str(tmp_path / "work"),
+        quick=True,
+        workspace=str(ws),
+        min_repo_chars=2_000,
+        repo_lines=3,
+        repo_requests=3,
+        bench=CycleBench(projects=1, max_tasks=1, max_steps=1, turn_max_tokens=8),
+    )
+    return cycle.CycleConfig(**{**settings, **extra})
+
+
+def test_a_changed_workspace_trains_a_candidate_gated_on_its_held_out_files(
+    registry, tiny_checkpoint, tmp_path
+):
+    open_db(tmp_path / "telemetry.db").conn.close()  # a new user: no session logged yet
+    ws = make_workspace(tmp_path / "ws")
+    v1 = registry.add(tiny_checkpoint)
+    registry.promote(v1, forced=True)
+    lines: list[str] = []
+    summary = cycle.run_cycle(_config(registry, tmp_path, ws), log=lines.append)
+    assert summary["stages"] == ["repo"] and summary["status"] in ("promoted", "rejected")
+    candidate = summary["candidate"]
+    assert set(summary["repo_benchmark"]) == {candidate, v1}
+    theirs = [r for r in registry.benchmarks(v1) if r["benchmark"] == "repo_heldout"]
+    mine = [r for r in registry.benchmarks(candidate) if r["benchmark"] == "repo_heldout"]
+    assert len(theirs) == len(mine) == 1 and theirs[0]["task_set"] == mine[0]["task_set"]
+    (gate,) = registry.get(candidate)["gate"]
+    assert any(r.startswith("repo_heldout: nll:") for r in gate["reasons"])
+    assert any(r.startswith("repo_heldout: exact:") for r in gate["reasons"])
+    assert any("characters new or changed" in x and "enough" in x for x in lines)
+
+    # nothing changed since: no stage, and the next cycle is skipped
+    again: list[str] = []
+    skipped = cycle.run_cycle(_config(registry, tmp_path, ws), log=again.append)
+    assert skipped["status"] == "skipped" and "0 characters new or changed" in again[0]
+    (ws / "shop" / "added.py").write_text(CODE * 10)  # 2,000+ new characters
+    grown: list[str] = []
+    cycle.run_cycle(_config(registry, tmp_path, ws, min_repo_chars=10**9), log=grown.append)
+    assert f"{len(CODE * 10)} characters new or changed" in grown[0]
+
+
+def test_a_workspace_without_code_consent_is_refused_naming_the_setting(registry, tmp_path):
+    import pytest
+
+    from training.repo_files import RepoError
+
+    open_db(tmp_path / "telemetry.db").conn.close()
+    ws = make_workspace(tmp_path / "ws")
+    with pytest.raises(RepoError, match="consent is 'metrics'"):
+        cycle.run_cycle(_config(registry, tmp_path, ws, repo_consent="metrics"), log=print)
+
+
+def test_a_watched_cycle_is_due_when_the_workspace_changed_enough(registry, tmp_path, capsys):
+    from training.cycle.cli import _workspace_due
+
+    ws = make_workspace(tmp_path / "ws")
+    state = cycle.load_state(tmp_path / "work")
+    assert "characters of" in _workspace_due(_config(registry, tmp_path, ws), state)
+    assert _workspace_due(_config(registry, tmp_path, ws, min_repo_chars=10**9), state) == ""
+    gone = _config(registry, tmp_path, tmp_path / "missing")
+    assert _workspace_due(gone, state) == "" and "does not exist" in capsys.readouterr().err

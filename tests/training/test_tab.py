@@ -1,0 +1,296 @@
+"""The simulated user, the shared scoring of suggestion outcomes, and completion RL (`train tab`)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from telemetry import PrivacyPolicy, Recorder
+from telemetry.acceptance import Outcome, outcomes_from_db, score, signals
+from telemetry.rewards import compute_reward
+from training.line_completion import Cursor
+from training.repo_files import RepoFile
+from training.simulated_user import UserConfig, judge, requests
+
+LINE = Cursor("a.py", "def f(x):\n    ", "\n", "return price * (1 + rate)")
+
+
+@pytest.mark.parametrize(
+    "suggestion, shown, chars",
+    [
+        ("return price * (1 + rate)", True, 25),  # the whole line
+        ("return price * (1 + rate)   ", True, 25),  # trailing blanks ignored
+        ("return price", True, 12),  # a correct start of >= 8 characters
+        ("return", True, 0),  # a correct start, too short: rejected
+        ("return price * 2", True, 0),  # wrong
+        ("", False, 0),  # declined
+    ],
+)
+def test_the_user_accepts_the_authors_line_or_a_long_enough_start(suggestion, shown, chars):
+    o = judge(LINE, suggestion, UserConfig(min_prefix_chars=8))
+    assert (o.shown, o.accepted_chars) == (shown, chars)
+    assert o.accepted == (chars > 0) and o.rejected == (shown and chars == 0)
+
+
+def test_requests_are_line_starts_and_word_boundaries_chosen_the_same_every_time():
+    text = "import os\n\n\ndef total(items, rate):\n    # sum them\n    return sum(items) * rate\n"
+    files = [RepoFile("a.py", text), RepoFile("b.py", text.replace("total", "mean"))]
+    config = UserConfig(max_requests=7, min_rest_chars=4)
+    got = requests(files, config)
+    assert [(c.path, len(c.prefix)) for c in got] == [
+        (c.path, len(c.prefix)) for c in requests(files, config)
+    ]
+    assert len(got) == 7 and {c.path for c in got} == {"a.py", "b.py"}
+    for c in got:
+        assert c.prefix[-1:] in ("", "\n", " ", "(", ".", "=", ",")  # a boundary
+        assert not c.expected.lstrip().startswith("#") and len(c.expected.strip()) >= 4
+        assert (c.prefix + c.expected + c.suffix) == dict((f.path, f.text) for f in files)[c.path]
+
+
+def test_tab_reward_pays_acceptance_charges_rejection_and_ignores_silence():
+    assert compute_reward("tab@1", {"shown": False}) == 0.0
+    assert compute_reward("tab@1", {"shown": True, "accepted": True, "accepted_share": 1.0}) == 1.0
+    assert compute_reward("tab@1", {"shown": True, "accepted": False}) == -0.25
+    kept = {"shown": True, "accepted": False, "survival": {300: 0.8}}
+    assert compute_reward("tab@1", kept) == 0.8  # typed anyway and still there at 5 minutes
+    assert compute_reward("tab@1", {}) is None
+    # a cursor where every shown sample is rejected: silence is above the mean, so it is pushed up
+    from training.rl.grpo import group_advantages
+
+    rewards = [
+        compute_reward("tab@1", signals(judge(LINE, s, UserConfig())))
+        for s in ("x = 1", "y = 2", "", "z = 3")
+    ]
+    advantages = group_advantages(rewards)
+    assert advantages[2] > 0 and all(a < 0 for i, a in enumerate(advantages) if i != 2)
+
+
+def _log(rec: Recorder, sid: str, output: str, events: list[tuple[str, int | None]], kept=None):
+    sug = rec.record(
+        "suggestion",
+        session_id=sid,
+        kind="inline",
+        context={"prefix": "def price(x):\n    ", "suffix": "\n", "path": "shop/price.py"},
+        output=output,
+    )
+    for event, chars in events:
+        rec.record(
+            "suggestion_event", session_id=sid, suggestion_id=sug, event=event, accepted_chars=chars
+        )
+    if kept is not None:
+        rec.record(
+            "survival",
+            session_id=sid,
+            suggestion_id=sug,
+            after_s=300,
+            accepted_chars=10,
+            surviving_chars=int(10 * kept),
+        )
+    return sug
+
+
+def logged_db(path: Path) -> Path:
+    rec = Recorder(path, PrivacyPolicy(consent="code"))
+    sid = rec.record("session_start", editor="nvim")
+    _log(rec, sid, "return x * 2", [("shown", None), ("accepted", None)], kept=1.0)
+    _log(rec, sid, "return None", [("superseded", None)])  # typed over: rejected
+    _log(rec, sid, "return x + 1 if x else 0", [("shown", None), ("partially_accepted", 6)])
+    _log(rec, sid, "", [])  # declined: the model proposed nothing
+    _log(rec, sid, "return 0", [("cancelled", None)])  # never on screen: not scored
+    rec.close()
+    return path
+
+
+def test_real_and_simulated_outcomes_are_scored_by_the_same_code(tmp_path):
+    from telemetry import open_db
+
+    db = open_db(logged_db(tmp_path / "t.db"))
+    real = outcomes_from_db(db.conn)
+    db.conn.close()
+    simulated = [
+        Outcome("a:1", "return x * 2", True, 12),
+        Outcome("a:2", "return None", True, 0),
+        Outcome("a:3", "return x + 1 if x else 0", True, 6),
+        Outcome("a:4", "", False),
+    ]
+    assert [(o.shown, o.accepted_chars) for o in real] == [
+        (o.shown, o.accepted_chars) for o in simulated
+    ]
+    assert (
+        score(real)
+        == score(simulated)
+        == {
+            "requests": 4,
+            "shown": 3,
+            "accepted": 2,
+            "accept_rate": 2 / 3,
+            "shown_per_request": 0.75,
+            "accepted_chars_per_request": 18 / 4,
+        }
+    )
+    assert real[0].kept == 1.0 and compute_reward("tab@1", signals(real[1])) == -0.25
+
+
+def _tab_recipe(tmp_path, model, **extra):
+    from training.rl import load_rl_recipe
+
+    root = Path(__file__).parents[2]
+    return load_rl_recipe(
+        root / "training" / "recipes" / "tab.toml",
+        {
+            "init": str(model),
+            "out": str(tmp_path / "tab"),
+            "steps": 6,
+            "lr": 3e-3,
+            "max_tokens": 8,
+            "group_size": 2,
+            "tasks_per_step": 3,
+            **extra,
+        },
+    )
+
+
+def _logprob(model, tokenizer, prompt_ids, output_ids) -> float:
+    from agent.model import load_checkpoint
+
+    trunk = load_checkpoint(model).trunk.eval()
+    ids = torch.tensor([prompt_ids + output_ids])
+    with torch.no_grad():
+        logp = trunk(input_ids=ids[:, :-1]).logits[0].log_softmax(-1)
+    picked = logp[len(prompt_ids) - 1 :].gather(-1, ids[0, len(prompt_ids) :, None])
+    return float(picked.sum())
+
+
+def test_train_tab_from_telemetry_raises_accepted_and_lowers_rejected_suggestions(
+    tmp_path, tiny_checkpoint
+):
+    from agent.registry import Registry
+    from training.tab_rl import logged_samples, train_tab
+
+    db = logged_db(tmp_path / "t.db")
+    recipe = _tab_recipe(tmp_path, tiny_checkpoint)
+    from agent.model import load_checkpoint
+
+    tokenizer = load_checkpoint(tiny_checkpoint).tokenizer
+    samples = logged_samples(str(db), tokenizer, UserConfig(seq_len=128, max_new_tokens=8))
+    accepted = next(s for s in samples if s[2].output == "return x * 2")
+    rejected = next(s for s in samples if s[2].output == "return None")
+    summary = train_tab(
+        recipe,
+        telemetry_db=str(db),
+        user=UserConfig(seq_len=128, max_new_tokens=8),
+        registry_root=tmp_path / "registry",
+        log=lambda line: None,
+    )
+    assert summary["updates"] >= 1 and summary["source"] == "telemetry"
+    model = summary["model"]
+    up = _logprob(model, tokenizer, accepted[0], accepted[1]) - _logprob(
+        tiny_checkpoint, tokenizer, accepted[0], accepted[1]
+    )
+    down = _logprob(model, tokenizer, rejected[0], rejected[1]) - _logprob(
+        tiny_checkpoint, tokenizer, rejected[0], rejected[1]
+    )
+    assert up > 0 > down
+    (version,) = Registry(tmp_path / "registry").versions()
+    assert version["reward"] == "tab@1 x 1" and version["id"] == summary["version"]
+    lines = (tmp_path / "tab" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 6 and all(math.isfinite(json.loads(x).get("loss", 0.0)) for x in lines)
+
+
+def test_train_tab_without_a_learning_signal_writes_and_registers_nothing(
+    tmp_path, tiny_checkpoint, tokenizer
+):
+    """A random tiny model is rejected at every cursor of the simulated user: no group varies."""
+    from agent.registry import Registry
+    from tests.training.test_repo import make_workspace
+    from training.repo_files import RepoConfig, read_repo
+    from training.repo_pretrain import write_repo_data
+    from training.tab_rl import train_tab
+
+    write_repo_data(
+        read_repo(RepoConfig(root=str(make_workspace(tmp_path / "ws")))), tmp_path / "data"
+    )
+    lines = []
+    summary = train_tab(
+        _tab_recipe(tmp_path, tiny_checkpoint, steps=1),
+        data=str(tmp_path / "data"),
+        user=UserConfig(seq_len=128, max_new_tokens=8),
+        registry_root=tmp_path / "registry",
+        log=lines.append,
+    )
+    rewarded = summary["outcomes"]
+    assert sum(rewarded.values()) == 6 and summary["updates"] == 0 and summary["model"] is None
+    assert lines[-1].startswith("no update was made") and not (tmp_path / "tab" / "model").exists()
+    assert not Registry(tmp_path / "registry").exists()
+
+
+def test_train_tab_refuses_missing_sources_in_one_line(tmp_path, tiny_checkpoint, capsys):
+    from training import cli
+
+    code = cli.main(["tab", "--model", str(tiny_checkpoint), "--out", str(tmp_path / "t")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and "give --data" in err
+    code = cli.main(
+        [
+            "tab",
+            "--model",
+            str(tiny_checkpoint),
+            "--telemetry-db",
+            str(tmp_path / "none.db"),
+            "--out",
+            str(tmp_path / "t"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and "no telemetry database at" in err
+
+
+def test_train_tab_from_a_registry_version_records_it_as_the_parent(
+    tmp_path, tiny_checkpoint, capsys
+):
+    from agent.registry import Registry
+    from training import cli
+
+    registry = Registry(tmp_path / "registry")
+    v1 = registry.add(tiny_checkpoint)
+    db = logged_db(tmp_path / "t.db")
+    sets = ["steps=2", "lr=3e-3", "max_tokens=8", "group_size=2", "tasks_per_step=3"]
+    argv = [
+        "tab",
+        "--telemetry-db",
+        str(db),
+        "--registry",
+        str(registry.root),
+        "--out",
+        str(tmp_path / "tab"),
+        "--seq-len",
+        "128",
+        *[a for s in sets for a in ("--set", s)],
+    ]
+    assert cli.main([*argv, "--model", "registry:v1"]) == 0
+    v2 = registry.versions()[-1]
+    assert v2["parent"] == v1 and v2["stage"] == "tab"
+    assert f"registered as {v2['id']}" in capsys.readouterr().out
+    assert cli.main([*argv, "--model", "registry:v7"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("flywheel train tab: --model registry:v7:")
+
+
+def test_samples_that_share_the_prompt_pass_equal_separate_completions(tiny_checkpoint):
+    from agent.model import load_checkpoint
+    from training.line_completion import complete, complete_many
+
+    ckpt = load_checkpoint(tiny_checkpoint)
+    trunk, tok = ckpt.trunk.eval(), ckpt.tokenizer
+    ids = tok("def price(x):\n    return", add_special_tokens=False)["input_ids"]
+    shared = complete_many(trunk, tok, ids, 3, 12, 1.0, torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(0)
+    alone = [complete(trunk, tok, ids, 12, 1.0, generator) for _ in range(3)]
+    assert [(c.ids, c.text) for c in shared] == [(c.ids, c.text) for c in alone]
+    for a, b in zip(shared, alone, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    assert len({tuple(c.ids) for c in shared}) > 1  # sampled: they differ from each other
