@@ -316,6 +316,7 @@ def did_open(ls: FlywheelServer, params: types.DidOpenTextDocumentParams) -> Non
 def did_change(ls: FlywheelServer, params: types.DidChangeTextDocumentParams) -> None:
     uri = params.text_document.uri
     ls.next_edits.history.change(uri, params.text_document.version, list(params.content_changes))
+    ls.next_edits.cancel(uri)  # a next edit still running was made for the old text
     if ls.survival.tracking(uri):
         for sid in ls.survival.on_change(uri, list(params.content_changes)):
             ls.record("outcome", suggestion_id=sid, reverted=1, dissatisfied_followup=1)
