@@ -101,3 +101,19 @@ def test_first_start_shows_the_preparation_in_the_statusline(
     assert results["final"].startswith("Flywheel idle (")
     assert any("%" in s for s in results["lsp_status"])  # Neovim's own progress status
     assert (cache / "base" / "tiny-first-base" / "flywheel.json").is_file()
+
+
+def test_accept_word_takes_a_word_not_one_character():
+    """`<M-l>` takes the ghost text's next word as VS Code's Accept Word should: blanks,
+    punctuation and the word after it, never a lone "(" (suggestions.lua `next_word`)."""
+    cases = ["(a, b)", "foo.bar()", "\n    return x", " = value", "):", "   "]
+    lua = (
+        f"vim.opt.rtp:prepend({json.dumps(str(SCRIPTS.parents[2] / 'lsp/clients/nvim'))})\n"
+        "local S = require('flywheel.suggestions')\n"
+        f"local out = vim.tbl_map(S.next_word, vim.json.decode({json.dumps(json.dumps(cases))}))\n"
+        "io.write(vim.json.encode(out))\n"
+    )
+    run = subprocess.run(
+        [NVIM, "--headless", "--clean", "-l", "-"], input=lua, capture_output=True, text=True
+    )
+    assert json.loads(run.stdout) == ["(a", "foo", "\n    return", " =", "):", "   "], run.stderr
