@@ -49,7 +49,7 @@ class LoadProgress:
             fraction, message = await queue.get()
             ls = self.ls
             if ls.client_gone:
-                continue
+                return
             percentage = max(0, min(100, round(fraction * 100)))
             ls.window_log_message(
                 types.LogMessageParams(
@@ -66,6 +66,9 @@ class LoadProgress:
             if token is not None and fraction >= 1.0:
                 ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
                 token = None
+            if fraction >= 1.0 and queue.empty():  # done: a later preparation starts anew
+                self._queue = self._sender = None
+                return
 
     async def _begin(self, message: str, percentage: int) -> str | None:
         """A new work-done progress, or None when the client has no such support."""
