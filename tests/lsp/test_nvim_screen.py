@@ -13,6 +13,7 @@ import json
 import shlex
 import shutil
 import subprocess
+import sys
 import uuid
 
 import pytest
@@ -117,3 +118,25 @@ def test_accept_word_takes_a_word_not_one_character():
         [NVIM, "--headless", "--clean", "-l", "-"], input=lua, capture_output=True, text=True
     )
     assert json.loads(run.stdout) == ["(a", "foo", "\n    return", " =", "):", "   "], run.stderr
+
+
+@pytest.mark.base
+def test_the_real_default_shows_ghost_text_in_neovim(tmp_path):
+    """The shipped default (an adapter on the real base) through Neovim and the real server, as
+    benchmarks/nvim_ghost_latency.py measures it: every trial gets ghost text."""
+    from agent.model import base_needed
+
+    if base_needed("default") is None:
+        pytest.skip("the default adapter is not trained on this install's base yet (make starter)")
+    out = tmp_path / "ghost.json"
+    bench = SCRIPTS.parents[2] / "benchmarks" / "nvim_ghost_latency.py"
+    run = subprocess.run(
+        [sys.executable, str(bench), "--model", "default", "--trials", "2", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(out.read_text())
+    assert all(t["ms"] is not None and t["ghost"] for t in report["trials"]), report["trials"]
+    assert len(report["server_latency_all_ms"]) >= 2
