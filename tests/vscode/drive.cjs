@@ -49,6 +49,7 @@ session(opts, async (page, summary, shot) => {
   await page.locator(".monaco-editor .view-lines", { hasText: opts.expect }).first().waitFor(WAIT);
   await lens("accept hunk 1").waitFor({ state: "detached", ...WAIT });
   summary.lensesAfterAll = await page.locator(".codelens-decoration a", { hasText: "Flywheel" }).count();
+  summary.noticesAfterAll = await page.locator(".statusbar-item", { hasText: "change(s) proposed" }).count();
   summary.afterAll = await decorations(page);
   await page.locator(".monaco-editor textarea").first().focus();
   await page.keyboard.press("Control+S");
@@ -59,7 +60,7 @@ session(opts, async (page, summary, shot) => {
   const rate = page.locator(".statusbar-item", { hasText: "Rate" }).first();
   await rate.waitFor(WAIT);
   await rate.click();
-  await page.locator(".quick-input-widget", { hasText: "Rate the last task" }).first().waitFor(WAIT);
+  await page.locator('.quick-input-widget input[placeholder="Rate the last task"]').first().waitFor(WAIT);
   summary.rateShot = await shot(page, "rate-last-task");
   await page.locator(".quick-input-list .monaco-list-row", { hasText: "good (1)" }).first().click();
   await page.locator(".quick-input-widget", { hasText: "A comment" }).first().waitFor(WAIT);

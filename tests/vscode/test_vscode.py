@@ -52,7 +52,8 @@ TYPED = {  # a second hunk, over the ghost text the session accepts first; the t
     "search": "def mul(a, b):\n    return a * b",
     "replace": "def mul(a: int, b: int) -> int:\n    return int(a * b)",
 }
-SHOTS = REPO / "tests/vscode/screenshots"  # kept in the repository: what a user sees
+# What a user sees, kept in the repository; FLYWHEEL_UPDATE_SCREENSHOTS=1 refreshes them.
+SHOTS = REPO / "tests/vscode/screenshots"
 NO_NEXT_EDIT = "return=>return"  # a rewrite that changes nothing: no next edit
 
 
@@ -257,10 +258,12 @@ def test_ghost_text_and_agent_proposal_in_code_server(code_server, tmp_path):
     assert any("def mul(a: int, b: int) -> int:" in c for c in drawn["injected"]), drawn
     assert not any("def mul(a: int" in c for c in summary["afterReject"]["injected"])
     assert summary["lensesAfterAll"] == 0 and not summary["afterAll"]["struck"]
+    assert summary["noticesAfterAll"] == 0, "no notice outlives the proposal it announced"
     assert not any(c.startswith("→") for c in summary["afterAll"]["injected"])
     for name in ("proposalShot", "rejectShot", "acceptedShot", "rateShot"):
-        SHOTS.mkdir(exist_ok=True)
-        shutil.copy(summary[name], SHOTS / Path(summary[name]).name)
+        _keep_artifact(Path(summary[name]))
+        if os.environ.get("FLYWHEEL_UPDATE_SCREENSHOTS"):  # refresh the committed ones
+            shutil.copy(summary[name], SHOTS / Path(summary[name]).name)
 
     _stop_language_server(int(code_server["lsp_pid"].read_text()))
     db = code_server["db"]

@@ -92,6 +92,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   let closeStopped: (() => void) | undefined; // closes the "stopped" notification
   onShown((what) => rateItem.offer(what));
   const bases = new Map<string, string>(); // proposal id -> document text when it arrived
+  const notices = new Map<string, vscode.Disposable>(); // proposal id -> its status bar message
   const wire: Wire = {
     notify: (method, params) => {
       if (client?.isRunning()) client.sendNotification(method, params).catch(() => undefined);
@@ -229,7 +230,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }
     review.render();
     const name = uri.path.split("/").pop();
-    vscode.window.setStatusBarMessage(`Flywheel: ${p.hunks.length} change(s) proposed in ${name}`, 5000);
+    notices.get(p.proposalId)?.dispose();
+    notices.set(
+      p.proposalId,
+      vscode.window.setStatusBarMessage(`Flywheel: ${p.hunks.length} change(s) proposed in ${name}`, 5000),
+    );
   }
 
   const settle = (id: string, index: number | null, state: string) => {
@@ -240,7 +245,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       h.state = state;
       if (state === "accepted" && index !== null) shiftAfter(p.hunks, h);
     }
-    if (!p.hunks.some((h) => h.state === "pending")) proposals.delete(id); // nothing left to show
+    if (!p.hunks.some((h) => h.state === "pending")) {
+      proposals.delete(id); // nothing left to show, nor to announce
+      notices.get(id)?.dispose();
+      notices.delete(id);
+    }
     lenses.changed.fire();
     review.render();
   };

@@ -46,7 +46,9 @@ export function hunkDecorations(
   lineCount: number,
 ): { removed: vscode.DecorationOptions[]; added: vscode.DecorationOptions[] } {
   const first = h.range.start.line;
-  const stop = Math.min(h.range.end.line, lineCount);
+  // the old lines: to the end line, and that line too when the range ends inside it (a file's
+  // last line without a line break)
+  const stop = Math.min(h.range.end.line + (h.range.end.character > 0 ? 1 : 0), lineCount);
   const out = { removed: [] as vscode.DecorationOptions[], added: [] as vscode.DecorationOptions[] };
   for (let l = first; l < stop; l++) {
     out.removed.push({ range: new vscode.Range(l, 0, l, Number.MAX_SAFE_INTEGER), hoverMessage: hover(h) });
