@@ -24,6 +24,10 @@ $(STAMP): pyproject.toml
 	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] \
 	  && { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; } \
 	  || echo "warning: bubblewrap is missing; install it with: sudo apt-get install bubblewrap"; }
+	@# tmux gives Neovim's screen test a real terminal (tests/lsp/test_nvim_screen.py skips without).
+	@command -v tmux >/dev/null || { [ "$$(id -u)" = 0 ] \
+	  && { apt-get update -qq && apt-get install -y -qq tmux >/dev/null; } \
+	  || echo "warning: tmux is missing; install it with: sudo apt-get install tmux"; }
 	@# Chromium + playwright-core drive the dashboard's browser test (it skips, saying why, without).
 	@[ -x /usr/bin/chromium ] || { [ "$$(id -u)" = 0 ] \
 	  && { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \

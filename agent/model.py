@@ -164,6 +164,26 @@ def resolve_model(model: str | Path) -> Path:
     return Path(model).expanduser()
 
 
+def base_needed(model: str | Path) -> str | None:
+    """The base (a `BASES` flag) that loading `model` converts first if it is not yet in the
+    cache, without converting it: the base itself, or the base an adapter was trained on. None
+    for a whole checkpoint, a URL or a name that does not resolve (loading it says why). A
+    caller that shows progress (the language server) converts it first with its own callback."""
+    from agent.base import BASES, which_base
+
+    name = str(model)
+    if name in BASES:
+        return name
+    if "://" in name:
+        return None
+    try:
+        folder = resolve_model(model)
+        made_for = json.loads((folder / "flywheel.json").read_text()).get("base")
+    except (EngineError, OSError, ValueError, AttributeError):
+        return None
+    return which_base(made_for) if is_adapter(folder) and made_for else None
+
+
 def checkpoint_folder(model: str | Path) -> Path:
     """The folder `--model` names, checked to hold a trunk (or an adapter) and its tokenizer."""
     folder = resolve_model(model)

@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+from typing import BinaryIO
 
 
 def _default_db() -> str:
@@ -63,6 +64,20 @@ def _terminate(signum: int, frame: object) -> None:
         SERVER.close()
     finally:
         os._exit(0)
+
+
+def guard_stdout() -> BinaryIO:
+    """The LSP channel, and nothing else on stdout.
+
+    File descriptor 1 is copied to a private descriptor that only the LSP writer gets; then
+    descriptor 1 and `sys.stdout` are pointed at stderr. A library's `print`, a C extension's
+    write to fd 1 or a child process that inherits it all land on stderr (the editor's log),
+    never in the middle of an LSP message."""
+    sys.stdout.flush()
+    channel = os.fdopen(os.dup(1), "wb")  # buffered: the writer flushes each message
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return channel
 
 
 def setup_lines() -> str:
@@ -185,7 +200,8 @@ def main(argv: list[str]) -> int:
         if args.tcp:
             server.start_tcp(args.host, args.port)
         else:
-            server.start_io()  # returns when the client exits or goes away (stdin closed)
+            # returns when the client exits or goes away (stdin closed)
+            server.start_io(stdout=guard_stdout())
     finally:
         server.close()  # stop running tasks, end the telemetry session, flush it
     return 0

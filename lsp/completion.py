@@ -6,12 +6,17 @@ Vocabulary:
   superseded    a newer request for the same document arrived: a running generation is
                 cancelled (its engine request stops within one decoding step) and recorded
                 `cancelled`; an unanswered earlier suggestion is recorded `superseded`
-  typed-through the user typed the first characters of the current suggestion: the rest is
-                offered at once, without calling the model (under the same id while it is open
-                and its model still serves)
+  typed-through the user typed the first characters of the open suggestion: the rest is
+                offered at once under the same id, without calling the model, while its model
+                still serves. A closed one (rejected, superseded, accepted) is not offered again
+                as the user types: it would come back at a place the user has moved past
   repeat        a request for the same document version and cursor while the last suggestion
                 there is still open and its model still serves (editors ask twice: on the
                 change and on the cursor move) gets that same suggestion: one ghost text, one id
+  cached        a model's answer is kept for its exact place (document, cursor offset, text
+                around it): asked there again (the user typed a character and deleted it) it is
+                offered anew without the model. Never at another position or line, and never
+                again once the user rejected it (Esc): a rejection removes it from the cache
 
 The prompt is the text before the cursor (at most `max_prefix_chars`, preceded by up to
 `max_neighbour_chars` of other open documents of the same language), token-healed at a line
@@ -81,6 +86,7 @@ class Suggestion:
     resolution: str = ""  # accepted | rejected | superseded: the lifecycle has ended
     typed: int = 0  # characters of it the user typed through; `text` is the rest
     model_version: str = ""  # the model that made it (a repeat or a continuation needs the same)
+    cache_key: str = ""  # its entry in the cache (dropped when the user rejects it)
 
     @property
     def resolved(self) -> bool:
@@ -217,6 +223,9 @@ class Cache:
         self._items.move_to_end(key)
         return item[0]
 
+    def drop(self, key: str) -> None:
+        self._items.pop(key, None)
+
     def put(self, key: str, text: str) -> None:
         self._items[key] = (text, self.clock())
         self._items.move_to_end(key)
@@ -256,29 +265,28 @@ class CompletionService:
             return last  # the editor asked again for the same place: still the one ghost text
         with self._claim(uri) as me:
             prefix, suffix = text[:offset], text[offset:]
-            # Typed-through: the user typed the start of the last suggestion. An open one goes
-            # on under its id (one ghost text, kept in part); a closed one is offered anew.
-            last = self.suggestions.get(self._last.get(uri, ""))
+            # Typed-through: the user typed the start of the open suggestion, which goes on
+            # under its id (one ghost text, kept in part). A closed one is never offered again.
             if (
-                last is not None
+                same
+                and last is not None
                 and prefix.startswith(last.prefix)
                 and len(prefix) > len(last.prefix)
             ):
                 typed = prefix[len(last.prefix) :]
                 if last.text.startswith(typed) and len(typed) < len(last.text):
-                    if same:
-                        return self._continue(last, version, offset, prefix, typed)
-                    return self._remember(
-                        uri, version, offset, prefix, last.text[len(typed) :], None
-                    )
+                    return self._continue(last, version, offset, prefix, typed)
             self._supersede_last(uri, prefix)
             key = Cache.key(
-                uri, prefix[-settings.max_prefix_chars :], suffix[: settings.max_suffix_chars]
+                uri,
+                str(offset),  # its place: never offered at another position or line
+                prefix[-settings.max_prefix_chars :],
+                suffix[: settings.max_suffix_chars],
             )
             assert self.cache is not None
             cached = self.cache.get(key)
             if cached is not None:
-                return self._remember(uri, version, offset, prefix, cached, None)
+                return self._remember(uri, version, offset, prefix, cached, None, key)
             if trigger == "automatic" and settings.debounce_ms:
                 await asyncio.sleep(settings.debounce_ms / 1000)
                 if me.cancel.is_set():
@@ -353,7 +361,7 @@ class CompletionService:
                 self.record("suggestion_event", suggestion_id=sid, event="ignored")
                 return None
             self.cache.put(key, output)
-            return self._remember(uri, version, offset, prefix, output, sid)
+            return self._remember(uri, version, offset, prefix, output, sid, key)
 
     @contextlib.contextmanager
     def _claim(self, uri: str) -> Iterator[Inflight]:
@@ -370,7 +378,14 @@ class CompletionService:
                 del self._inflight[uri]
 
     def _remember(
-        self, uri: str, version: int, offset: int, prefix: str, text: str, sid: str | None
+        self,
+        uri: str,
+        version: int,
+        offset: int,
+        prefix: str,
+        text: str,
+        sid: str | None,
+        cache_key: str = "",
     ) -> Suggestion:
         if sid is None:  # a cached or typed-through repeat: the same text, a new offer
             sid = uuid.uuid4().hex
@@ -385,7 +400,15 @@ class CompletionService:
                 latency_ms=0.0,
             )
         s = Suggestion(
-            sid, uri, version, offset, prefix, text, self.clock(), model_version=self.host.version
+            sid,
+            uri,
+            version,
+            offset,
+            prefix,
+            text,
+            self.clock(),
+            model_version=self.host.version,
+            cache_key=cache_key,
         )
         self.suggestions[sid] = s
         self._last[uri] = sid
@@ -465,6 +488,8 @@ class CompletionService:
             if event == "rejected" and s.resolution not in ("", "superseded"):
                 return s
             s.resolution = event
+            if event == "rejected" and s.cache_key and self.cache is not None:
+                self.cache.drop(s.cache_key)  # the user said no: never offered again
         fields: dict[str, Any] = {}
         whole = s.typed + len(s.text)  # the suggestion as first shown
         if event == "accepted":

@@ -4,7 +4,10 @@ What it does: opens `agent.engine.open_engine` in a worker thread the first time
 it (so `initialize` answers at once), runs every engine call in worker threads (the event loop
 keeps reading the client while a model decodes), counts running calls to report busy/idle, and
 swaps the weights when the `model` setting changes. Every state change goes to `on_status`, which
-the server turns into a `flywheel/status` notification.
+the server turns into a `flywheel/status` notification. A base model that is not yet in the cache
+(the first start: `agent.base.ensure_base` assembles and converts it, about a minute and a half) is
+converted first, in a worker, with its progress sent to `on_progress(fraction, message)` on the
+event loop, which the server shows as LSP work-done progress.
 
 What it does not do: build prompts or decide what to record. A failed load is remembered: callers
 get `EngineError` with the reason at once (no retry storm) until the model setting changes.
@@ -40,9 +43,11 @@ class ModelHost:
         on_status: Callable[[dict[str, Any]], None],
         on_error: Callable[[str], None],
         workers: int = 4,
+        on_progress: Callable[[float, str], None] | None = None,
     ) -> None:
         self.on_status = on_status
         self.on_error = on_error
+        self.on_progress = on_progress
         self._errors_shown: set[str] = set()
         self.engine: Engine | None = None
         self.settings: ModelSettings | None = None
@@ -94,7 +99,9 @@ class ModelHost:
         old, old_settings = self.engine, self.settings
         self.settings, self.error, self._opening = settings, None, True
         try:
-            config = engine_config(settings)
+            config = await loop.run_in_executor(
+                self._pool, _prepare, settings, self._progress_from(loop)
+            )
             same_backend = old_settings is not None and _kind(config) == _kind(
                 engine_config(old_settings)
             )
@@ -115,6 +122,15 @@ class ModelHost:
         self.engine, self._opening = engine, False
         self._report()
         return engine
+
+    def _progress_from(self, loop: asyncio.AbstractEventLoop) -> Callable[[float, str], None]:
+        """A progress callback for a worker thread that hands each report to the event loop."""
+
+        def progress(fraction: float, message: str) -> None:
+            if self.on_progress is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(self.on_progress, fraction, message)
+
+        return progress
 
     def error_once(self, message: str) -> None:
         """Log an engine error and tell the user, once per distinct message."""
@@ -191,6 +207,29 @@ def engine_config(settings: ModelSettings) -> EngineConfig:
         speculative=SpeculativeConfig(method),
         own_thread=True,  # completions, next edits and agent tasks call from many threads
     )
+
+
+def _prepare(settings: ModelSettings, progress: Callable[[float, str], None]) -> EngineConfig:
+    """In a worker: convert the base `settings` needs (once; reporting to `progress`), then the
+    engine config, which reads the model folder."""
+    from agent.base import ensure_base
+    from agent.model import base_needed
+
+    which = base_needed(settings.name)
+    if which is not None:
+        reported = []
+
+        def report(fraction: float, message: str) -> None:
+            reported.append(fraction)
+            progress(fraction, message)
+
+        try:
+            ensure_base(which, report)
+        except Exception:
+            if reported:  # a progress the client shows must end
+                progress(1.0, "the model could not be prepared")
+            raise
+    return engine_config(settings)
 
 
 def _kind(config: EngineConfig) -> tuple:

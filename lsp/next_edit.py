@@ -19,7 +19,11 @@ the next edit; the answer stops at the closing marker. Worked example:
 `NextEditService` runs a request: one at a time per document (a newer request cancels the one
 still running), records each as a `next_edit` suggestion, and offers what it found to the
 completion service, so that accepting it (`flywheel.acceptCompletion`) is tracked like an inline
-completion.
+completion. A request is bounded: its prompt by `max_prompt_chars` (old edits are cut to their
+first lines, then dropped; a region larger than that gets no next edit), its output by
+`max_tokens`, its time by `max_wall_ms` (then it is stopped and answers nothing). It is stopped
+as soon as the document changes (`cancel`), and it decodes in the engine's "prefetch" lane,
+behind every inline completion (agent/engine/priority.py).
 
 What it does not do: talk LSP (server.py checks the version asked for and converts the answer),
 or apply the edit (the client does, after checking the version; the server refuses a request
@@ -123,20 +127,35 @@ def _diff_lines(prefix: str, text: str) -> str:
     return "".join(f"{prefix}{line}\n" for line in text.splitlines()) if text else ""
 
 
-def build_prompt(name: str, text: str, edits: list[RecentEdit], region: Region) -> str:
-    """The next-edit prompt: recent edits (oldest first) as diffs, then the region to rewrite."""
-    parts = [f"# File: {name}\n# Recent edits, oldest first:\n"]
+EDIT_CHARS = 400  # each side of a recent edit shown, at most (a paste is cut)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= EDIT_CHARS else text[:EDIT_CHARS].rsplit("\n", 1)[0] + "\n…\n"
+
+
+def build_prompt(
+    name: str, text: str, edits: list[RecentEdit], region: Region, max_chars: int = 1 << 30
+) -> str | None:
+    """The next-edit prompt: recent edits (oldest first) as diffs, then the region to rewrite;
+    within `max_chars` (edits cut, then the oldest dropped), None when the region alone is over."""
+    head = f"# File: {name}\n# Recent edits, oldest first:\n"
+    diffs = []
     for e in edits:
         line = text.count("\n", 0, min(e.start, len(text))) + 1
-        parts.append(f"@@ line {line}\n{_diff_lines('-', e.removed)}{_diff_lines('+', e.inserted)}")
-    parts.append(
+        removed, inserted = _diff_lines("-", _cut(e.removed)), _diff_lines("+", _cut(e.inserted))
+        diffs.append(f"@@ line {line}\n{removed}{inserted}")
+    tail = (
         f"# Lines {region.first_line + 1}-{region.first_line + region.text.count(chr(10))} "
         "before the next edit:\n"
         f"{REGION_OPEN}\n{region.text}{REGION_CLOSE}\n"
         "# The same lines after the next edit:\n"
         f"{REGION_OPEN}\n"
     )
-    return "".join(parts)
+    while diffs and len(head) + sum(map(len, diffs)) + len(tail) > max_chars:
+        diffs.pop(0)
+    prompt = head + "".join(diffs) + tail
+    return prompt if len(prompt) <= max_chars else None
 
 
 def parse_rewrite(output: str, stopped: bool) -> str | None:
@@ -204,6 +223,12 @@ class NextEditService:
         for event in self.running.values():
             event.set()
 
+    def cancel(self, uri: str) -> None:
+        """The document changed: its running request is stopped (its answer would be stale)."""
+        event = self.running.get(uri)
+        if event is not None:
+            event.set()
+
     async def suggest(
         self,
         doc: Any,
@@ -223,6 +248,10 @@ class NextEditService:
         if position is not None:
             anchors.append(offset_at(text, position))
         region = region_around(text, anchors, settings.context_lines)
+        name = uri.rsplit("/", 1)[-1]
+        prompt = build_prompt(name, text, edits, region, settings.max_prompt_chars)
+        if prompt is None:
+            return None  # lines too long to rewrite within the bound
         previous = self.running.pop(uri, None)
         if previous is not None:
             previous.set()
@@ -233,7 +262,7 @@ class NextEditService:
             return None
         sid = uuid.uuid4().hex
         request = Request(
-            prompt=build_prompt(uri.rsplit("/", 1)[-1], text, edits, region),
+            prompt=prompt,
             params=SamplingParams(
                 max_tokens=settings.max_tokens,
                 temperature=settings.temperature,
@@ -243,7 +272,7 @@ class NextEditService:
             ),
             cancel=cancel,
             request_id=sid,
-            priority="interactive",
+            priority="prefetch",  # behind the inline completion of the next keystroke
         )
         row = {
             "id": sid,
@@ -255,25 +284,28 @@ class NextEditService:
             "context": {"region": region.text, "recent_edits": len(edits)},
         }
         started = time.perf_counter()
+        deadline = asyncio.get_running_loop().call_later(settings.max_wall_ms / 1000, cancel.set)
         try:
             result = await self.host.call(engine.generate, request)
         except (Cancelled, asyncio.CancelledError) as exc:
-            self.record("suggestion", **row)
-            self.record("suggestion_event", suggestion_id=sid, event="cancelled")
             if isinstance(exc, asyncio.CancelledError):
+                self._cancelled(row)
                 raise
-            return None
+            result = None
         except EngineError as exc:
             self.host.error_once(str(exc))
             return None
         finally:
+            deadline.cancel()
             if self.running.get(uri) is cancel:
                 del self.running[uri]
+        if result is None or result.completions[0].finish_reason == "cancelled" or cancel.is_set():
+            self._cancelled(row)
+            now = self.document(uri)
+            if now is None or (now.version or 0) != version:  # stopped by a change
+                raise VersionMoved(version, now.version if now else "closed")
+            return None  # superseded by a newer request, or out of time
         sample = result.completions[0]
-        if sample.finish_reason == "cancelled" or cancel.is_set():
-            self.record("suggestion", **row)
-            self.record("suggestion_event", suggestion_id=sid, event="cancelled")
-            return None
         rewrite = parse_rewrite(sample.text, stopped=sample.finish_reason == "stop")
         found = next_edit(region, rewrite) if rewrite is not None else None
         m = result.metrics
@@ -298,3 +330,7 @@ class NextEditService:
             Suggestion(sid, uri, version, start, text[:start], new_text, self.now())
         )
         return NextEdit(sid, version, range_of(text, start, end), new_text)
+
+    def _cancelled(self, row: dict[str, Any]) -> None:
+        self.record("suggestion", **row)
+        self.record("suggestion_event", suggestion_id=row["id"], event="cancelled")

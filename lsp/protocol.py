@@ -225,6 +225,21 @@ class FlywheelProtocol(LanguageServerProtocol):
             return
         self.log_once(type(error).__name__, f"{type(error).__name__}: {short(error)}")
 
+    def _send_handler_result(self, future: Any, *, msg_id: Any) -> None:
+        """A handler's answer. An error a handler raised on purpose (JsonRpcException: a refusal
+        such as ContentModified when the document moved on) is answered and logged as one line;
+        pygls would log it with a traceback, as if the server had failed."""
+        exc = None if future.cancelled() else future.exception()
+        if not isinstance(exc, JsonRpcException):
+            super()._send_handler_result(future, msg_id=msg_id)
+            return
+        self._request_futures.pop(msg_id, None)
+        if exc.code == CONTENT_MODIFIED:  # expected whenever the user types on
+            log.info("request %s refused: %s", msg_id, short(exc.message))
+        else:
+            log.warning("request %s refused: %s", msg_id, short(exc.message))
+        self._send_response(msg_id, error=exc.to_response_error())
+
     def drop_answers_after_exit(self) -> None:
         """`exit` arrived: pygls closes the output next; answers still on their way are dropped."""
         if self.writer is not None and not isinstance(self.writer, _WriterAfterExit):

@@ -42,6 +42,7 @@ from lsp.completion import CompletionService, Neighbour
 from lsp.configuration import apply_settings, pull_configuration
 from lsp.documents import looks_binary, offset_at
 from lsp.feedback import SurvivalTracker
+from lsp.load_progress import LoadProgress
 from lsp.model_host import ModelHost
 from lsp.next_edit import NextEditService, VersionMoved
 from lsp.proposals import ReviewService
@@ -105,7 +106,9 @@ class FlywheelServer(LanguageServer):
         self.recorder: Any = None
         self.session_id: str | None = None
         self.editor = ""
-        self.host = ModelHost(on_status=self._send_status, on_error=self._show_error)
+        self.host = ModelHost(
+            on_status=self._send_status, on_error=self._show_error, on_progress=LoadProgress(self)
+        )
         self.completions = CompletionService(self.host, self.record, self.now)
         self.survival = SurvivalTracker(self.now)
         self.next_edits = NextEditService(
@@ -313,6 +316,7 @@ def did_open(ls: FlywheelServer, params: types.DidOpenTextDocumentParams) -> Non
 def did_change(ls: FlywheelServer, params: types.DidChangeTextDocumentParams) -> None:
     uri = params.text_document.uri
     ls.next_edits.history.change(uri, params.text_document.version, list(params.content_changes))
+    ls.next_edits.cancel(uri)  # a next edit still running was made for the old text
     if ls.survival.tracking(uri):
         for sid in ls.survival.on_change(uri, list(params.content_changes)):
             ls.record("outcome", suggestion_id=sid, reverted=1, dissatisfied_followup=1)

@@ -81,10 +81,14 @@ class NextEditSettings:
     seed: int = -1  # >= 0: a fixed sampling seed; -1: none
     context_lines: int = 6  # lines above and below the last edit (and the cursor) in the region
     recent_edits: int = 6  # the user's latest edits shown to the model
+    max_prompt_chars: int = 8000  # the prompt, at most: old edits are cut, then dropped
+    max_wall_ms: int = 5000  # a request still running after this is stopped (no next edit)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1 or self.recent_edits < 1:
             raise ValueError("nextEdit.maxTokens and nextEdit.recentEdits must be >= 1")
+        if self.max_prompt_chars < 256 or self.max_wall_ms < 1:
+            raise ValueError("nextEdit.maxPromptChars must be >= 256 and maxWallMs >= 1")
         if self.context_lines < 0 or self.temperature < 0:
             raise ValueError("nextEdit.contextLines and nextEdit.temperature must be >= 0")
 

@@ -258,3 +258,21 @@ def test_registry_versions_resolve_through_the_one_resolver(tmp_path, monkeypatc
     assert folder == registry.folder(version) and load_checkpoint("registry:v1").version
     with pytest.raises(EngineError, match="no version 'v9'"):
         resolve_model("registry:v9")
+
+
+def test_base_needed_names_the_base_a_model_converts_first(tmp_path):
+    """What the language server converts first, showing progress (lsp/model_host.py)."""
+    from agent.model import base_needed
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    (adapter / "flywheel.json").write_text(json.dumps({"base": base.base_version("base")}))
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    (whole / "flywheel.json").write_text(json.dumps({"base": base.base_version("base")}))
+    assert base_needed("base") == "base" and base_needed("base-1.5b") == "base-1.5b"
+    assert base_needed(str(adapter)) == "base"
+    assert base_needed(str(whole)) is None  # a whole checkpoint converts nothing
+    assert base_needed("http://127.0.0.1:8000/v1") is None
+    assert base_needed(str(tmp_path / "missing")) is None  # loading it says what is wrong

@@ -27,9 +27,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-# Lanes, most urgent first: an editor waiting on a keystroke, an agent turn, RL rollouts and
-# benchmarks.
-LANES = ("interactive", "normal", "background")
+# Lanes, most urgent first: an editor waiting on a keystroke (inline completion); an editor's
+# work done ahead of need (a next edit: it must never hold up the ghost text of the next
+# keystroke, which within one lane it would, first come first served); an agent turn; RL
+# rollouts and benchmarks.
+LANES = ("interactive", "prefetch", "normal", "background")
 
 
 class PriorityLock:

@@ -84,7 +84,8 @@ class Request:
     cancel: threading.Event | None = None  # set it from any thread to stop within one step
     request_id: str | None = None
     # Lane for the model's forward passes (agent/engine/priority.py): "interactive" (an editor
-    # waiting), "normal" (an agent turn), "background" (RL rollouts, benchmarks).
+    # waiting), "prefetch" (an editor's next edit), "normal" (an agent turn), "background" (RL
+    # rollouts, benchmarks).
     priority: str = "normal"
     # Chat with tools: mask tokens that would break a tool call's grammar, so every call parses
     # (agent/engine/tool_grammar.py; local backend).

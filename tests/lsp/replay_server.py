@@ -10,7 +10,8 @@ loads the turns the model will emit next:
     TURN: the raw text of an assistant turn (tool calls as <tool_call>...</tool_call>), or
           {"error": "message"} (the engine raises EngineError), or
           {"waitForCancel": true} (the turn blocks until the request is cancelled, then answers;
-          it prints "replay: waiting for cancel" to stderr when it starts, for tests to wait on)
+          it prints "replay: waiting for cancel" to stderr when it starts, for tests to wait on,
+          and `flywheel/test/held` answers while it runs)
           {"waitForRelease": true, "text": T} (the turn blocks until `flywheel/test/release`,
           then answers T: the test changes the document while the model runs;
           `flywheel/test/held` answers once such a turn is running)
@@ -48,15 +49,17 @@ from tests.harness.replay import ReplayEngine
 ENGINE = ReplayEngine([], context_length=32_768, version="replay-1")
 
 
+RELEASE = threading.Event()
+HELD = threading.Event()  # a waitForRelease or waitForCancel turn is running
+
+
 def _wait_for_cancel(request: Request) -> str:
     print("replay: waiting for cancel", file=sys.stderr, flush=True)
     cancel = request.cancel or threading.Event()
+    HELD.set()
     cancel.wait(timeout=60)
+    HELD.clear()
     return "(stopped)"
-
-
-RELEASE = threading.Event()
-HELD = threading.Event()  # a waitForRelease turn is running
 
 
 def _released(text: str):
@@ -72,7 +75,7 @@ def _released(text: str):
 
 @SERVER.feature("flywheel/test/held")
 async def held(ls, params) -> dict:
-    """Answers once a waitForRelease turn is running (the model is busy with the request)."""
+    """Answers once a waitForRelease or waitForCancel turn is running (the model is busy)."""
     await asyncio.get_running_loop().run_in_executor(None, HELD.wait, 60)
     return {"held": HELD.is_set()}
 

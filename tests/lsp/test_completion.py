@@ -132,9 +132,8 @@ async def test_completion_fallback_and_cache(editor, doc_uri):
     repeat = await ed.client.text_document_completion_async(params)
     sid = item.command.arguments[0]
     assert list(repeat.items[0].command.arguments) == [sid]
-    # Once it is rejected, the same place is answered from the cache: a new offer.
+    # Once it is rejected (Esc), the cache never offers it again: the model is asked anew.
     ed.client.protocol.notify("flywheel/completionRejected", {"suggestionId": sid})
     again = await ed.client.text_document_completion_async(params)
-    assert again.items[0].text_edit.new_text == item.text_edit.new_text
     rows = {r["id"]: r for r in await ed.rows("suggestions")}
-    assert rows[again.items[0].command.arguments[0]]["trigger"] == "cache"
+    assert rows[again.items[0].command.arguments[0]]["trigger"] != "cache"

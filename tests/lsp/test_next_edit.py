@@ -56,6 +56,27 @@ def test_region_prompt_and_rewrite_give_one_edit_in_document_offsets():
     assert next_edit(tail, "a\nb\nC") == (4, 5, "C")
 
 
+def test_the_prompt_is_bounded_edits_cut_then_dropped_oldest_first():
+    text = BASE
+    region = region_around(text, [text.index("area(w")], context_lines=1)
+    paste = "".join(f"line {i}\n" for i in range(2000))  # a big paste among the recent edits
+    edits = [RecentEdit(0, "", paste, 2), RecentEdit(5, "x", "w", 3)]
+    prompt = build_prompt("a.py", text, edits, region, max_chars=4000)
+    assert len(prompt) <= 4000 and "+line 0\n" in prompt and "+line 1999" not in prompt
+    assert "@@ line 1\n-x\n+w\n" in prompt
+    small = build_prompt("a.py", text, edits, region, max_chars=len(prompt) - 10)
+    assert "+line 0" not in small and "-x\n+w\n" in small  # the oldest edit went first
+    assert build_prompt("a.py", text, edits, region, max_chars=50) is None  # the region is over
+
+
+def test_a_next_edit_decodes_behind_inline_completions():
+    """Within one lane the first request runs to its end (agent/engine/loop.py); a next edit has
+    its own lane, behind the inline completion of the next keystroke."""
+    from agent.engine.priority import LANES
+
+    assert LANES.index("interactive") < LANES.index("prefetch") < LANES.index("normal")
+
+
 pytestmark_e2e = pytest.mark.asyncio(loop_scope="module")
 
 
@@ -138,7 +159,30 @@ async def test_a_stale_version_is_refused_before_and_after_the_model(ned):
     ]
     assert rows, [r["document_uri"] for r in await ed.rows("suggestions", kind="next_edit")]
     (event,) = await ed.rows("suggestion_events", suggestion_id=rows[0]["id"])
-    assert event["event"] == "superseded"
+    assert event["event"] == "cancelled"  # the change stopped it
+
+
+@pytestmark_e2e
+async def test_a_document_change_stops_the_running_next_edit(ned):
+    """The model blocks until its request is cancelled: only the change can end it."""
+    ed = ned
+    uri = (ed.root / "typed_on.py").as_uri()
+    ed.open(uri, BASE)
+    _rename_w(ed, uri)
+    assert (await ed.request("flywheel/test/replay", {"turns": [{"waitForCancel": True}]}))[
+        "loaded"
+    ]
+    asking = asyncio.ensure_future(_ask(ed, uri, 2))
+    assert (await ed.request("flywheel/test/held", {}))["held"]  # the model is running
+    ed.change(uri, types.Range(start=types.Position(0, 0), end=types.Position(0, 0)), "#")
+    with pytest.raises(JsonRpcException) as moved:
+        await asking
+    assert moved.value.code == -32801 and "version 3, not 2" in str(moved.value)
+    (row,) = [
+        r for r in await ed.rows("suggestions", kind="next_edit") if "typed_on" in r["document_uri"]
+    ]
+    (event,) = await ed.rows("suggestion_events", suggestion_id=row["id"])
+    assert event["event"] == "cancelled"
 
 
 @pytestmark_e2e
@@ -150,3 +194,27 @@ async def test_no_recent_edit_no_next_edit_and_unopened_documents_are_invalid(ne
     with pytest.raises(JsonRpcException) as err:
         await _ask(ed, (ed.root / "never.py").as_uri(), 1)
     assert err.value.code == -32602
+
+
+@pytestmark_e2e
+async def test_an_expected_refusal_logs_one_line_without_a_traceback(tmp_path):
+    log = tmp_path / "server.log"
+    ed = await start_editor(
+        tmp_path,
+        "replay",
+        root=tmp_path,
+        extra_args=("--log-file", str(log), "--log-level", "INFO"),
+    )
+    try:
+        uri = (tmp_path / "moved.py").as_uri()
+        ed.open(uri, BASE)
+        _rename_w(ed, uri)
+        with pytest.raises(JsonRpcException) as refused:
+            await _ask(ed, uri, 1)
+        assert refused.value.code == -32801
+    finally:
+        await stop_editor(ed)
+    text = log.read_text()
+    assert "Traceback" not in text
+    (line,) = [x for x in text.splitlines() if "refused" in x]
+    assert "is at version 2, not 1: the next edit was not made; ask again" in line

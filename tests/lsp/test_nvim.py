@@ -50,16 +50,24 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+def nvim_env(tmp_path: Path, root: Path, name: str, cmd: list[str], **extra) -> dict[str, str]:
+    """The environment of a test script: its config file (root, file, server command, `extra`)
+    and XDG folders in the test's temporary folder."""
+    cfg = tmp_path / "config.json"
+    config = {"root": str(root), "file": str(root / name), "cmd": cmd, "settings": {}, **extra}
+    out = str(tmp_path / "results.json")
+    cfg.write_text(json.dumps({**config, "plugin": str(PLUGIN), "out": out}))
+    env = {**os.environ, "FLYWHEEL_TEST_CONFIG": str(cfg), "PYTHONPATH": str(ROOT)}
+    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
+        env[name] = str(tmp_path / "xdg" / name.lower())
+    return env
+
+
 def run_nvim(tmp_path: Path, script: str, root: Path, name: str, cmd: list[str], **extra) -> dict:
     """Run `script` on `root/name` with the server `cmd` starts; `extra` joins the script's
     config (settings, turns, ...). The results it wrote, checked ok."""
     out = tmp_path / "results.json"
-    cfg = tmp_path / "config.json"
-    config = {"root": str(root), "file": str(root / name), "cmd": cmd, "settings": {}, **extra}
-    cfg.write_text(json.dumps({**config, "plugin": str(PLUGIN), "out": str(out)}))
-    env = {**os.environ, "FLYWHEEL_TEST_CONFIG": str(cfg), "PYTHONPATH": str(ROOT)}
-    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
-        env[name] = str(tmp_path / "xdg" / name.lower())
+    env = nvim_env(tmp_path, root, name, cmd, **extra)
     proc = subprocess.run(
         [NVIM, "--headless", "--clean", "-S", str(SCRIPTS / script)],
         cwd=root,

@@ -88,6 +88,11 @@ session(opts, async (page, summary, shot) => {
   await stopped.click();
   await page.locator(".statusbar-item", { hasText: "Flywheel replay-1" }).first().waitFor(WAIT);
   summary.restartedPid = Number(fs.readFileSync(opts.lspPidFile, "utf8"));
+  // The "stopped" notification does not outlive the stop.
+  await page.locator(".notification-toast", { hasText: "Flywheel stopped" }).first()
+    .waitFor({ state: "detached", ...WAIT });
+  summary.stoppedMessagesAfterRestart = await page
+    .locator(".notification-toast", { hasText: "Flywheel stopped" }).count();
   summary.firstPid = firstPid;
   await shot(page, "server-restarted");
 });

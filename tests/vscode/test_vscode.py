@@ -48,6 +48,12 @@ VSIX = REPO / "lsp/clients/vscode/flywheel.vsix"
 
 BASE, GHOST, MODEL_TEXT = sessions.BASE, sessions.GHOST, sessions.MODEL_TEXT
 FIX = {"search": "    return a - b", "replace": "    return a + b"}
+TYPED = {  # a second hunk, over the ghost text the session accepts first; the test rejects it
+    "search": "def mul(a, b):\n    return a * b",
+    "replace": "def mul(a: int, b: int) -> int:\n    return int(a * b)",
+}
+# What a user sees, kept in the repository; FLYWHEEL_UPDATE_SCREENSHOTS=1 refreshes them.
+SHOTS = REPO / "tests/vscode/screenshots"
 NO_NEXT_EDIT = "return=>return"  # a rewrite that changes nothing: no next edit
 
 
@@ -146,7 +152,9 @@ def code_server(tmp_path, request):
     (ws / "calc.py").write_text(BASE)
     db = tmp_path / "telemetry.db"
     turns = tmp_path / "turns.json"
-    turns.write_text(json.dumps([call("edit_file", path="calc.py", hunks=[FIX]), "Fixed add."]))
+    turns.write_text(
+        json.dumps([call("edit_file", path="calc.py", hunks=[FIX, TYPED]), "Fixed add."])
+    )
     wrapper = tmp_path / "flywheel-lsp"
     pidfile = tmp_path / "lsp.pid"
     wrapper.write_text(
@@ -243,6 +251,19 @@ def test_ghost_text_and_agent_proposal_in_code_server(code_server, tmp_path):
     assert summary["ghost"].strip() == GHOST
 
     assert summary["afterTask"].splitlines()[1].strip() == "return a + b"
+    drawn = summary["proposalDrawn"]
+    assert summary["proposalToasts"] == 0, "the proposal is in the editor, not in a pop-up"
+    assert "return a - b" in "".join(drawn["struck"]), drawn  # removed: red, struck through
+    assert any("→     return a + b" in c for c in drawn["injected"]), drawn  # new: green
+    assert any("def mul(a: int, b: int) -> int:" in c for c in drawn["injected"]), drawn
+    assert not any("def mul(a: int" in c for c in summary["afterReject"]["injected"])
+    assert summary["lensesAfterAll"] == 0 and not summary["afterAll"]["struck"]
+    assert summary["noticesAfterAll"] == 0, "no notice outlives the proposal it announced"
+    assert not any(c.startswith("→") for c in summary["afterAll"]["injected"])
+    for name in ("proposalShot", "rejectShot", "acceptedShot", "rateShot"):
+        _keep_artifact(Path(summary[name]))
+        if os.environ.get("FLYWHEEL_UPDATE_SCREENSHOTS"):  # refresh the committed ones
+            shutil.copy(summary[name], SHOTS / Path(summary[name]).name)
 
     _stop_language_server(int(code_server["lsp_pid"].read_text()))
     db = code_server["db"]
@@ -258,7 +279,10 @@ def test_ghost_text_and_agent_proposal_in_code_server(code_server, tmp_path):
         assert len(outcomes) <= 1, f"suggestion {sid} got {outcomes}"
     (task,) = _rows(db, "SELECT * FROM tasks")
     assert task["status"] == "done" and task["instruction"] == "fix add"
-    assert [h["outcome"] for h in _rows(db, "SELECT outcome FROM hunks")] == ["accepted"]
+    outcomes = [h["outcome"] for h in _rows(db, "SELECT outcome FROM hunks ORDER BY idx")]
+    assert outcomes == ["accepted", "rejected"]
+    (rating,) = _rows(db, "SELECT * FROM feedback")
+    assert (rating["task_id"], rating["rating"]) == (task["id"], 1)
     (session,) = _rows(db, "SELECT * FROM sessions")
     assert session["editor"].startswith("Visual Studio Code") or session["editor"]
 
@@ -289,6 +313,7 @@ def test_next_edit_and_feedback_in_code_server(code_server, tmp_path):
     assert text.endswith("\n\ndef div(a, b):\n    "), "the dismissed ghost text left nothing"
     assert summary["stoppedMessages"] == 1, "one error message when the server stopped"
     assert summary["restartedPid"] != summary["firstPid"], "the status bar click restarted it"
+    assert summary["stoppedMessagesAfterRestart"] == 0, "the stopped notice went with the stop"
 
     _stop_language_server(int(code_server["lsp_pid"].read_text()))
     db = code_server["db"]

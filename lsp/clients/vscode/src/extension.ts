@@ -5,8 +5,11 @@
 // command) and $/progress; reports what became of each ghost text (feedback.ts); asks for and
 // shows next edits (nextEdit.ts); shows the model version and state in the status bar, and a
 // restart when the server stopped (status.ts); streams flywheel/taskStep into the "Flywheel
-// Agent" output; and turns each flywheel/proposal into a review (proposals.ts): a diff editor,
-// code lenses to accept or reject each hunk, and accept-all / reject-all. Every decision goes
+// Agent" output; and turns each flywheel/proposal into a review in the editor itself (no pop-up):
+// removed lines red, new lines green beside them (inlineReview.ts), code lenses to accept or
+// reject each hunk, accept-all / reject-all, and a diff editor on request (proposals.ts). A
+// status bar item rates the last suggestion or task. No notification outlives its state: the
+// "stopped" one closes when the server runs again, settled hunks lose their lenses. Every decision goes
 // back to the server as a workspace/executeCommand, which applies the edit with a versioned
 // workspace/applyEdit (a stale proposal is refused there, never guessed here).
 //
@@ -33,9 +36,10 @@ import {
 } from "vscode-languageclient/node";
 import { InlineFeedback } from "./feedback";
 import { NextEdits } from "./nextEdit";
+import { InlineReview, shiftAfter } from "./inlineReview";
 import { latestProposal, pickHunk, Proposal, ProposalLenses, proposals, PROPOSAL_SCHEME, proposedText } from "./proposals";
-import { rateLast, setConsent, StatusItem, toggleInlineCompletion } from "./status";
-import { ACCEPT_COMPLETION, Wire } from "./wire";
+import { RateItem, rateLast, setConsent, StatusItem, toggleInlineCompletion } from "./status";
+import { ACCEPT_COMPLETION, onShown, Wire } from "./wire";
 
 let client: LanguageClient | undefined;
 let stopping = false; // this extension is stopping the client: not a failure
@@ -83,7 +87,12 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   const output = vscode.window.createOutputChannel("Flywheel Agent");
   const status = new StatusItem();
   const lenses = new ProposalLenses();
+  const review = new InlineReview();
+  const rateItem = new RateItem();
+  let closeStopped: (() => void) | undefined; // closes the "stopped" notification
+  onShown((what) => rateItem.offer(what));
   const bases = new Map<string, string>(); // proposal id -> document text when it arrived
+  const notices = new Map<string, vscode.Disposable>(); // proposal id -> its status bar message
   const wire: Wire = {
     notify: (method, params) => {
       if (client?.isRunning()) client.sendNotification(method, params).catch(() => undefined);
@@ -137,12 +146,14 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       },
     };
     const c = new LanguageClient("flywheel", "Flywheel", serverOptions, clientOptions);
-    c.onNotification("flywheel/status", (s: { state: string; modelVersion: string; message: string }) =>
-      status.update(s),
-    );
+    c.onNotification("flywheel/status", (s: { state: string; modelVersion: string; message: string }) => {
+      status.update(s);
+      if (s.state !== "stopped") closeStopped?.(); // running again: the old notice is void
+    });
     c.onNotification("flywheel/taskStep", (step: { taskId: string; index: number; role: string; text: string }) => {
       lastTask.taskId = step.taskId;
       lastTask.at = Date.now();
+      rateItem.offer("the last task");
       output.appendLine(`[${step.taskId.slice(0, 8)} #${step.index} ${step.role}] ${step.text}`);
     });
     c.onNotification("flywheel/proposal", onProposal);
@@ -150,11 +161,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       if (e.newState !== State.Stopped) return;
       nextEdits.reset();
       status.stopped();
-      if (!stopping && e.oldState === State.Running) {
-        void vscode.window
-          .showErrorMessage("Flywheel stopped: the server exited (its log is in the Flywheel output).", "Restart")
-          .then((choice) => choice && vscode.commands.executeCommand("flywheel.client.restart"));
-      }
+      if (!stopping && e.oldState === State.Running) showStopped();
     });
     return c;
   };
@@ -169,7 +176,30 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }
   };
 
+  // A notification that lasts as long as its state: it closes when the server runs again (a
+  // restart from the status item, or the command); an error message could not be taken back.
+  const showStopped = () => {
+    closeStopped?.();
+    void vscode.window.withProgress(
+      {
+        location: vscode.ProgressLocation.Notification,
+        title: "Flywheel stopped: the server exited (its log is in the Flywheel output). " +
+          "Click the Flywheel status item to restart it.",
+        cancellable: true,
+      },
+      (_progress, token) =>
+        new Promise<void>((resolve) => {
+          closeStopped = () => {
+            closeStopped = undefined;
+            resolve();
+          };
+          token.onCancellationRequested(() => closeStopped?.());
+        }),
+    );
+  };
+
   const restart = async () => {
+    closeStopped?.();
     const old = client;
     client = undefined;
     stopping = true;
@@ -194,29 +224,43 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       bases.set(p.proposalId, "");
     }
     lenses.changed.fire();
+    // Shown where it applies, not in a pop-up: open the file beside the current one if needed.
+    if (!vscode.window.visibleTextEditors.some((e) => e.document.uri.toString() === p.uri)) {
+      await vscode.window.showTextDocument(uri, { preview: false, preserveFocus: true });
+    }
+    review.render();
     const name = uri.path.split("/").pop();
-    const choice = await vscode.window.showInformationMessage(
-      `Flywheel proposes ${p.hunks.length} change(s) to ${name}`,
-      "Review",
-      "Accept All",
-      "Reject All",
+    notices.get(p.proposalId)?.dispose();
+    notices.set(
+      p.proposalId,
+      vscode.window.setStatusBarMessage(`Flywheel: ${p.hunks.length} change(s) proposed in ${name}`, 5000),
     );
-    if (choice === "Review") await vscode.commands.executeCommand("flywheel.client.review", p.proposalId);
-    if (choice === "Accept All") await vscode.commands.executeCommand("flywheel.client.acceptAll", p.proposalId);
-    if (choice === "Reject All") await vscode.commands.executeCommand("flywheel.client.rejectAll", p.proposalId);
   }
 
   const settle = (id: string, index: number | null, state: string) => {
     const p = proposals.get(id);
     if (!p) return;
-    for (const h of p.hunks) if (index === null ? h.state === "pending" : h.index === index) h.state = state;
+    for (const h of p.hunks) {
+      if (index === null ? h.state !== "pending" : h.index !== index) continue;
+      h.state = state;
+      if (state === "accepted" && index !== null) shiftAfter(p.hunks, h);
+    }
+    if (!p.hunks.some((h) => h.state === "pending")) {
+      proposals.delete(id); // nothing left to show, nor to announce
+      notices.get(id)?.dispose();
+      notices.delete(id);
+    }
     lenses.changed.fire();
+    review.render();
   };
   const report = (err: unknown) => vscode.window.showErrorMessage(`Flywheel: ${(err as Error).message ?? err}`);
 
   context.subscriptions.push(
     output,
     status,
+    review,
+    rateItem,
+    { dispose: () => closeStopped?.() },
     feedback,
     nextEdits,
     vscode.workspace.onDidChangeConfiguration((e) => {
@@ -245,6 +289,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand("flywheel.client.nextEditTab", () => nextEdits.tab()),
     vscode.commands.registerCommand("flywheel.client.nextEditDismiss", () => nextEdits.dismiss()),
     vscode.commands.registerCommand("flywheel.client.inlineDismiss", () => feedback.dismiss()),
+    vscode.commands.registerCommand("flywheel.client.acceptWord", () => feedback.acceptWord()),
     vscode.commands.registerCommand("flywheel.client.ask", async () => {
       const editor = vscode.window.activeTextEditor;
       const question = await vscode.window.showInputBox({ prompt: "Ask Flywheel", ignoreFocusOut: true });

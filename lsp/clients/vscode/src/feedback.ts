@@ -33,6 +33,14 @@ import {
 
 const GRACE_MS = 500; // the accept command follows its edit within this
 
+/** The next word of the ghost text's rest, as Neovim's Accept Word takes it (suggestions.lua
+ * `next_word`): blanks, then any punctuation, then a word ("(a, b)" gives "(a"); punctuation
+ * alone when no word follows it. */
+export function nextWord(rest: string): string {
+  const m = rest.match(/^\s*[^\w\s]*\w+/) ?? rest.match(/^\s*[^\w\s]+/) ?? rest.match(/^\s+/);
+  return m ? m[0] : rest;
+}
+
 interface Shown {
   sid: string;
   uri: string;
@@ -98,6 +106,21 @@ export class InlineFeedback implements vscode.Disposable {
     if (due) clearTimeout(due);
     this.ending.delete(sid);
     this.remember(sid);
+  }
+
+  /** Accept Word (flywheel.client.acceptWord, Ctrl+Right): insert the ghost text's next word
+   * (`nextWord`); VS Code's own takes only "(" of "(a, b)". The insertion counts as kept, and
+   * VS Code keeps showing the rest. Without a suggestion of ours, VS Code's own command runs. */
+  async acceptWord(): Promise<void> {
+    const s = this.current;
+    const editor = vscode.window.activeTextEditor;
+    if (!s || !editor || editor.document.uri.toString() !== s.uri) {
+      await vscode.commands.executeCommand("editor.action.inlineSuggest.acceptNextWord");
+      return;
+    }
+    const word = nextWord(s.text.slice(s.kept));
+    if (!word) return;
+    await editor.edit((b) => b.insert(editor.document.positionAt(s.start + s.kept), word));
   }
 
   /** Escape (flywheel.client.inlineDismiss): hide the ghost text; its lifetime ends. */

@@ -1,5 +1,6 @@
 // Agent proposals under review: the proposals the server sent (flywheel/proposal), the code
-// lenses that accept or reject each pending hunk, and the proposed text shown in a diff editor.
+// lenses that accept or reject each pending hunk (and all of them, or open the diff editor),
+// and the proposed text shown in a diff editor. inlineReview.ts draws the hunks in the editor.
 //
 // What it does not do: apply or refuse hunks (the server does, on the commands extension.ts sends)
 // or decide whether a proposal is stale.
@@ -44,21 +45,18 @@ export class ProposalLenses implements vscode.CodeLensProvider {
     const lenses: vscode.CodeLens[] = [];
     for (const p of proposals.values()) {
       if (p.uri !== doc.uri.toString()) continue;
-      for (const h of p.hunks) {
-        if (h.state !== "pending") continue;
+      const pending = p.hunks.filter((h) => h.state === "pending");
+      for (const h of pending) {
         const at = new vscode.Range(h.range.start.line, 0, h.range.start.line, 0);
-        lenses.push(
-          new vscode.CodeLens(at, {
-            title: `Flywheel: accept hunk ${h.index + 1}`,
-            command: "flywheel.client.acceptHunk",
-            arguments: [p.proposalId, h.index],
-          }),
-          new vscode.CodeLens(at, {
-            title: "reject",
-            command: "flywheel.client.rejectHunk",
-            arguments: [p.proposalId, h.index],
-          }),
-        );
+        const lens = (title: string, command: string, ...args: unknown[]) =>
+          lenses.push(new vscode.CodeLens(at, { title, command, arguments: args }));
+        lens(`$(check) Flywheel: accept hunk ${h.index + 1}`, "flywheel.client.acceptHunk", p.proposalId, h.index);
+        lens("$(close) reject", "flywheel.client.rejectHunk", p.proposalId, h.index);
+        if (h === pending[0] && pending.length > 1) {
+          lens(`accept all ${pending.length}`, "flywheel.client.acceptAll", p.proposalId);
+          lens("reject all", "flywheel.client.rejectAll", p.proposalId);
+        }
+        if (h === pending[0]) lens("diff", "flywheel.client.review", p.proposalId);
       }
     }
     return lenses;

@@ -89,6 +89,27 @@ export class StatusItem implements vscode.Disposable {
   }
 }
 
+/** A visible control that rates the last suggestion or task: "👍 👎 Rate", shown once there is
+ * something to rate; a click runs flywheel.client.rateSuggestion (rateLast below). */
+export class RateItem implements vscode.Disposable {
+  readonly item = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 99);
+
+  constructor() {
+    this.item.name = "Flywheel rating";
+    this.item.command = "flywheel.client.rateSuggestion";
+    this.item.text = "$(thumbsup) $(thumbsdown) Rate";
+  }
+
+  offer(what: string): void {
+    this.item.tooltip = `Flywheel: rate ${what}`;
+    this.item.show();
+  }
+
+  dispose(): void {
+    this.item.dispose();
+  }
+}
+
 export async function toggleInlineCompletion(): Promise<void> {
   const config = vscode.workspace.getConfiguration("flywheel");
   const on = !config.get<boolean>("inlineCompletion.enabled", true);

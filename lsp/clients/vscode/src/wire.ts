@@ -34,7 +34,15 @@ export function suggestionIdOf(item: { command?: { arguments?: unknown[] } } | u
 /** The last suggestion shown (inline or next edit), for "Flywheel: Rate the Last Suggestion". */
 export const lastShown: { suggestionId?: string; at: number } = { at: 0 };
 
+const shownListeners: ((what: string) => void)[] = [];
+
+/** Call `listener` whenever a suggestion is shown (the rating item offers itself). */
+export function onShown(listener: (what: string) => void): void {
+  shownListeners.push(listener);
+}
+
 export function markShown(suggestionId: string): void {
   lastShown.suggestionId = suggestionId;
   lastShown.at = Date.now();
+  for (const l of shownListeners) l("the last suggestion");
 }

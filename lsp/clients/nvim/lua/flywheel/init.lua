@@ -14,6 +14,12 @@
 --- each task step as it happens (a scratch buffer, `:FlywheelSteps`) and previews pending hunks in
 --- the buffer (removed lines highlighted, new lines as virtual lines).
 ---
+--- Nothing it says blocks: every message is one line that fits the command line (so Neovim never
+--- asks to "Press ENTER"); whole texts (task steps, answers) go to the steps buffer. The status
+--- reads "starting" until the server's first flywheel/status, shows the model's first-run
+--- preparation (the server's work-done progress) with its percentage, and every change redraws
+--- the statusline and fires `User FlywheelStatus` for statusline plugins.
+---
 --- What it does not do: compute anything. Every decision (prompts, hunks, staleness, telemetry)
 --- is the server's; this file renders and sends commands.
 ---
@@ -58,7 +64,8 @@ M.ns = vim.api.nvim_create_namespace("flywheel.proposals")
 
 --- What the plugin knows; tests and statuslines read it.
 M.state = {
-  status = { state = "stopped", modelVersion = "" },
+  status = { state = "starting", modelVersion = "" }, -- until the server's first flywheel/status
+  progress = nil, -- the model's preparation on a first start: { percentage, message }
   steps = {}, -- every flywheel/taskStep, in order
   tasks = {}, -- taskId -> the executeCommand result once finished (status, answer, proposals)
   proposals = {}, -- proposalId -> proposal (hunks with their state, updated as the user reviews)
@@ -71,8 +78,25 @@ local function client(bufnr)
     or vim.lsp.get_clients({ name = "flywheel" })[1]
 end
 
+--- `text` as one line that fits the command line: more would make Neovim ask to "Press ENTER".
+local function one_line(text)
+  local line = text:gsub("%s*\n%s*", " | ")
+  local room = math.max(vim.v.echospace - 1, 20)
+  if vim.fn.strdisplaywidth(line) > room then
+    line = vim.fn.strcharpart(line, 0, room - 1) .. "…"
+  end
+  return line
+end
+M.one_line = one_line
+
 local function notify(msg, level)
-  vim.notify("Flywheel: " .. msg, level or vim.log.levels.INFO)
+  vim.notify(one_line("Flywheel: " .. msg), level or vim.log.levels.INFO)
+end
+
+--- A status change: the statusline redraws now, and statusline plugins hear of it.
+local function status_changed()
+  vim.cmd("redrawstatus!")
+  vim.api.nvim_exec_autocmds("User", { pattern = "FlywheelStatus", modeline = false })
 end
 
 local function execute(command, arguments, on_result)
@@ -115,7 +139,7 @@ local function on_step(_, params)
   end
   local buf = steps_buffer()
   vim.api.nvim_buf_set_lines(buf, -1, -1, false, lines)
-  vim.api.nvim_echo({ { ("Flywheel: %s %s"):format(params.role, (params.text or ""):sub(1, 60)) } }, false, {})
+  vim.api.nvim_echo({ { one_line(("Flywheel: %s %s"):format(params.role, params.text or "")) } }, false, {})
 end
 
 -- Proposals and their preview -------------------------------------------------------------------
@@ -272,9 +296,14 @@ local function on_task_done(err, result)
   end
   M.state.tasks[result.taskId] = result
   M.state.last_task = result.taskId
+  if (result.answer or "") ~= "" then -- the whole answer, where it can be read at leisure
+    local answer = { ("## answer (%s)"):format(result.status) }
+    vim.list_extend(answer, vim.split(result.answer, "\n", { plain = true }))
+    vim.api.nvim_buf_set_lines(steps_buffer(), -1, -1, false, answer)
+  end
   local n = #(result.proposals or {})
-  notify(("%s: %s%s"):format(result.status, (result.answer or ""):sub(1, 200),
-    n > 0 and (" (%d proposal(s) to review)"):format(n) or ""))
+  notify(("%s%s: %s"):format(result.status, n > 0 and (" (%d proposal(s) to review)"):format(n) or "",
+    result.answer or ""))
   for _, s in ipairs(result.skipped or {}) do
     notify(s, vim.log.levels.WARN)
   end
@@ -331,6 +360,10 @@ end
 --- For a statusline: "Flywheel idle (model-version)", with the reason when in error or stopped.
 function M.statusline()
   local s = M.state.status
+  local p = M.state.progress
+  if p then
+    return ("Flywheel preparing the model %d%% %s"):format(p.percentage or 0, p.message or "")
+  end
   local reason = (s.state == "error" or s.state == "stopped") and (s.message or "") ~= "" and (": " .. s.message) or ""
   return ("Flywheel %s%s%s"):format(s.state or "?", (s.modelVersion or "") ~= "" and (" (" .. s.modelVersion .. ")") or "", reason)
 end
@@ -371,7 +404,8 @@ function M.restart()
   end
   vim.lsp.enable("flywheel", false)
   vim.defer_fn(function()
-    M.state.status = { state = "loading", modelVersion = "" }
+    M.state.status = { state = "starting", modelVersion = "" }
+    status_changed()
     vim.lsp.enable("flywheel")
   end, 200)
 end
@@ -474,6 +508,7 @@ function M.client_config(o)
         local c = vim.lsp.get_client_by_id(ctx.client_id)
         if c and not c:is_stopped() then -- a message read before the exit must not undo "stopped"
           M.state.status = params
+          status_changed()
         end
       end,
     },
@@ -485,6 +520,8 @@ function M.client_config(o)
       else
         M.state.status = { state = "stopped", modelVersion = "" }
       end
+      M.state.progress = nil
+      vim.schedule(status_changed)
     end,
   }
 end
@@ -520,6 +557,23 @@ function M.init(opts)
     end,
   })
   vim.api.nvim_create_autocmd("BufEnter", { group = group, callback = function() M.render() end })
+  vim.api.nvim_create_autocmd("LspProgress", { -- the model's preparation on a first start
+    group = group,
+    callback = function(args)
+      local c = vim.lsp.get_client_by_id(args.data.client_id)
+      local token, value = args.data.params.token, args.data.params.value
+      if not (c and c.name == "flywheel" and tostring(token):find("^flywheel%-model%-")) then
+        return
+      end
+      if value.kind == "end" then
+        M.state.progress = nil
+      else
+        local was = M.state.progress or {}
+        M.state.progress = { percentage = value.percentage or was.percentage, message = value.message or was.message }
+      end
+      status_changed()
+    end,
+  })
   commands()
   keymaps(o.keymaps)
   if o.inline_completion and not vim.lsp.inline_completion then

@@ -115,6 +115,13 @@ local function after_inline_answer(c, bufnr, params, result)
   end
 end
 
+--- The next word of `rest`, as VS Code's accept-word takes it: blanks, then any punctuation, then
+--- a word ("(a, b)" gives "(a", "foo.bar()" gives "foo"); punctuation alone when no word
+--- follows on the line.
+function S.next_word(rest)
+  return rest:match("^%s*[^%w_%s]*[%w_]+") or rest:match("^%s*[^%w_%s]+") or rest:match("^%s+") or rest
+end
+
 --- Accept the next word or line of the ghost text (a partial acceptance).
 function S.accept_part(unit)
   local inline = S.state.inline
@@ -124,7 +131,7 @@ function S.accept_part(unit)
         return
       end
       local rest = inline.text:sub(#(kept(inline) or "") + 1)
-      local part = unit == "line" and (rest:match("^\n?[^\n]*") or rest) or (rest:match("^%s*[%w_]+") or rest:match("^%s*%S") or rest)
+      local part = unit == "line" and (rest:match("^\n?[^\n]*") or rest) or S.next_word(rest)
       if part ~= "" then
         vim.api.nvim_paste(part, false, -1)
       end

@@ -1,0 +1,56 @@
+-- Driven by benchmarks/nvim_ghost_latency.py: Neovim 0.12 with the Flywheel plugin and the real
+-- `flywheel lsp`. For each trial line: enter insert mode at its end, type one character as the
+-- user would (nvim_feedkeys, typed), and time until Neovim draws the ghost text (an extmark in
+-- its inline-completion namespace). Writes {trials: [{line, ms, ghost}], ...} as JSON and quits.
+vim.g.loaded_python3_provider = 0
+local cfg = vim.json.decode(table.concat(vim.fn.readfile(os.getenv("FLYWHEEL_BENCH_CONFIG")), "\n"))
+vim.opt.rtp:prepend(cfg.plugin)
+local ns = vim.api.nvim_create_namespace("nvim.lsp.inline_completion")
+local out = { trials = {} }
+local co
+
+local function resume()
+  vim.schedule(function() assert(coroutine.resume(co)) end)
+end
+
+local function ghost_marks()
+  return vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, { details = true })
+end
+
+co = coroutine.create(function()
+  local ok, err = xpcall(function()
+    require("flywheel").setup({ cmd = cfg.cmd, root_dir = cfg.root, settings = cfg.settings })
+    vim.cmd.edit(cfg.file)
+    assert(vim.wait(600000, function()
+      local c = vim.lsp.get_clients({ name = "flywheel" })[1]
+      return c ~= nil and c.initialized and require("flywheel").state.status.state == "idle"
+    end, 50), "the server did not become ready: " .. require("flywheel").statusline())
+    for _, line in ipairs(cfg.lines) do
+      vim.api.nvim_win_set_cursor(0, { line, 0 })
+      vim.api.nvim_create_autocmd("InsertEnter", { once = true, callback = resume })
+      vim.cmd("startinsert!")
+      coroutine.yield()
+      assert(vim.wait(10000, function() return #ghost_marks() == 0 end, 5), "old ghost text stayed")
+      local t0 = vim.uv.hrtime()
+      vim.api.nvim_feedkeys(cfg.typed, "t", false)
+      local shown = vim.wait(cfg.timeout_ms, function() return #ghost_marks() > 0 end, 1)
+      local ms = (vim.uv.hrtime() - t0) / 1e6
+      local text = ""
+      if shown then
+        for _, chunk in ipairs(ghost_marks()[1][4].virt_text or {}) do
+          text = text .. chunk[1]
+        end
+      end
+      table.insert(out.trials, { line = line, ms = shown and ms or vim.NIL, ghost = text })
+      vim.api.nvim_create_autocmd("InsertLeave", { once = true, callback = resume })
+      vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes("<Esc>", true, false, true), "t", false)
+      coroutine.yield()
+    end
+    local c = vim.lsp.get_clients({ name = "flywheel" })[1]
+    c:request_sync("flywheel/debug/flush", vim.empty_dict(), 30000)
+  end, debug.traceback)
+  out.ok, out.error = ok, not ok and tostring(err) or nil
+  vim.fn.writefile({ vim.json.encode(out) }, cfg.out)
+  vim.cmd("qall!")
+end)
+resume()

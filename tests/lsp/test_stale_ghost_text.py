@@ -1,0 +1,117 @@
+"""Stale ghost text: a suggestion the user rejected or moved past is never offered again.
+
+CompletionService (lsp/completion.py) is driven directly with a scripted engine that answers
+each prompt with the next text of a list and counts its calls, so each test shows whether an
+answer came from the model, the cache or typed-through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from agent.engine import Completion, RequestMetrics, Result
+from lsp.completion import CompletionService
+from lsp.settings import CompletionSettings, ModelSettings
+
+SETTINGS = CompletionSettings(debounce_ms=0)
+URI = "file:///w/main.py"
+
+
+class ScriptedEngine:
+    context_length = 4096
+    model_version = "scripted-1"
+
+    def __init__(self, answers: list[str]) -> None:
+        self.answers, self.calls = list(answers), 0
+
+    def generate(self, request) -> Result:
+        self.calls += 1
+        text = self.answers.pop(0) if self.answers else ""
+        done = Completion(
+            text=text,
+            token_ids=[1],
+            logprobs=None,
+            finish_reason="stop",
+            model_version=self.model_version,
+        )
+        return Result([done], RequestMetrics(prompt_tokens=1, output_tokens=1))
+
+
+class Host:
+    """The part of ModelHost the service uses, without threads."""
+
+    def __init__(self, engine: ScriptedEngine) -> None:
+        self.engine = engine
+        self.version = engine.model_version
+
+    async def get(self, settings):
+        return self.engine
+
+    async def call(self, fn, request):
+        return fn(request)
+
+    def error_once(self, message: str) -> None:
+        raise AssertionError(message)
+
+
+def service(*answers: str) -> tuple[CompletionService, ScriptedEngine, list]:
+    engine, rows = ScriptedEngine(list(answers)), []
+
+    def record(what: str, /, **fields) -> str:
+        rows.append((what, fields))
+        return "id"
+
+    return CompletionService(Host(engine), record), engine, rows
+
+
+def complete(svc: CompletionService, text: str, offset: int, version: int = 1):
+    return asyncio.run(
+        svc.complete(
+            uri=URI,
+            version=version,
+            text=text,
+            offset=offset,
+            language="python",
+            trigger="invoked",
+            neighbours=[],
+            settings=SETTINGS,
+            model=ModelSettings(),
+        )
+    )
+
+
+def test_typing_through_an_open_suggestion_continues_it_without_the_model():
+    svc, engine, _ = service("range(10):")
+    first = complete(svc, "for i in ", 9)
+    typed = complete(svc, "for i in ra", 11, version=2)
+    assert (typed.id, typed.text, engine.calls) == (first.id, "nge(10):", 1)
+
+
+def test_a_rejected_suggestion_is_not_offered_again_as_the_user_types_it():
+    svc, engine, _ = service("range(10):", "enumerate(xs):")
+    first = complete(svc, "for i in ", 9)
+    svc.resolve(first.id, "rejected")  # Esc
+    again = complete(svc, "for i in r", 10, version=2)
+    assert engine.calls == 2 and again.text == "enumerate(xs):"  # the model, not the old text
+
+
+def test_a_rejected_suggestion_is_dropped_from_the_cache():
+    svc, engine, _ = service("range(10):", "zip(a, b):")
+    first = complete(svc, "for i in ", 9)
+    svc.resolve(first.id, "rejected")
+    again = complete(svc, "for i in ", 9, version=2)
+    assert engine.calls == 2 and again.text == "zip(a, b):"
+
+
+def test_a_superseded_suggestion_comes_back_only_at_its_own_place():
+    svc, engine, _ = service("range(10):", "x + 1", "y + 2")
+    text = "for i in \nz = \n"
+    first = complete(svc, text, 9)  # line 0
+    elsewhere = complete(svc, text, 14, version=1)  # line 1 supersedes it
+    assert elsewhere.text == "x + 1" and engine.calls == 2
+    back = complete(svc, text, 9, version=1)  # back at its place: the cache, the same text
+    assert back.text == first.text and back.id != first.id and engine.calls == 2
+    # the same text before the cursor at another offset (a line duplicated above) is no hit
+    moved = "z = 0\n" + text
+    other = complete(svc, moved, 9 + 6, version=2)
+    assert engine.calls == 3 and other.text == "y + 2"
