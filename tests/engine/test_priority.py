@@ -115,7 +115,7 @@ def test_the_lock_is_released_when_the_block_raises():
 
 
 def test_an_unknown_priority_is_refused_with_the_lanes():
-    with pytest.raises(BadRequest, match="interactive, normal, background"):
+    with pytest.raises(BadRequest, match="interactive, prefetch, normal, background"):
         Request(prompt="x", priority="urgent")
 
 

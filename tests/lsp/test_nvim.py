@@ -74,7 +74,7 @@ def run_nvim(tmp_path: Path, script: str, root: Path, name: str, cmd: list[str],
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=600,
     )
     assert out.exists(), f"nvim wrote no results (rc {proc.returncode}): {proc.stderr[-3000:]}"
     results = json.loads(out.read_text())
@@ -265,7 +265,7 @@ def test_the_readme_set_up_lines_start_flywheel_in_a_clean_neovim(tmp_path, tiny
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=600,
     )
     assert out.exists(), f"nvim wrote nothing (rc {proc.returncode}): {proc.stderr[-2000:]}"
     assert json.loads(out.read_text()) == {"attached": True, "commands": True, "tab": True}

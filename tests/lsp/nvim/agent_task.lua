@@ -6,7 +6,7 @@ T.run(function()
   local fw = require("flywheel")
   T.request("flywheel/test/replay", { turns = T.cfg.turns })
   vim.cmd("FlywheelAsk fix the operators")
-  T.wait("the task to finish", 60000, function()
+  T.wait("the task to finish", 120000, function()
     return next(fw.state.tasks) ~= nil
   end)
   local _, task = next(fw.state.tasks)
@@ -19,17 +19,17 @@ T.run(function()
   T.results.first_hunk_line = vim.api.nvim_win_get_cursor(0)[1]
   local before = vim.api.nvim_buf_get_lines(0, 0, -1, false)
   vim.cmd("FlywheelAcceptHunk")
-  T.wait("the accepted hunk in the buffer", 30000, function()
+  T.wait("the accepted hunk in the buffer", 120000, function()
     return not vim.deep_equal(vim.api.nvim_buf_get_lines(0, 0, -1, false), before)
   end)
   local pid = task.proposals[1].proposalId
-  T.wait("the accept to finish", 30000, function()
+  T.wait("the accept to finish", 120000, function()
     return fw.state.proposals[pid].hunks[1].state == "accepted"
   end)
   vim.cmd("FlywheelNextHunk")
   T.results.second_hunk_line = vim.api.nvim_win_get_cursor(0)[1]
   vim.cmd("FlywheelRejectHunk")
-  T.wait("the reject to finish", 30000, function()
+  T.wait("the reject to finish", 120000, function()
     return fw.state.proposals[pid].hunks[2].state == "rejected"
   end)
   T.results.preview_marks_after = #vim.api.nvim_buf_get_extmarks(0, fw.ns, 0, -1, {})

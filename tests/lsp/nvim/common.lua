@@ -59,7 +59,7 @@ end
 function T.start()
   require("flywheel").setup({ cmd = T.cfg.cmd, root_dir = T.cfg.root, settings = T.cfg.settings })
   vim.cmd.edit(T.cfg.file)
-  T.wait("the server to attach", 30000, function()
+  T.wait("the server to attach", 120000, function()
     local c = T.client()
     return c ~= nil and c.initialized and #vim.lsp.get_clients({ bufnr = 0, name = "flywheel" }) > 0
   end)

@@ -7,14 +7,14 @@ T.run(function()
   local before = vim.api.nvim_buf_get_lines(0, 0, -1, false)
   vim.api.nvim_win_set_cursor(0, { 2, 0 })
   T.insert() -- at the end of line 2
-  T.wait("ghost text", 30000, function()
+  T.wait("ghost text", 120000, function()
     return #vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, {}) > 0
   end)
   local mark = vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, { details = true })[1]
   T.results.ghost_row = mark[2]
   T.results.mode = vim.api.nvim_get_mode().mode
   assert(vim.lsp.inline_completion.get(), "no ghost text to accept")
-  T.wait("the accepted text", 10000, function()
+  T.wait("the accepted text", 120000, function()
     return not vim.deep_equal(vim.api.nvim_buf_get_lines(0, 0, -1, false), before)
   end)
   T.results.before = before

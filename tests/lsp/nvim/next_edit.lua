@@ -23,7 +23,7 @@ end
 
 local function ghost()
   local ns = vim.api.nvim_create_namespace("nvim.lsp.inline_completion")
-  T.wait("ghost text", 30000, function()
+  T.wait("ghost text", 120000, function()
     return #vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, {}) > 0
       and require("flywheel.suggestions").state.inline ~= nil
   end)
@@ -40,12 +40,12 @@ T.run(function()
   ghost()
   local before = lines()
   assert(vim.lsp.inline_completion.get(), "no ghost text to accept")
-  T.wait("the accepted text", 10000, function() return not vim.deep_equal(lines(), before) end)
+  T.wait("the accepted text", 120000, function() return not vim.deep_equal(lines(), before) end)
   T.results.after_ghost = lines()
   normal()
 
   -- 2. the next edit it brings: drawn away from the cursor, Tab jumps to it, Tab applies it
-  T.wait("a next edit", 30000, function() return S.state.next_edit ~= nil end)
+  T.wait("a next edit", 120000, function() return S.state.next_edit ~= nil end)
   T.results.next_edit = { range = S.state.next_edit.range, newText = S.state.next_edit.newText }
   T.results.next_edit_marks = #vim.api.nvim_buf_get_extmarks(0, S.ns, 0, -1, {})
   T.results.virt_lines = {}
@@ -56,11 +56,11 @@ T.run(function()
   end
   T.results.cursor_before_jump = vim.api.nvim_win_get_cursor(0)[1]
   keys("<Tab>")
-  T.wait("the jump", 10000, function() return vim.api.nvim_win_get_cursor(0)[1] ~= T.results.cursor_before_jump end)
+  T.wait("the jump", 120000, function() return vim.api.nvim_win_get_cursor(0)[1] ~= T.results.cursor_before_jump end)
   T.results.cursor_after_jump = vim.api.nvim_win_get_cursor(0)[1]
   local jumped = lines()
   keys("<Tab>")
-  T.wait("the applied next edit", 10000, function() return not vim.deep_equal(lines(), jumped) end)
+  T.wait("the applied next edit", 120000, function() return not vim.deep_equal(lines(), jumped) end)
   T.results.after_next_edit = lines()
   T.results.marks_after = #vim.api.nvim_buf_get_extmarks(0, S.ns, 0, -1, {})
 
@@ -72,10 +72,10 @@ T.run(function()
   local partial = S.state.inline.sid
   local typed = lines()
   keys("<M-l>")
-  T.wait("the accepted word", 10000, function() return not vim.deep_equal(lines(), typed) end)
+  T.wait("the accepted word", 120000, function() return not vim.deep_equal(lines(), typed) end)
   T.results.after_word = lines()
   normal()
-  T.wait("the end of the partly accepted ghost text", 10000, function()
+  T.wait("the end of the partly accepted ghost text", 120000, function()
     return S.state.inline == nil or S.state.inline.sid ~= partial
   end)
 
@@ -85,7 +85,7 @@ T.run(function()
   T.insert()
   ghost()
   keys("<Esc>")
-  T.wait("normal mode", 10000, function() return vim.api.nvim_get_mode().mode == "n" end)
+  T.wait("normal mode", 120000, function() return vim.api.nvim_get_mode().mode == "n" end)
   T.results.final = lines()
 
   -- 5. control: rate the last suggestion, toggle ghost text, change the consent

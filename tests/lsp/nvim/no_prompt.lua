@@ -18,16 +18,16 @@ T.run(function()
   T.start()
   T.request("flywheel/test/replay", { turns = T.cfg.turns })
   vim.cmd("FlywheelAsk what does this file do")
-  T.wait("the task to finish", 60000, function()
+  T.wait("the task to finish", 120000, function()
     return next(fw.state.tasks) ~= nil
   end)
-  T.wait("the server to be idle", 30000, function()
+  T.wait("the server to be idle", 120000, function()
     return fw.state.status.state == "idle"
   end)
   vim.cmd("redraw!")
   T.results.mode = vim.api.nvim_get_mode().mode
   vim.fn.system({ "tmux", "-S", T.cfg.socket, "wait-for", "-S", T.cfg.ready })
-  T.wait("the screen to be captured", 60000, function()
+  T.wait("the screen to be captured", 120000, function()
     return vim.uv.fs_stat(T.cfg.captured) ~= nil
   end)
   T.results.steps_text = vim.api.nvim_buf_get_lines(vim.fn.bufnr("flywheel://steps"), 0, -1, false)

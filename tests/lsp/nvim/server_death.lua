@@ -15,12 +15,12 @@ T.run(function()
   local fw = require("flywheel")
   local first = T.client().id
   vim.fn.system({ "pkill", "-9", "-f", T.cfg.marker })
-  T.wait("the stopped status", 30000, function() return fw.state.status.state == "stopped" end)
+  T.wait("the stopped status", 120000, function() return fw.state.status.state == "stopped" end)
   vim.wait(500) -- any repeated error message would arrive now
   T.results.statusline = fw.statusline()
   T.results.errors = errors
   vim.cmd("FlywheelRestart")
-  T.wait("the restarted server", 30000, function()
+  T.wait("the restarted server", 120000, function()
     local c = vim.lsp.get_clients({ name = "flywheel", bufnr = 0 })[1]
     return c ~= nil and c.id ~= first and c.initialized
   end)
