@@ -29,8 +29,9 @@ def test_prompt_styles():
     assert task.prefix.endswith("\n")  # the masked line starts a line: its break is healed
     assert infill.prompt_for(task, "prefix", 10_000) == task.prefix[:-1]
     fim = infill.prompt_for(task, "fim", 10_000)
-    assert fim.startswith(FIM_PREFIX) and FIM_SUFFIX in fim and fim.endswith(FIM_MIDDLE)
-    assert f"{task.prefix[:-1]}{FIM_SUFFIX}" in fim
+    # Qwen's repository-level prompt: the file's own section holds the fill-in-the-middle
+    assert fim.startswith("<|repo_name|>") and fim.endswith(FIM_MIDDLE)
+    assert f"{FIM_PREFIX}{task.prefix[:-1]}{FIM_SUFFIX}" in fim
     assert infill.first_line("\n  return x<|endoftext|>junk\nmore", task.prefix) == "  return x"
     assert infill.first_line("  return x", task.prefix) == ""  # did not open a new line
 

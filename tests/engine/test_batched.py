@@ -229,7 +229,7 @@ def _queued_requests(engine: LocalEngine, requests: list[Request]) -> list:
 
 
 @pytest.mark.base
-@pytest.mark.parametrize("method", ["none", "ngram+mtp"])
+@pytest.mark.parametrize("method", ["none", "ngram"])
 def test_the_default_model_batched_writes_what_it_writes_alone(method):
     """The product's engine (int8, its drafts) on the real weights: batching changes no token."""
     spec = SpeculativeConfig(method)

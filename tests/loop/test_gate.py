@@ -121,7 +121,9 @@ def test_a_candidate_for_another_base_is_rejected_with_both_names(
     (adapter / "flywheel.json").write_text('{"base": "another-base@0123"}')
     decision = gate_promotion(registry, registry.add(adapter))
     assert not decision.accepted
-    assert "trained on base 'another-base@0123', but this install's base is" in decision.reasons[0]
+    assert (
+        "trained on base 'another-base@0123', but this install's bases are" in decision.reasons[0]
+    )
 
 
 def test_every_shared_task_set_is_judged_and_one_worse_set_rejects(registry, tiny_checkpoint):

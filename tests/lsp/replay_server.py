@@ -38,6 +38,7 @@ import sys
 import threading
 from pathlib import Path
 
+from agent.chat_format import FIM_PREFIX, FIM_SUFFIX
 from agent.engine import Completion, EngineError, Request, RequestMetrics, Result
 from lsp.cli import main as lsp_main
 from lsp.next_edit import REGION_CLOSE, REGION_OPEN
@@ -123,7 +124,9 @@ class _PromptsAnswered:
             return region.replace(*self.rewrite, 1) + REGION_CLOSE
         if self.completion is None:
             return None
-        return self.completion if prompt.rstrip().endswith(":") else ""
+        # the text before the cursor: a fill-in-the-middle prompt's prefix, or the whole prompt
+        before = prompt.rsplit(FIM_PREFIX, 1)[-1].split(FIM_SUFFIX, 1)[0]
+        return self.completion if before.rstrip().endswith(":") else ""
 
     def generate(self, request: Request) -> Result:
         text = self._answer(request.prompt) if isinstance(request.prompt, str) else None

@@ -51,7 +51,7 @@ def test_bad_config_is_refused():
     with pytest.raises(ValueError, match="split"):
         EvalConfig(split="dev")
     with pytest.raises(ValueError, match="dtype must be one of float32"):
-        EvalConfig(dtype="int4")
+        EvalConfig(dtype="int2")
 
 
 def test_the_command_line_report_says_how_it_was_made(tiny_checkpoint, task, tmp_path):

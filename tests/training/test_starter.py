@@ -25,7 +25,8 @@ def test_stage_paths_point_into_the_run_folder(tmp_path):
     config = StarterConfig(out=str(tmp_path))
     sft = stage_overrides(config, "sft")
     assert sft["init"] == "base" and sft["out"] == str(tmp_path / "sft")
-    assert sft["sft_data"] == [str(tmp_path / "tasks" / "trajectories.jsonl")]
+    tasks = tmp_path / "tasks"
+    assert sft["sft_data"] == [str(tasks / "trajectories.jsonl"), str(tasks / "recovery.jsonl")]
     for before, stage in zip(STAGE_ORDER, STAGE_ORDER[1:], strict=False):  # each continues the last
         assert stage_overrides(config, stage)["init"] == str(tmp_path / before / "model")
     mtp = mtp_overrides(config)  # the heads are distilled from the last stage's model
@@ -105,8 +106,8 @@ def test_status_says_where_a_killed_run_stands(tmp_path, capsys):
     (tmp_path / "eval-progress.jsonl").write_text("{}\n{}\n")
     states = {step: (state, spent) for step, state, spent in status(StarterConfig(str(tmp_path)))}
     assert states["tasks"] == ("done", "4m10s")
-    assert states["sft"] == ("step 16/64, about 40m00s left", "13m20s")  # 800 s / 16 * 48
-    assert states["sft_tokens"] == ("not started", "-") and states["mtp_self"][0] == "not started"
+    assert states["sft"] == ("step 16/28, about 10m00s left", "13m20s")  # 800 s / 16 * 12
+    assert states["mtp"] == ("not started", "-") and states["mtp_self"][0] == "not started"
     assert states["eval"][0] == "2 of 27 tasks done" and states["model"] == (
         "not written yet",
         "17m30s",
@@ -114,7 +115,7 @@ def test_status_says_where_a_killed_run_stands(tmp_path, capsys):
     steps = ["base", "tasks", *STAGE_ORDER, "mtp", "mtp_self", "apply", "eval", "eval_apply"]
     assert list(states) == [*steps, "model"]
     assert main(["starter", "--out", str(tmp_path), "--status"]) == 0  # reads, does not run
-    assert "step 16/64" in capsys.readouterr().out and not (tmp_path / "model").exists()
+    assert "step 16/28" in capsys.readouterr().out and not (tmp_path / "model").exists()
 
 
 @pytest.mark.slow
