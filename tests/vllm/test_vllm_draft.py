@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from agent.engine import EngineConfig, EngineError, SpeculativeConfig
+from agent.model import STARTER_DIR
 from tests.vllm.test_vllm import (  # noqa: F401 - vllm_python is a fixture
     MAX_TOKENS,
     PROMPTS,
@@ -168,6 +169,10 @@ DEFAULT_PROMPTS = [
 
 @pytest.mark.vllm
 @pytest.mark.base
+@pytest.mark.skipif(
+    not (STARTER_DIR / "mtp").is_dir(),
+    reason="the shipped starter has no MTP heads on the Qwen base yet (agent/starter/README.md)",
+)
 def test_vllm_serves_the_default_with_its_heads_as_draft(vllm_python, tmp_path):  # noqa: F811
     """The shipped default is an adapter on the base: vLLM gets it merged (`merged_folder`, done
     here, where peft is) and its first MTP head as the `mtp` draft. Greedy output is the local
