@@ -44,7 +44,6 @@ from pathlib import Path
 
 from agent.engine.request import EngineError
 from agent.registry import file_sha256 as sha256
-from telemetry.folders import cache_home
 
 FORMAT_VERSION = 1  # bump when the conversion (tokens, template, dtype) changes
 Progress = Callable[[float, str], None]  # (fraction done in [0, 1], what is happening)
@@ -102,6 +101,14 @@ BASES = {
         needed_bytes=5_000 << 20,
     ),
 }
+
+
+def cache_home() -> Path:
+    """Flywheel's cache folder (telemetry.folders), imported late: resolving a model folder must
+    not pull in telemetry's dependencies (vLLM's environment has none of them)."""
+    from telemetry.folders import cache_home as home
+
+    return home()
 
 
 def to_stderr(fraction: float, message: str) -> None:

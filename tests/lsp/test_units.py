@@ -143,12 +143,16 @@ def test_model_settings_choose_the_engine_and_when_a_swap_is_enough(tmp_path, ti
     the drafts cannot run on, needs a new engine, not a weight swap."""
     import shutil
 
+    from agent.model import STARTER_DIR
     from lsp.model_host import _kind, engine_config
     from lsp.settings import ModelSettings
 
-    local = engine_config(ModelSettings(name="default"))  # the starter ships MTP heads
+    local = engine_config(ModelSettings(name=str(tiny_checkpoint)))  # a model with MTP heads
     server = engine_config(ModelSettings(name="http://127.0.0.1:8000/v1"))
     assert (local.backend, local.speculative.method, local.dtype) == ("local", "ngram+mtp", "int8")
+    default = engine_config(ModelSettings(name="default"))
+    heads = (STARTER_DIR / "mtp").is_dir()
+    assert default.speculative.method == ("ngram+mtp" if heads else "ngram")
     assert (server.backend, server.speculative.method, server.dtype) == (
         "openai",
         "none",
@@ -156,7 +160,6 @@ def test_model_settings_choose_the_engine_and_when_a_swap_is_enough(tmp_path, ti
     )
     assert engine_config(ModelSettings(name="default", device="cuda")).dtype == "float32"
     assert _kind(local) != _kind(server)
-    assert _kind(local) == _kind(engine_config(ModelSettings(name=str(tiny_checkpoint))))
     headless = tmp_path / "headless"
     shutil.copytree(tiny_checkpoint, headless, ignore=shutil.ignore_patterns("mtp"))
     without = engine_config(ModelSettings(name=str(headless)))
