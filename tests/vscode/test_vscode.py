@@ -106,6 +106,22 @@ def _keep_artifact(path: Path) -> Path:
     return path
 
 
+def _wait_for_port(port: int, proc: subprocess.Popen, log: Path) -> None:
+    """Until code-server accepts connections (a loaded machine starts it in seconds, not at
+    once); its log names the cause when it exits first."""
+    import time
+
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"code-server did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.1)
+
+
 @pytest.fixture
 def code_server(tmp_path, request):
     """One code-server per test, in its own process group (its extension hosts outlive pages).
@@ -199,6 +215,7 @@ def code_server(tmp_path, request):
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+    _wait_for_port(port, proc, tmp_path / "code-server.log")
     try:
         yield {
             "url": f"http://127.0.0.1:{port}/?folder={ws}",
