@@ -47,6 +47,22 @@ class Completion:
     declined: bool  # the first token was end-of-text
 
 
+def spread_cursors(files: list[RepoFile], offsets: list[list[int]], budget: int) -> list[Cursor]:
+    """At most `budget` cursors, taken from each file's `offsets` in turn (one from each file per
+    round, in each list's order), so that every file is represented; in file and text order."""
+    take, left = [0] * len(files), budget
+    while left > 0 and any(take[i] < len(o) for i, o in enumerate(offsets)):
+        for i, o in enumerate(offsets):
+            if left > 0 and take[i] < len(o):
+                take[i] += 1
+                left -= 1
+    return [
+        cursor_at(f, offset)
+        for f, o, n in zip(files, offsets, take, strict=True)
+        for offset in sorted(o[:n])
+    ]
+
+
 def cursor_at(file: RepoFile, offset: int) -> Cursor:
     """The cursor at character `offset` of `file`."""
     end = file.text.find("\n", offset)

@@ -47,7 +47,13 @@ import torch.nn.functional as F
 
 from agent.chat_format import render_repo_fim
 from agent.stats import bootstrap_interval
-from training.line_completion import Cursor, complete, cursor_at, cursor_prompt, prompt_ids
+from training.line_completion import (
+    Cursor,
+    complete,
+    cursor_prompt,
+    prompt_ids,
+    spread_cursors,
+)
 from training.repo_files import RepoFile
 
 BENCHMARK = "repo_heldout"
@@ -88,18 +94,7 @@ def pick_lines(files: list[RepoFile], max_lines: int, min_chars: int, seed: int)
         rng = random.Random(f"{seed}:{f.path}")
         rng.shuffle(offsets)
         eligible.append(offsets)
-    take = [0] * len(files)
-    left = max_lines
-    while left > 0 and any(take[i] < len(e) for i, e in enumerate(eligible)):
-        for i, e in enumerate(eligible):
-            if left > 0 and take[i] < len(e):
-                take[i] += 1
-                left -= 1
-    return [
-        cursor_at(f, offset)
-        for f, e, n in zip(files, eligible, take, strict=True)
-        for offset in sorted(e[:n])
-    ]
+    return spread_cursors(files, eligible, max_lines)
 
 
 @torch.no_grad()

@@ -33,9 +33,9 @@ from training.line_completion import (
     WORD_BOUNDARY,
     Completion,
     Cursor,
-    cursor_at,
     cursor_prompt,
     prompt_ids,
+    spread_cursors,
 )
 from training.repo_files import RepoFile
 
@@ -71,17 +71,7 @@ def requests(files: list[RepoFile], config: UserConfig) -> list[Cursor]:
             at += len(line)
         random.Random(f"{config.seed}:{f.path}").shuffle(offsets)
         per_file.append(offsets)
-    take, left = [0] * len(files), config.max_requests
-    while left > 0 and any(take[i] < len(o) for i, o in enumerate(per_file)):
-        for i, o in enumerate(per_file):
-            if left > 0 and take[i] < len(o):
-                take[i] += 1
-                left -= 1
-    return [
-        cursor_at(f, offset)
-        for f, o, n in zip(files, per_file, take, strict=True)
-        for offset in sorted(o[:n])
-    ]
+    return spread_cursors(files, per_file, config.max_requests)
 
 
 def judge(cursor: Cursor, suggestion: str, config: UserConfig) -> Outcome:
