@@ -165,11 +165,6 @@ def _logprob(model, tokenizer, prompt_ids, output_ids) -> float:
     return float(picked.sum())
 
 
-@pytest.mark.xfail(
-    reason="since the Qwen chat format landed, six updates of the tiny random model move the "
-    "accepted suggestion below the rejected one; to be investigated (passes on its own branch)",
-    strict=False,
-)
 def test_train_tab_from_telemetry_raises_accepted_and_lowers_rejected_suggestions(
     tmp_path, tiny_checkpoint
 ):
@@ -177,7 +172,9 @@ def test_train_tab_from_telemetry_raises_accepted_and_lowers_rejected_suggestion
     from training.tab_rl import logged_samples, train_tab
 
     db = logged_db(tmp_path / "t.db")
-    recipe = _tab_recipe(tmp_path, tiny_checkpoint)
+    # A small step size: six Adam updates at 3e-3 overshoot on a random model, and where they land
+    # then depends on which logged samples each batch drew.
+    recipe = _tab_recipe(tmp_path, tiny_checkpoint, lr=3e-4)
     from agent.model import load_checkpoint
 
     tokenizer = load_checkpoint(tiny_checkpoint).tokenizer
@@ -199,9 +196,8 @@ def test_train_tab_from_telemetry_raises_accepted_and_lowers_rejected_suggestion
     down = _logprob(model, tokenizer, rejected[0], rejected[1]) - _logprob(
         tiny_checkpoint, tokenizer, rejected[0], rejected[1]
     )
-    # The update moves the two apart: what was accepted gains on what was rejected (their shared
-    # opening, "return", is pushed by both, so each alone may move either way)
-    assert up > down, (up, down)
+    # What was accepted gains, and gains on what was rejected
+    assert up > 0 and up > down, (up, down)
     (version,) = Registry(tmp_path / "registry").versions()
     assert version["reward"] == "tab@1 x 1" and version["id"] == summary["version"]
     lines = (tmp_path / "tab" / "metrics.jsonl").read_text().splitlines()
