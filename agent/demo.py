@@ -25,6 +25,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from agent.model import add_model_argument
+
 SAMPLE = Path(__file__).resolve().parent / "sample_workspace"
 INSTRUCTION = (
     "The restock tests fail. Fix inventory.py so that all tests in test_inventory.py pass."
@@ -37,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run an agent task on a sample project with the built-in model; log it and "
         "score it.",
     )
-    p.add_argument("--model", default="default", help='"default", a checkpoint folder, or a URL')
+    add_model_argument(p)
     p.add_argument("--workspace", help="where to copy the sample project (default: a temp folder)")
     p.add_argument(
         "--telemetry-db",

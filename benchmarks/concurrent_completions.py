@@ -31,7 +31,9 @@ CASES = ("callers-threads", "own-thread")
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="default")
+    from agent.model import add_model_argument
+
+    add_model_argument(parser, servers=False)
     parser.add_argument("--dtype", default="int8", help="float32 or int8 (the product's default)")
     parser.add_argument("--concurrent", type=int, default=4, help="completions sent at once")
     parser.add_argument("--repeats", type=int, default=3, help="rounds of alone + together")
