@@ -148,14 +148,14 @@ def main(argv: list[str] | None = None) -> int:
   the change:      cd {folder} && git diff --no-index {SAMPLE} .
   what was logged: flywheel telemetry stats --db {db}
   serve the model: flywheel serve --model {args.model}   (OpenAI-compatible, 127.0.0.1:8000)
-  in your editor:  flywheel lsp (see README: Neovim and VS Code set-up)
+  in your editor:  flywheel lsp --setup (Neovim and VS Code; README.md says more)
   a real model:    flywheel run "..." --workspace DIR --model http://HOST:PORT/v1"""
     )
     if not solved and args.model == "default":
         console.print(
-            "\nThe default is a 135M base with a small adapter trained on a CPU"
-            ": it solves some small edits and bug fixes, and fails many (its measured pass rate is"
-            " in agent/starter/README.md). Try a bigger checkpoint or a server with --model."
+            "\nThe default is a 0.5B base with a small adapter trained on a CPU"
+            ": it solves some small edits and bug fixes, and fails many (agent/starter/README.md"
+            " says how it was made). Try a bigger model (--model base-1.5b) or a server."
         )
     return 130 if cancel.is_set() else 0
 
