@@ -11,7 +11,7 @@ bench engine`'s *concurrent completions* workload runs too, with the engine on i
 
 Each prints the p50 latency of one completion alone and of k sent together (16 greedy tokens
 each, on k distinct prompts of the same length: the last *free* prompt of `flywheel bench
-engine`, shifted by one token per editor), and their ratio (the engine issue's target: <= 1.5).
+engine`, shifted by one token per editor), and their ratio (the target: <= 1.5).
 
     .venv/bin/python benchmarks/concurrent_completions.py --model default --dtype int8 \
         --json benchmarks/results/concurrent-completions.json
