@@ -4,8 +4,9 @@ Each subcommand lives in its own module and is imported only when it runs, so `f
 answers without importing torch, transformers or langgraph. A subcommand module exposes
 `main(argv: list[str]) -> int` and builds its own argparse parser (with `--help`).
 
-To add a subcommand, add one line to COMMANDS and a `### flywheel NAME` heading to README.md
-(tests/test_cli.py fails when either is missing).
+To add a subcommand, add one line to COMMANDS, run `python -m agent.cli_docs` (it adds the
+command's options to docs/cli.md) and describe the command there; tests/test_cli.py fails until
+docs/cli.md has a `## flywheel NAME` section and every command's options as its parser has them.
 """
 
 from __future__ import annotations

@@ -25,6 +25,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from agent.model import add_model_argument
+
 SAMPLE = Path(__file__).resolve().parent / "sample_workspace"
 INSTRUCTION = (
     "The restock tests fail. Fix inventory.py so that all tests in test_inventory.py pass."
@@ -37,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run an agent task on a sample project with the built-in model; log it and "
         "score it.",
     )
-    p.add_argument("--model", default="default", help='"default", a checkpoint folder, or a URL')
+    add_model_argument(p)
     p.add_argument("--workspace", help="where to copy the sample project (default: a temp folder)")
     p.add_argument(
         "--telemetry-db",
@@ -146,14 +148,14 @@ def main(argv: list[str] | None = None) -> int:
   the change:      cd {folder} && git diff --no-index {SAMPLE} .
   what was logged: flywheel telemetry stats --db {db}
   serve the model: flywheel serve --model {args.model}   (OpenAI-compatible, 127.0.0.1:8000)
-  in your editor:  flywheel lsp (see README: Neovim and VS Code set-up)
+  in your editor:  flywheel lsp --setup (Neovim and VS Code; README.md says more)
   a real model:    flywheel run "..." --workspace DIR --model http://HOST:PORT/v1"""
     )
     if not solved and args.model == "default":
         console.print(
-            "\nThe default is a 135M base with a small adapter trained on a CPU"
-            ": it solves some small edits and bug fixes, and fails many (its measured pass rate is"
-            " in agent/starter/README.md). Try a bigger checkpoint or a server with --model."
+            "\nThe default is a 0.5B base with a small adapter trained on a CPU"
+            ": it solves some small edits and bug fixes, and fails many (agent/starter/README.md"
+            " says how it was made). Try a bigger model (--model base-1.5b) or a server."
         )
     return 130 if cancel.is_set() else 0
 

@@ -9,22 +9,29 @@ A checkpoint is a folder that plain `transformers` can load without Flywheel ins
       flywheel.json                                             version and lineage (optional)
 
 The MTP heads and their storage are in agent/mtp.py.
+
+`--model` names a model in one of the forms `resolve_model` accepts; every command line defines
+that flag with `add_model_argument`, whose help lists those forms. Importing this module does not
+import torch (loading a model does), so a command's `--help` stays fast.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from agent.chat_format import END
 from agent.engine.request import EngineError
-from agent.mtp import MTPHeads
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from agent.mtp import MTPHeads
 
 # name -> trunk shape. Parameter counts are for an 8k vocabulary with tied embeddings.
 SIZES: dict[str, dict[str, int]] = {
@@ -75,6 +82,7 @@ def build_trunk(
     family: str = "llama",
 ):
     """A freshly initialised trunk of a named size."""
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     if size not in SIZES:
@@ -130,19 +138,28 @@ def checkpoint_version(folder: Path) -> str:
 # `make starter`).
 STARTER_DIR = Path(__file__).resolve().parent / "starter"
 
+# The names `--model` takes besides a path (the bases' names are `agent.base.BASES`' keys).
+DEFAULT_MODEL = "default"  # the shipped starter
+REGISTRY_MODEL = "registry"  # the registry's promoted version; "registry:REF" a named one
+
 
 def is_adapter(folder: Path) -> bool:
     """A folder holding a PEFT adapter (trained on top of the base) rather than a whole trunk."""
     return (folder / "adapter_config.json").exists()
 
 
+def is_server_url(model: str | Path) -> bool:
+    """An http(s) URL: the engine's `backend="auto"` sends it to an OpenAI-compatible server."""
+    return str(model).startswith(("http://", "https://"))
+
+
 def resolve_model(model: str | Path) -> Path:
-    """The folder `--model` names: "default" is the shipped starter, "base" (the 0.5B) and
-    "base-1.5b" the converted bases (converted on first use), "registry" / "registry:REF" a verified version of the model
-    registry (the promoted one, or an id or vN); anything else is a path. (A URL is not a
-    folder: the engine's `backend="auto"` sends it to the openai backend.)"""
+    """The folder `--model` names: "default" is the shipped starter, each `BASES` name ("base",
+    the 0.5B; "base-1.5b") a converted base (converted on first use), "registry" /
+    "registry:REF" a verified version of the model registry (the promoted one, or an id or vN);
+    anything else is a path. (A URL is not a folder: see `is_server_url`.)"""
     name = str(model)
-    if name == "registry" or name.startswith("registry:"):
+    if name == REGISTRY_MODEL or name.startswith(REGISTRY_MODEL + ":"):
         from agent.registry import Registry, RegistryError, path_from_cli
 
         ref = name.partition(":")[2] or "promoted"
@@ -150,7 +167,7 @@ def resolve_model(model: str | Path) -> Path:
             return Registry(path_from_cli(None)).verify(ref)
         except RegistryError as exc:
             raise EngineError(f"--model {name}: {exc}") from None
-    if name == "default":
+    if name == DEFAULT_MODEL:
         if not any((STARTER_DIR / f).exists() for f in ("config.json", *ADAPTER_FILES[:1])):
             raise EngineError(
                 f"the built-in starter model is not in this install ({STARTER_DIR} is empty): "
@@ -164,6 +181,60 @@ def resolve_model(model: str | Path) -> Path:
     return Path(model).expanduser()
 
 
+def model_forms(servers: bool = True) -> str:
+    """The forms `resolve_model` accepts, in words, for `--model`'s help; `servers`: whether the
+    command also takes the URL of an OpenAI-compatible server (those that need the weights do
+    not)."""
+    from agent.base import BASES
+
+    bases = " or ".join(f"'{flag}' ({base.name})" for flag, base in BASES.items())
+    forms = [
+        f"'{DEFAULT_MODEL}' (the built-in starter model)",
+        bases,
+        f"'{REGISTRY_MODEL}' or '{REGISTRY_MODEL}:REF' (the model registry's promoted version, "
+        "or the version REF: an id or vN)",
+        "a checkpoint or adapter folder",
+    ]
+    if servers:
+        forms.append("the http(s) URL of an OpenAI-compatible server")
+    return ", ".join(forms[:-1]) + ", or " + forms[-1]
+
+
+def add_model_argument(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    *,
+    default: str | None = DEFAULT_MODEL,
+    default_help: str = "",
+    required: bool = False,
+    repeat: bool = False,
+    servers: bool = True,
+    role: str = "the model",
+) -> argparse.Action:
+    """Define `--model` on `parser`, with a help text that lists the forms it takes.
+
+    `default_help` says what happens without the flag when `default` is not itself a model name
+    (None: the command decides, e.g. "the recipe's init"). `repeat` makes it `action="append"`
+    for commands that compare several models in one run (`args.model` is then a list, or None
+    when the flag is absent: the command fills in its default, as argparse would append to it).
+    `servers=False` for commands that need the weights themselves. `role` names what the model
+    is for ("the model to start from")."""
+    help_ = f"{role}: {model_forms(servers)}"
+    if repeat:
+        help_ += "; repeat it to compare models in one run"
+    if not required:
+        said = default_help or (f"'{default}'" if default else "")
+        if said:
+            help_ += f" (default: {said})"
+    return parser.add_argument(
+        "--model",
+        default=None if repeat else default,
+        required=required,
+        action="append" if repeat else "store",
+        metavar="MODEL",
+        help=help_,
+    )
+
+
 def base_needed(model: str | Path) -> str | None:
     """The base (a `BASES` flag) that loading `model` converts first if it is not yet in the
     cache, without converting it: the base itself, or the base an adapter was trained on. None
@@ -174,7 +245,7 @@ def base_needed(model: str | Path) -> str | None:
     name = str(model)
     if name in BASES:
         return name
-    if "://" in name:
+    if is_server_url(name):
         return None
     try:
         folder = resolve_model(model)
@@ -276,6 +347,7 @@ def load_pretrained(folder: str | Path, dtype: str = "float32"):
     """A transformers causal LM from a folder, with the Hub's kernels off: left on (transformers'
     default), putting the model in training mode on a GPU fetches replacement layers from the
     Hugging Face Hub, which an offline machine cannot reach."""
+    import torch
     from transformers import AutoModelForCausalLM
 
     quiet_transformers()
@@ -310,6 +382,10 @@ def _load_trunk(folder: Path, dtype: str):
 def load_checkpoint(path: str | Path, device: str = "cpu", dtype: str = "float32") -> Checkpoint:
     """Load a checkpoint folder ("default": the starter, "base": the base), an adapter folder
     merged into its base, with one clear error per way it can break."""
+    import torch
+
+    from agent.mtp import MTPHeads
+
     folder = checkpoint_folder(path)
     trunk, tokenizer = _load_trunk(folder, dtype)
     vocab = trunk.config.vocab_size
@@ -342,6 +418,10 @@ def load_apply_checkpoint(main: Checkpoint, device: str = "cpu", dtype: str = "f
     base, drafting with the main model's MTP heads (they only propose; the trunk decides). None
     when the folder has no apply/ adapter. An adapter whose tokenizer differs from the main
     model's raises EngineError: its requests are rendered with the main tokenizer."""
+    import torch
+
+    from agent.mtp import MTPHeads
+
     folder = Path(main.path) / APPLY_DIR
     if not is_adapter(folder):
         return None

@@ -39,6 +39,7 @@ from typing import Any
 
 def build_parser() -> argparse.ArgumentParser:
     from agent.engine.config import DTYPES, SPEC_METHODS
+    from agent.model import add_model_argument
 
     p = argparse.ArgumentParser(
         prog="flywheel run",
@@ -46,11 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("instruction", nargs="?", help="what the agent should do")
     p.add_argument("--workspace", "-w", default=".", help="project folder (default: .)")
-    p.add_argument(
-        "--model",
-        default="default",
-        help='"default", a checkpoint folder, or an OpenAI-compatible http(s) URL',
-    )
+    add_model_argument(p)
     p.add_argument("--served-model-name", help="model name to ask an OpenAI-compatible server for")
     p.add_argument(
         "--context-length",

@@ -27,7 +27,9 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", action="append", required=True, help="repeat to compare")
+    from agent.model import add_model_argument
+
+    add_model_argument(parser, required=True, repeat=True, servers=False)
     parser.add_argument("--examples", required=True, help="JSONL from `flywheel train apply`")
     parser.add_argument("--limit", type=int, default=12, help="held-out examples")
     parser.add_argument("--dtype", default="float32")

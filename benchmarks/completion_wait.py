@@ -55,7 +55,9 @@ WORDS = [
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="default")
+    from agent.model import add_model_argument
+
+    add_model_argument(p, servers=False)
     p.add_argument("--rounds", type=int, default=2, help="rounds of both policies, alternating")
     p.add_argument("--completions", type=int, default=8, help="timed completions per round")
     p.add_argument("--agent-words", type=int, default=2400)

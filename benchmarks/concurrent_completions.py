@@ -11,7 +11,7 @@ bench engine`'s *concurrent completions* workload runs too, with the engine on i
 
 Each prints the p50 latency of one completion alone and of k sent together (16 greedy tokens
 each, on k distinct prompts of the same length: the last *free* prompt of `flywheel bench
-engine`, shifted by one token per editor), and their ratio (the engine issue's target: <= 1.5).
+engine`, shifted by one token per editor), and their ratio (the target: <= 1.5).
 
     .venv/bin/python benchmarks/concurrent_completions.py --model default --dtype int8 \
         --json benchmarks/results/concurrent-completions.json
@@ -31,7 +31,9 @@ CASES = ("callers-threads", "own-thread")
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="default")
+    from agent.model import add_model_argument
+
+    add_model_argument(parser, servers=False)
     parser.add_argument("--dtype", default="int8", help="float32 or int8 (the product's default)")
     parser.add_argument("--concurrent", type=int, default=4, help="completions sent at once")
     parser.add_argument("--repeats", type=int, default=3, help="rounds of alone + together")

@@ -144,7 +144,9 @@ def main() -> int:
     from agent.engine.config import LOWBIT_DTYPES
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="default")
+    from agent.model import add_model_argument
+
+    add_model_argument(p, servers=False)
     p.add_argument("--dtype", default="int8", choices=LOWBIT_DTYPES, help="low-bit weights to test")
     p.add_argument("--trajectories", default="runs/base/tasks/trajectories.jsonl")
     p.add_argument("--conversations", type=int, default=20, help="held-out ones scored for loss")

@@ -22,7 +22,9 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="default")
+    from agent.model import add_model_argument
+
+    add_model_argument(parser, servers=False)
     parser.add_argument("--tasks", required=True, help="folder from `flywheel train tasks`")
     parser.add_argument("--limit", type=int, default=27, help="held-out tasks")
     parser.add_argument("--json", help="write the results here")

@@ -28,7 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     from agent.demo import INSTRUCTION, SAMPLE
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="default")
+    from agent.model import add_model_argument
+
+    add_model_argument(p, servers=False)
     p.add_argument("--workspace", default=str(SAMPLE), help="folder copied to a scratch folder")
     p.add_argument("--instruction", default=INSTRUCTION)
     p.add_argument("--test-command", default="", help="default: what the harness detects")

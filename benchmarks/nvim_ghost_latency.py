@@ -113,7 +113,9 @@ def run(args: argparse.Namespace) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="default", help="what `flywheel lsp --model` gets")
+    from agent.model import add_model_argument
+
+    add_model_argument(p, role="the model `flywheel lsp --model` gets")
     p.add_argument("--trials", type=int, default=12, help="lines typed at (default 12)")
     p.add_argument("--typed", default="w", help="the character typed (default w)")
     p.add_argument("--debounce-ms", type=int, help="completion.debounceMs (default: the server's)")

@@ -46,7 +46,9 @@ def conversations(path: Path, count: int) -> list[dict]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="default")
+    from agent.model import add_model_argument
+
+    add_model_argument(p, servers=False)
     p.add_argument("--trajectories", default="runs/starter/tasks/trajectories.jsonl")
     p.add_argument("--conversations", type=int, default=4)
     p.add_argument("--max-tokens", type=int, default=16)

@@ -340,7 +340,9 @@ def _cached(path: Path, compute):
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--repos", default=",".join(REPOS), help="comma-separated: %(default)s")
-    p.add_argument("--model", default="default", help="starting model (default: %(default)s)")
+    from agent.model import add_model_argument
+
+    add_model_argument(p, servers=False, role="the model to start from")
     p.add_argument("--work", default="runs/repo_learning", help="sources, runs and stage results")
     p.add_argument(
         "--json",

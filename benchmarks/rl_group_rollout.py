@@ -36,7 +36,9 @@ MODES = ("sequential", "concurrent")
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="default")
+    from agent.model import add_model_argument
+
+    add_model_argument(p, servers=False)
     p.add_argument("--tasks", default="runs/base/tasks", help="`flywheel train tasks` output")
     p.add_argument("--split", default="train")
     p.add_argument("--count", type=int, default=2, help="tasks (groups) per mode")

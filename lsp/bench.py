@@ -313,7 +313,9 @@ def main(argv: list[str]) -> int:
         description="Inline-completion latency through `flywheel lsp` over stdio versus the same "
         "engine call made directly (p50/p95; table and JSON).",
     )
-    p.add_argument("--model", default="default", help="checkpoint folder, 'default', or a URL")
+    from agent.model import add_model_argument
+
+    add_model_argument(p)
     p.add_argument("--iterations", type=int, default=30, help="timed completions per path")
     p.add_argument("--warmup", type=int, default=3, help="untimed completions first")
     p.add_argument("--max-tokens", type=int, default=16, help="tokens per completion")

@@ -19,6 +19,8 @@ import signal
 import sys
 from typing import BinaryIO
 
+from agent.model import add_model_argument
+
 
 def _default_db() -> str:
     from telemetry.folders import db_path
@@ -119,9 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--setup", action="store_true", help="print the lines that set up each editor, and exit"
     )
     model = p.add_argument_group("defaults (the client's settings override them)")
-    model.add_argument(
-        "--model", help="'default', a checkpoint folder, or an OpenAI-compatible URL"
-    )
+    add_model_argument(model, default=None, default_help="'default'")
     model.add_argument("--consent", choices=("off", "metrics", "code"), help="telemetry consent")
     model.add_argument("--db", help="telemetry SQLite file (default: $FLYWHEEL_DB or XDG data)")
     model.add_argument(

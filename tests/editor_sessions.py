@@ -12,9 +12,9 @@ The session, on BASE with the replay model (tests/lsp/replay_server.py `--comple
 Both tiers check `suggestion_event_sequence(db) == SESSION`: the same kinds and outcomes, in the
 same order, from either editor.
 
-`readme_setup(fence)`: the set-up lines of an editor as the README shows them (its `flywheel lsp`
-section, the first block of that fence: "lua" for Neovim, "sh" for VS Code), with this checkout
-in place of `<checkout>`; they are what `flywheel lsp --setup` prints.
+`readme_setup(fence)`: the set-up lines of an editor as the README shows them (its "In your
+editor" section, the first block of that fence: "lua" for Neovim, "sh" for VS Code), with this
+checkout in place of `<checkout>`; they are what `flywheel lsp --setup` prints.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def suggestion_event_sequence(db: Path | str) -> list[tuple[str, list[str]]]:
 
 def readme_setup(fence: str) -> list[str]:
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("### flywheel lsp") :]
+    section = text[text.index("## In your editor") :]
     block = section[section.index(f"```{fence}\n") + len(fence) + 4 :]
     block = block[: block.index("```")].replace("<checkout>", str(ROOT))
     return block.strip().splitlines()

@@ -1,4 +1,4 @@
-"""Import direction (issue 19): telemetry is the bottom layer, agent sits on it, the language server
+"""Import direction: telemetry is the bottom layer, agent sits on it, the language server
 on agent, and training on everything. An arrow pointing up makes a layer impossible to use or test
 without the ones above it. The only way up is the command line's lazy dispatch table
 (`agent/cli.py`), which names modules as strings and imports them when a command runs."""

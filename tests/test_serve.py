@@ -1,4 +1,4 @@
-"""`flywheel serve` as a real subprocess over a tiny checkpoint, driven over HTTP (issue 2, item 5).
+"""`flywheel serve` as a real subprocess over a tiny checkpoint, driven over HTTP.
 
 The checkpoint is the tiny test model taught by a few dozen optimizer steps to answer one chat
 (`TOOL_CHAT` with `TOOLS`) with a tool call, so that tool calls cross the wire for real; for any

@@ -1,4 +1,4 @@
-"""`flywheel serve` binds before it loads the model (issue 15): a busy port is one line on stderr
+"""`flywheel serve` binds before it loads the model: a busy port is one line on stderr
 and exit 2, before any model is opened (the model named here does not exist, so a server that
 loaded first would fail with "cannot open model" instead)."""
 
@@ -34,5 +34,5 @@ def test_serve_on_a_busy_port_is_one_line_and_exit_2(tmp_path):
         f"flywheel serve: cannot listen on 127.0.0.1:{port}: the port is in use (another "
         "server?); stop it or choose another with --port"
     ], proc.stderr
-    print(f"flywheel serve on a busy port: exit 2 after {took:.2f} s")  # the issue asks < 2 s;
+    print(f"flywheel serve on a busy port: exit 2 after {took:.2f} s")  # meant to be < 2 s;
     # reported, not asserted: a wall-clock bound would fail on a loaded machine

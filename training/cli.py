@@ -27,6 +27,7 @@ from pathlib import Path
 
 from agent.engine.config import DTYPES
 from agent.engine.request import EngineError
+from agent.model import add_model_argument
 from training.recipe import STAGES, RecipeError, load_recipe, parse_overrides
 
 REPO_RECIPE = Path(__file__).resolve().parent / "recipes" / "repo.toml"
@@ -112,13 +113,7 @@ def main(argv: list[str]) -> int:
     starter.add_argument("--eval-tasks", type=int, default=27, help="held-out tasks to evaluate")
 
     ev = sub.add_parser("eval", help="run held-out tasks through the harness; pass@1, parse rate")
-    ev.add_argument(
-        "--model",
-        required=True,
-        action="append",
-        help="checkpoint or adapter folder, 'default' or 'base'; repeat it to compare "
-        "models on the same tasks in one run",
-    )
+    add_model_argument(ev, required=True, repeat=True, servers=False)
     ev.add_argument("--tasks", required=True, help="tasks folder or tasks.jsonl")
     ev.add_argument("--json", default="", help="write the report here")
     ev.add_argument("--split", default="heldout", choices=["heldout", "train", "all"])
@@ -222,7 +217,13 @@ def _repo_parser(sub) -> None:
         "repo", help="pretrain a LoRA adapter on a workspace's own code; register the result"
     )
     p.add_argument("--workspace", required=True, help="the repository folder to learn")
-    p.add_argument("--model", default="", help="model to start from (default: the recipe's init)")
+    add_model_argument(
+        p,
+        default="",
+        default_help="the recipe's init",
+        servers=False,
+        role="the model to start from",
+    )
     p.add_argument("--recipe", default=str(REPO_RECIPE), help="recipe TOML (default: %(default)s)")
     p.add_argument("--out", default="", help="run folder (default: the recipe's out)")
     p.add_argument(
@@ -375,7 +376,13 @@ def _tab_parser(sub) -> None:
     )
     p.add_argument("--data", default="", help="RUN/data of `flywheel train repo`: simulated user")
     p.add_argument("--telemetry-db", default="", help="train on logged suggestion outcomes")
-    p.add_argument("--model", default="", help="model to start from (default: the recipe's init)")
+    add_model_argument(
+        p,
+        default="",
+        default_help="the recipe's init",
+        servers=False,
+        role="the model to start from",
+    )
     p.add_argument("--recipe", default=str(TAB_RECIPE), help="RL recipe (default: %(default)s)")
     p.add_argument("--out", default="", help="run folder (default: the recipe's out)")
     p.add_argument(

@@ -188,9 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Single-line infilling on HumanEval (inline completion): pass@1 per model "
         "and prompt style.",
     )
-    p.add_argument(
-        "--model", action="append", help="model to measure (repeat; default: default and base)"
-    )
+    from agent.model import add_model_argument
+
+    add_model_argument(p, repeat=True, servers=False, default_help="'default' and 'base'")
     p.add_argument(
         "--style", action="append", choices=STYLES, help="prompt style (repeat; default: both)"
     )

@@ -146,7 +146,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="flywheel bench passkey", description="passkey retrieval at long prompt lengths"
     )
-    parser.add_argument("--model", default="base", help="'default', 'base' or a checkpoint")
+    from agent.model import add_model_argument
+
+    add_model_argument(parser, default="base", servers=False)
     parser.add_argument("--length", type=int, action="append", help="prompt tokens (repeatable)")
     parser.add_argument("--samples", type=int, default=10, help="keys per length")
     parser.add_argument("--rope", choices=("linear", "dynamic", "yarn"), help="rescale first")

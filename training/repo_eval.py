@@ -46,6 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from agent.chat_format import render_repo_fim
+from agent.model import add_model_argument
 from agent.stats import bootstrap_interval
 from training.line_completion import (
     Cursor,
@@ -292,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m training.repo_eval", description=__doc__.split("\n")[0]
     )
-    p.add_argument("--model", required=True, help="model name, folder or registry:REF")
+    add_model_argument(p, required=True, servers=False)
     p.add_argument("--data", required=True, help="RUN/data folder of `flywheel train repo`")
     p.add_argument("--lines", type=int, default=200, help="completion lines in all")
     p.add_argument("--requests", type=int, default=100, help="simulated-user requests")

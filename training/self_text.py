@@ -180,12 +180,12 @@ def corpus(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from agent.model import checkpoint_folder, tokenizer_folder
+    from agent.model import add_model_argument, checkpoint_folder, tokenizer_folder
 
     p = argparse.ArgumentParser(
         prog="python -m training.self_text", description=__doc__.split("\n")[0]
     )
-    p.add_argument("--model", default="default", help="the model whose own text the heads learn")
+    add_model_argument(p, servers=False, role="the model whose own text the heads learn")
     p.add_argument("--out", required=True, help="folder: continuations.jsonl and corpus/")
     p.add_argument("--trajectories", default="runs/base/tasks/trajectories.jsonl")
     p.add_argument("--count", type=int, default=WINDOWS, help="windows continued")

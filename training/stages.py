@@ -7,11 +7,7 @@
                   heads) gets the repeat right far more often. An optional copy curriculum,
                   off in the starter's recipes: the first `copy_warmup_steps` run short rows
                   of random tokens that repeat their opening span, and a `copy_fraction` of
-                  later rows repeat theirs. Inside the starter's pretraining budget neither
-                  form raised copy_acc above lm_acc for long. (A fresh 3M trunk that saw only
-                  a random span repeated at a fixed distance learned it in ~150 steps, but by
-                  position: it copied nothing else. With the repeat at a random distance it
-                  stayed at chance for 300-400 steps, with 64, 500 or 8,000 distinct tokens.)
+                  later rows repeat theirs (what it did: benchmarks/HISTORY.md).
     long_context  the same loss at a longer `seq_len`, after RoPE scaling (`rope_type`,
                   `rope_factor`, written into the trunk's config so `transformers` and vLLM load
                   it); held-out loss at `eval_seq_len` (default 4x the init model's context) is

@@ -102,7 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Decoding speed of the local engine (plain and speculative) against Hugging "
         "Face generate on the same weights and prompts.",
     )
-    parser.add_argument("--model", help="checkpoint folder (default: build a random 10m model)")
+    from agent.model import add_model_argument
+
+    add_model_argument(
+        parser, default=None, default_help="a random-weight 10m model", servers=False
+    )
     parser.add_argument("--draft-model", help="draft checkpoint folder (method draft)")
     parser.add_argument("--max-tokens", type=int, default=128, help="tokens per generation")
     parser.add_argument("--num-draft", type=int, default=4, help="draft tokens per verify step")

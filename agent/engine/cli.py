@@ -25,9 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="flywheel generate", description="Generate text from a prompt with the engine."
     )
     model = parser.add_argument_group("model")
-    model.add_argument(
-        "--model", default="default", help="checkpoint folder, http(s) URL, or 'default'"
-    )
+    from agent.model import add_model_argument
+
+    add_model_argument(model)
     model.add_argument(
         "--backend", default="auto", choices=["auto", "local", "vllm", "openai"], help="backend"
     )

@@ -132,7 +132,7 @@ def default_speculative(model: str) -> SpecMethod:
 
 def default_dtype(model: str, backend: str = "auto", device: str = "cpu") -> DType:
     """The weights a product path uses unless told: int8 copies for decoding where they apply
-    (the local engine on a CPU; held-out loss and the agent's pass@1 under them are in the
-    README's Measured section and benchmarks/HISTORY.md), float32 elsewhere."""
+    (the local engine on a CPU; held-out loss and the agent's pass@1 under them are in
+    benchmarks/README.md), float32 elsewhere."""
     config = EngineConfig(model=model, backend=backend, device=device)
     return "int8" if config.backend == "local" and device.split(":")[0] == "cpu" else "float32"

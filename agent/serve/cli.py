@@ -15,6 +15,7 @@ import sys
 
 from agent.engine import EngineConfig, EngineError, SpeculativeConfig
 from agent.engine.config import APPLY_COPY_BIAS, DRAFT_ALTERNATIVES, DTYPES, SPEC_METHODS
+from agent.model import add_model_argument
 from agent.registry import Registry, RegistryError, RegistryWatcher, path_from_cli
 from agent.serve.app import ServerConfig, build_app
 
@@ -26,12 +27,7 @@ def _parser() -> argparse.ArgumentParser:
         "/v1/chat/completions with SSE streaming and tool calls, /metrics, /health).",
     )
     m = p.add_argument_group("model")
-    m.add_argument(
-        "--model",
-        default="default",
-        help="checkpoint folder, 'default' (the starter model) or an http(s) URL of "
-        "another OpenAI-compatible server (default: %(default)s)",
-    )
+    add_model_argument(m)
     m.add_argument(
         "--backend",
         default="auto",

@@ -1,4 +1,4 @@
-"""`flywheel bench agent` (issue 8, item 1): tasks from three sources, scoring through the real
+"""`flywheel bench agent`: tasks from three sources, scoring through the real
 harness, pass@k and bootstrap intervals, reports, and bad input (a hanging verifier, no tasks).
 
 The model is the tiny random test model (it fails every task) or the replay engine (a scripted

@@ -1,5 +1,5 @@
 """`flywheel bench agent` gives the same scores for the same seed on the local engine and through
-`flywheel serve` (issue 8 acceptance): a real server subprocess, the openai backend, sampled
+`flywheel serve`: a real server subprocess, the openai backend, sampled
 (temperature 0.8) runs with per-sample seeds; everything but wall time must match.
 """
 

@@ -1,4 +1,4 @@
-"""`flywheel dashboard` (issue 8, item 5) in headless Chromium: the page loads with no console
+"""`flywheel dashboard` in headless Chromium: the page loads with no console
 errors and every panel shows data from a fixture database written by the real Recorder; an empty
 database and a missing one show a clear empty state. Screenshots are kept in the folder the test
 prints.

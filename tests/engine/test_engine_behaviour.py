@@ -1,4 +1,4 @@
-"""Behaviour every engine backend shares, tested through the `Engine` Protocol only (issue 2).
+"""Behaviour every engine backend shares, tested through the `Engine` Protocol only.
 
 The `engine` fixture (conftest.py) runs each test on every backend over the tiny checkpoint.
 """

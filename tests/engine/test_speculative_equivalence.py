@@ -1,4 +1,4 @@
-"""Speculative decoding is lossless (issue 2).
+"""Speculative decoding is lossless.
 
 Greedy: every proposer gives token-for-token the output of plain decoding, on 50 prompts spread
 over two differently seeded targets (each the other's draft model). Sampling: the distribution of sampled tokens with every

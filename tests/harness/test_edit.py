@@ -1,4 +1,4 @@
-"""The edit tool: each documented rule of `edit_text` (issue 4: at least 15 cases)."""
+"""The edit tool: each documented rule of `edit_text`, one case or more each."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Each node of the agent graph run on its own, without compiling the graph (issue 19): a node is
+"""Each node of the agent graph run on its own, without compiling the graph: a node is
 a module-level function that gets its dependencies from langgraph's runtime context."""
 
 from __future__ import annotations

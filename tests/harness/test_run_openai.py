@@ -1,4 +1,4 @@
-"""`flywheel run` against a minimal OpenAI-compatible server (issue 15): one that lists its model
+"""`flywheel run` against a minimal OpenAI-compatible server: one that lists its model
 without a context length, streams or answers in one JSON body, and fails at any point. Every
 failure is one line on stderr and a non-zero exit; model text is printed literally."""
 

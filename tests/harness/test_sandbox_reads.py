@@ -1,4 +1,4 @@
-"""What an agent command can read (issue 15): only the system's programs, the interpreters the
+"""What an agent command can read: only the system's programs, the interpreters the
 project needs, the folders the user lists, and the workspace. Canaries sit outside /tmp, where
 the old sandbox (the whole disk read-only, only /tmp emptied) showed them."""
 

@@ -1,4 +1,4 @@
-"""Confinement (issue 4): every file tool refuses paths outside the workspace, and commands run
+"""Confinement: every file tool refuses paths outside the workspace, and commands run
 in a sandbox that cannot write outside, reach the network, or outlive their limits."""
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def test_command_cannot_write_outside(tmp_path):
             f"echo x > {target}; echo y > ../escaped; echo w > /usr/pwned; echo z > inside"
         )
         assert "Read-only file system" in res.output  # /usr
-        assert f"{target}: No such file or directory" in res.output  # hidden (issue 15)
+        assert f"{target}: No such file or directory" in res.output  # hidden, not merely read-only
         assert not target.exists() and not (tmp_path / "escaped").exists()
         assert (ws / "inside").read_text() == "z\n"
     finally:
@@ -169,7 +169,7 @@ def test_fork_bomb_is_bounded_and_cleaned_up(tmp_path):
     assert res.timed_out  # the main process lives on, so the time limit ends it
     assert "Resource temporarily unavailable" in res.output  # the process cap held
     # Count our bomb's processes, not all of /proc: other jobs on the machine start processes
-    # too (issue 15). Killed ones may wait a moment to be reaped; the guard only ends the wait.
+    # too. Killed ones may wait a moment to be reaped; the guard only ends the wait.
     deadline = time.monotonic() + 60
     while _processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -1,4 +1,4 @@
-"""The acceptance test of issue 8, end to end through real processes and a real LSP client:
+"""The whole flywheel, end to end through real processes and a real LSP client:
 scripted editor sessions produce telemetry; `flywheel cycle` trains a candidate, benchmarks it and
 promotes it; the running language server serves the new version in the next request; a rollback
 restores the old one. (tests/loop/test_cycle.py is its shorter variant, with `flywheel serve` and

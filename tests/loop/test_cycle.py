@@ -1,4 +1,4 @@
-"""`flywheel cycle` (issue 8): logged sessions -> a trained, benchmarked, gated candidate that a
+"""`flywheel cycle`: logged sessions -> a trained, benchmarked, gated candidate that a
 running server picks up; one cycle at a time; clear messages when there is nothing to do."""
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def test_when_a_watched_cycle_is_due():
 
 
 def test_a_cycle_runs_rl_on_the_tasks_its_sessions_yield(registry, tiny_checkpoint, tmp_path):
-    """Issue 17: logged tasks that replay (tests fail at the start, pass after the recorded
+    """Logged tasks that replay (tests fail at the start, pass after the recorded
     change) are the RL stage's pool; the summary says how many the logs yielded and why the
     others were dropped. The tiny random model solves nothing and its samples score alike, so
     the RL run finds no learning signal, and the cycle registers no candidate rather than one

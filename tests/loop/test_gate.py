@@ -1,4 +1,4 @@
-"""The promotion gate (issue 8): an equal-or-better candidate passes, a deliberately worse one
+"""The promotion gate: an equal-or-better candidate passes, a deliberately worse one
 (weights perturbed) is rejected with reasons, and undecidable cases are refused."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hot reload (issue 8): a running `flywheel serve --model registry` switches to each promoted
+"""Hot reload: a running `flywheel serve --model registry` switches to each promoted
 version before its next request, rolls back the same way, and never serves an unverified one."""
 
 from __future__ import annotations

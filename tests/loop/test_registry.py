@@ -1,4 +1,4 @@
-"""The model registry (issue 8): versions, lineage, promotion, rollback, and refusing anything
+"""The model registry: versions, lineage, promotion, rollback, and refusing anything
 that does not verify (tampered, half-written, damaged index)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The client goes away mid-request (issue 6, "a client that disappears mid-request"): the server
+"""The client goes away mid-request: the server
 cancels the running agent task and completion, records both, ends and flushes the telemetry
 session, and exits by itself. SIGTERM (an editor stopping the server) ends it the same way.
 

@@ -1,4 +1,4 @@
-"""Property-based fuzzing of `flywheel lsp` over stdio (issue 15).
+"""Property-based fuzzing of `flywheel lsp` over stdio.
 
 Thousands of random and mutated JSON-RPC messages go to one real server: broken bytes, JSON that
 is no message, envelopes with random methods, ids and params, and valid LSP messages with keys

@@ -1,4 +1,4 @@
-"""The two harness hooks the language server relies on (issue 6): a caller's cancel event stops a
+"""The two harness hooks the language server relies on: a caller's cancel event stops a
 task with the stop reason `cancelled`, and a task can join an existing telemetry session.
 
 The engine is the replay engine (tests/harness/replay.py); the harness and telemetry are real.

@@ -165,7 +165,7 @@ def test_agent_task_hunks_accepted_and_rejected_in_neovim(tmp_path):
 
 
 def test_an_agent_task_in_neovim_becomes_an_rl_task(tmp_path):
-    """Issue 17: a task run from Neovim through the plugin, in a project with tests, is logged
+    """A task run from Neovim through the plugin, in a project with tests, is logged
     with its starting workspace and the project's test command (consent "code"); the export's
     miner replays it (tests fail at the start, pass after the change) and keeps it for RL."""
     from telemetry import export

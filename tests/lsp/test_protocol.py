@@ -1,4 +1,4 @@
-"""The JSON-RPC envelope (issue 15): every request with an id gets an answer with the code the
+"""The JSON-RPC envelope: every request with an id gets an answer with the code the
 specification names, and a client whose workspace/configuration reply does not fit leaves the
 settings as they are, logged once, with nothing waiting for a timeout. Raw frames over stdio."""
 
@@ -41,7 +41,7 @@ async def _stop(proc: asyncio.subprocess.Process, wire: Wire) -> str:
 
 async def test_invalid_params_and_bad_envelopes_get_an_answer(tmp_path):
     """`textDocument/inlineCompletion` with `{"garbage": true}` was never answered: pygls lost
-    the id while decoding and the client waited forever (issue 15)."""
+    the id while decoding and the client waited forever."""
     proc, wire = await _start(tmp_path)
     try:
         rid = wire.send("textDocument/inlineCompletion", {"garbage": True})
@@ -96,7 +96,7 @@ async def test_invalid_params_and_bad_envelopes_get_an_answer(tmp_path):
 )
 async def test_a_configuration_reply_that_does_not_fit_means_defaults(tmp_path, reply):
     """A client answering workspace/configuration with `null` made initialization wait 10 s and
-    log an empty warning with a traceback (issue 15)."""
+    log an empty warning with a traceback."""
     proc, wire = await _start(tmp_path, configuration_reply=reply)
     try:
         while True:  # answer the server's requests until its first status: initialized is done

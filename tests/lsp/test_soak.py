@@ -1,4 +1,4 @@
-"""Typing flood (issue 6 acceptance): 100 `didChange` per second, each followed by an inline
+"""Typing flood: 100 `didChange` per second, each followed by an inline
 completion request, against `flywheel lsp` with a tiny checkpoint as the model.
 
 Checked: every request is answered; every suggestion but the newest ends superseded, cancelled

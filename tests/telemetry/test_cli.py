@@ -1,4 +1,4 @@
-"""`flywheel telemetry ...` (issue 3, Deliver 6): every subcommand documented and working, and the
+"""`flywheel telemetry ...`: every subcommand has help and works, and the
 database path resolved as --db > $FLYWHEEL_DB > $XDG_DATA_HOME default."""
 
 from __future__ import annotations

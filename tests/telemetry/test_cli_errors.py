@@ -1,4 +1,4 @@
-"""`flywheel telemetry` on a file that is not its database (issue 15): one line naming the file
+"""`flywheel telemetry` on a file that is not its database: one line naming the file
 and a fix that fits where the path came from; a user who passed --db is not told to pass --db."""
 
 from __future__ import annotations

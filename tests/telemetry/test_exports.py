@@ -1,4 +1,4 @@
-"""Exports and import (issue 3, Deliver 5): manifest with counts and hashes, SFT in chat format
+"""Exports and import: manifest with counts and hashes, SFT in chat format
 above a reward threshold, RL tasks, a held-out split that never leaks, idempotent merge."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Privacy (issue 3): secrets redacted in stored rows and in every export, `metrics` consent keeps
+"""Privacy: secrets redacted in stored rows and in every export, `metrics` consent keeps
 no code anywhere, excluded files keep no code, and `forget` leaves no bytes behind in the file."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The recorder: enqueue-and-return, durable flush, several processes, a killed writer, and bad
-input that must never crash the caller or corrupt the file (issue 3, Acceptance and Bad input)."""
+input that must never crash the caller or corrupt the file."""
 
 from __future__ import annotations
 

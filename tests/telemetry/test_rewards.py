@@ -1,5 +1,5 @@
 """Reward functions: pure, hand-computed cases; signals read back from a recorded session;
-recomputation keeps the rows of other versions (issue 3, Deliver 4)."""
+recomputation keeps the rows of other versions."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Schema and migrations (issue 3: "a database created by an older schema version opens and
-upgrades"), the file's pragmas, and content-addressed blobs."""
+"""Schema and migrations (a database created by an older schema version opens and upgrades),
+the file's pragmas, and content-addressed blobs."""
 
 from __future__ import annotations
 

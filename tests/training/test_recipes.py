@@ -82,7 +82,7 @@ CYCLE_RECIPES = sorted((RECIPES[0].parent / "cycle").rglob("*.toml"))
 
 @pytest.mark.parametrize("path", CYCLE_RECIPES, ids=lambda p: str(p.relative_to(p.parents[1])))
 def test_cycle_recipes_load_and_cover_its_stages(path):
-    """The cycle's stages are recipe files like every other stage (issue 19)."""
+    """The cycle's stages are recipe files like every other stage."""
     from training.cycle import STAGES
     from training.rl import load_rl_recipe
 

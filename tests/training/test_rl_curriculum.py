@@ -1,4 +1,4 @@
-"""Curriculum task selection for RL and the run's length and diversity metrics (issue 17):
+"""Curriculum task selection for RL and the run's length and diversity metrics:
 settled tasks are skipped but for exploration, unknown ones come first, families stand in for
 unseen tasks, counts start from an eval report, survive a checkpoint and end a run with nothing
 left to learn; a toy run logs turns, tokens, distinct answers and entropy, and draws lengths.png."""

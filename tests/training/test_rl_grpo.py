@@ -1,5 +1,5 @@
 """Dr. GRPO on hand-computed cases: advantages, masks, truncated importance weights, the loss;
-the reward spec and the RL recipe (issue 7)."""
+the reward spec and the RL recipe."""
 
 from __future__ import annotations
 

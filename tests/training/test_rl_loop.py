@@ -1,6 +1,6 @@
 """The RL loop end to end on the toy ("say the magic token"): learned from chance in synchronous
 and asynchronous mode, faults recorded and skipped, a SIGKILLed run resumed, a dead worker
-restarted, and the Ray runtime (issue 7)."""
+restarted, and the Ray runtime."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_toy_is_learned_in_synchronous_mode(tmp_path, tiny_checkpoint):
 
 
 class SeededRuntime:
-    """Asynchronous rollouts in an order drawn from a seed, the same on every machine (issue 15).
+    """Asynchronous rollouts in an order drawn from a seed, the same on every machine.
 
     Each job runs when it is submitted, on the weights pushed last (as a worker that is free at
     once would); its result waits, and each poll hands back one or two waiting results picked by

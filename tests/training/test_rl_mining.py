@@ -1,4 +1,4 @@
-"""RL tasks mined from logged sessions (issue 17): a logged task is kept only when it replays
+"""RL tasks mined from logged sessions: a logged task is kept only when it replays
 (its verify command fails at the start and passes after the recorded change); every other task
 is counted with its reason. The harness, recorder, export and test runs are the real ones."""
 

@@ -1,5 +1,5 @@
 """The RL trainer scores exactly what the engine sampled; a non-finite loss changes nothing; the
-harness environment records real turns; unusable tasks are refused (issue 7)."""
+harness environment records real turns; unusable tasks are refused."""
 
 from __future__ import annotations
 

@@ -179,7 +179,8 @@ def test_a_recovery_trajectory_shows_the_mistake_then_learns_only_the_fix(tasks,
 
 
 def test_oracle_tool_results_are_the_harness_own(tasks, tmp_path):
-    """Issue 5: every tool result in a trajectory is what `run_tool` returns at run time."""
+    """Every tool result in an oracle trajectory is what `run_tool` returns at run time, so the
+    model learns from results it will really see."""
     task = next(t for t in tasks if t.family.startswith("bugfix/"))
     row = oracle_trajectory(task, random.Random(1))
     for path, text in task.files.items():

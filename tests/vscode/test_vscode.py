@@ -1,11 +1,10 @@
-"""Flywheel in a real VS Code (issues 6 and 18): code-server in headless Chromium, driven by
+"""Flywheel in a real VS Code: code-server in headless Chromium, driven by
 Playwright (tests/vscode/drive*.cjs, shared steps in workbench.cjs), with the built extension
 (lsp/clients/vscode/flywheel.vsix) installed. The model is the replay engine
 (tests/lsp/replay_server.py): deterministic ghost text, next edits and agent turns; the server,
 harness, telemetry, extension and editor are real.
 
-Two sessions. One: ghost text accepted and an agent proposal accepted (issue 6). Two (issue
-18): the session of tests/editor_sessions.py, which Neovim plays too (ghost text accepted, the
+Two sessions. One: ghost text accepted and an agent proposal accepted. Two: the session of tests/editor_sessions.py, which Neovim plays too (ghost text accepted, the
 next edit drawn, jumped to and applied with Tab, ghost text kept in part, ghost text dismissed),
 checked against the same expected suggestion events; then the server is stopped, the status bar
 says so, and a click restarts it. It writes `vscode-suggestion-sequence.json` and keeps its

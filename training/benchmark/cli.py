@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from agent.engine.config import SPEC_METHODS
+from agent.model import add_model_argument
 from training.benchmark.journal import read_previous
 from training.benchmark.report import render_table, write_html
 from training.benchmark.run import run_benchmark
@@ -30,12 +31,7 @@ def _parser() -> argparse.ArgumentParser:
         "and an HTML report.",
     )
     m = p.add_argument_group("model")
-    m.add_argument(
-        "--model",
-        default="default",
-        help="'default', a checkpoint folder, or the "
-        "URL of an OpenAI-compatible server (http://127.0.0.1:8000)",
-    )
+    add_model_argument(m)
     m.add_argument("--served-model-name", default=None, help="model name to ask a server for")
     m.add_argument("--api-key-env", default="", help="environment variable holding the API key")
     m.add_argument(

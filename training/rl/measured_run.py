@@ -296,12 +296,12 @@ def measured_run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
 
 
 def parser() -> argparse.ArgumentParser:
+    from agent.model import add_model_argument
+
     p = argparse.ArgumentParser(
         prog="python -m training.rl.measured_run", description=__doc__.split("\n")[0]
     )
-    p.add_argument(
-        "--model", required=True, help="model to start from: a folder, 'base' or 'default'"
-    )
+    add_model_argument(p, required=True, servers=False, role="the model to start from")
     p.add_argument("--out", required=True, help="folder for result.json, the curves, the log")
     p.add_argument("--work", default=None, help="checkpoints and tasks (default: OUT/work)")
     p.add_argument("--device", default="cuda", help="torch device (cuda, cuda:1, cpu)")
