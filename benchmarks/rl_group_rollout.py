@@ -5,9 +5,9 @@ run through the product's harness (training/rl/environments.py `HarnessEnv`). Bo
 the engine as a rollout worker opens it (local, on its own thread, float32, the prefix cache on):
 - `sequential`: the samples one after another (`HarnessEnv(concurrent=False)`), each turn
   decoding alone;
-- `concurrent`: all G samples at once, each on a thread of its own; the engine's loop batches
+- `concurrent`: all G samples at once, each on a thread of its own; the engine's thread batches
   their decode steps into one pass and the first sample's prefill of the shared prompt serves
-  the others (agent/engine/loop.py, batched.py).
+  the others (agent/engine/scheduler.py, batched.py).
 
 Per task and mode: wall seconds for the group, output tokens sampled, model turns, samples that
 passed, and output tokens per second; the modes alternate which goes first. Samples use the same

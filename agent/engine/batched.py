@@ -32,8 +32,8 @@ from torch import nn
 
 from agent.engine import cpu_kernels
 from agent.engine.kv_cache import KVCache
-from agent.engine.loop import BATCH_ROWS, Step
 from agent.engine.lowbit import is_lowbit
+from agent.engine.scheduler import BATCH_ROWS, Step
 
 RAGGED_MODEL_TYPES = ("llama", "qwen2")
 

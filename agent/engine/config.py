@@ -77,7 +77,7 @@ class EngineConfig:
     timeout_s: float = 600.0  # per-request timeout for remote backends
     prefix_cache_mb: int = 512  # local backend: memory for cached prompt prefixes; 0 turns it off
     # local backend: run every torch operation (loading included) on one thread the engine owns
-    # (loop.py). For servers, whose requests come from many threads; a process that runs torch
+    # (scheduler.py). For servers, whose requests come from many threads; a process that runs torch
     # work of its own (training, benchmarks) keeps it off and calls from its own thread.
     own_thread: bool = False
     # local backend: every output the same bits as a cold, unbatched, plain decode of the same

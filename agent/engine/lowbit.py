@@ -41,7 +41,7 @@ from agent.engine.cpu_kernels import int8_mm, pack_int8
 from agent.engine.cpu_kernels import quantize_int8 as kernel_quantize_int8
 from agent.engine.cpu_kernels import unavailable as int8_kernel_unavailable
 from agent.engine.few_rows import FewRowsLinear
-from agent.engine.loop import BATCH_ROWS
+from agent.engine.scheduler import BATCH_ROWS
 
 # A batched step (loop.BATCH_ROWS rows at most) takes the path its steps take alone. int8 stays
 # ahead of float32 well past this on a CPU (benchmarks/int8.py measures the rows); torch's int4

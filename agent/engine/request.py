@@ -20,7 +20,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agent.engine.priority import LANES
+# Lanes of the model's forward passes (`Request.priority`), most urgent first: an editor waiting on
+# a keystroke (inline completion); an editor's work done ahead of need (a next edit: it must never
+# hold up the ghost text of the next keystroke, which within one lane it would, first come first
+# served); an agent turn; RL rollouts and benchmarks. scheduler.py serves them in this order.
+LANES = ("interactive", "prefetch", "normal", "background")
 
 
 class EngineError(Exception):
@@ -83,7 +87,7 @@ class Request:
     speculation: str | None = None  # text the output is expected to resemble (apply/rewrite)
     cancel: threading.Event | None = None  # set it from any thread to stop within one step
     request_id: str | None = None
-    # Lane for the model's forward passes (agent/engine/priority.py): "interactive" (an editor
+    # Lane for the model's forward passes (`LANES`, agent/engine/scheduler.py): "interactive" (an editor
     # waiting), "prefetch" (an editor's next edit), "normal" (an agent turn), "background" (RL
     # rollouts, benchmarks).
     priority: str = "normal"

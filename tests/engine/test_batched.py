@@ -1,4 +1,4 @@
-"""Batching across requests: the ragged forward pass (batched.py) and the loop that batches."""
+"""Batching across requests: the ragged forward pass (batched.py) and the scheduler that batches."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import torch
 from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
 from agent.engine.batched import Part, forward_parts, supports_ragged, takes_trees
 from agent.engine.local import LocalEngine
-from agent.engine.loop import BATCH_ROWS, STEP, EngineLoop, Step
 from agent.engine.model_runner import LoadedModel
+from agent.engine.scheduler import BATCH_ROWS, STEP, EngineThread, Step
 from agent.model import build_trunk
-from tests.engine.test_loop import _drain
+from tests.engine.test_engine_thread import _drain
 
 PROMPTS = [
     "def add(a, b):",
@@ -76,8 +76,8 @@ def _steps(name: str, rows: list[int], runs: list, key: object = "weights"):
     return name
 
 
-def _queued(loop: EngineLoop, streams) -> list:
-    """Open every stream while the loop is busy, so that all are waiting when it looks."""
+def _queued(scheduler: EngineThread, streams) -> list:
+    """Open every stream while the scheduler is busy, so that all are waiting when it looks."""
     gate = threading.Event()
     busy = threading.Event()
 
@@ -85,19 +85,19 @@ def _queued(loop: EngineLoop, streams) -> list:
         busy.set()
         gate.wait(30)
 
-    blocker = threading.Thread(target=loop.call, args=(hold,), kwargs={"lane": "interactive"})
+    blocker = threading.Thread(target=scheduler.call, args=(hold,), kwargs={"lane": "interactive"})
     blocker.start()
     busy.wait(30)
-    relays = [loop.stream(generator, lane) for generator, lane in streams]
+    relays = [scheduler.stream(generator, lane) for generator, lane in streams]
     gate.set()
     blocker.join()
     return relays
 
 
 def test_small_steps_of_one_lane_run_together_and_ride_with_the_first_large_one():
-    loop, runs = EngineLoop(), []
+    scheduler, runs = EngineThread(), []
     relays = _queued(
-        loop,
+        scheduler,
         [
             (_steps("a", [1, 1, 1], runs), "interactive"),
             (_steps("b", [1, 1], runs), "interactive"),
@@ -107,7 +107,7 @@ def test_small_steps_of_one_lane_run_together_and_ride_with_the_first_large_one(
         ],
     )
     assert [_drain(relay) for relay in relays] == ["a", "b", "c", "other-weights", "agent"]
-    loop.close()
+    scheduler.close()
     assert runs == [
         ["a", "b", "c"],  # c's large step first, the small ones riding along
         ["a", "b", "c"],
@@ -119,26 +119,26 @@ def test_small_steps_of_one_lane_run_together_and_ride_with_the_first_large_one(
 
 
 def test_a_batch_takes_at_most_batch_rows():
-    loop, runs = EngineLoop(), []
+    scheduler, runs = EngineThread(), []
     half = BATCH_ROWS // 2
-    relays = _queued(loop, [(_steps(name, [half], runs), "normal") for name in "xyz"])
+    relays = _queued(scheduler, [(_steps(name, [half], runs), "normal") for name in "xyz"])
     for relay in relays:
         _drain(relay)
-    loop.close()
+    scheduler.close()
     assert runs == [["x", "y"], ["z"]]
 
 
 def test_a_step_yielded_after_a_boundary_still_joins_the_batch():
-    loop, runs = EngineLoop(), []
+    scheduler, runs = EngineThread(), []
 
     def slow(name):
         yield STEP  # work between steps that is a switching point of its own
         yield _Fake(name, 1, "weights", runs)
 
-    relays = _queued(loop, [(slow("p"), "normal"), (slow("q"), "normal")])
+    relays = _queued(scheduler, [(slow("p"), "normal"), (slow("q"), "normal")])
     for relay in relays:
         _drain(relay)
-    loop.close()
+    scheduler.close()
     assert runs == [["p", "q"]]
 
 
@@ -212,14 +212,14 @@ def test_requests_sent_together_with_one_prompt_prefill_it_once(tiny_checkpoint)
 
 
 def _queued_requests(engine: LocalEngine, requests: list[Request]) -> list:
-    """Every request's stream, opened while the engine's loop is busy."""
+    """Every request's stream, opened while the engine's scheduler is busy."""
     gate, busy = threading.Event(), threading.Event()
 
     def hold():
         busy.set()
         gate.wait(30)
 
-    blocker = threading.Thread(target=engine._loop.call, args=(hold,))
+    blocker = threading.Thread(target=engine._scheduler.call, args=(hold,))
     blocker.start()
     busy.wait(30)
     streams = [engine.stream(request) for request in requests]

@@ -19,9 +19,9 @@ from agent.engine import (
     open_engine,
 )
 from agent.engine.local import LocalEngine, SpeculativeSequence
-from agent.engine.loop import Step
 from agent.engine.sample_output import SampleOutput
 from agent.engine.sampling import target_probs
+from agent.engine.scheduler import Step
 from tests.conftest import make_checkpoint
 
 PROMPT = "def parse(text):\n    return json.loads(text)\n\ndef parse("

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 import pytest
 
 from agent.engine import BadRequest, Request
-from agent.engine.priority import PriorityLock
+from agent.engine.scheduler import PriorityLock
 
 
 class RecordingLock(PriorityLock):
@@ -127,11 +127,11 @@ def test_the_local_engine_serves_a_waiting_completion_before_a_waiting_agent_tur
 
     engine = open_engine(EngineConfig(model=str(tiny_checkpoint), backend="local"))
     lanes: list[str] = []
-    engine._lock = RecordingLock(lanes, grace_s=60)  # a waiting turn waits for the completion
+    engine._scheduler = RecordingLock(lanes, grace_s=60)  # a waiting turn waits for the completion
     busy, release = threading.Event(), threading.Event()
 
     def model_busy():
-        with engine._lock.hold("background"):
+        with engine._scheduler.hold("background"):
             busy.set()
             release.wait()
 
@@ -150,7 +150,7 @@ def test_the_local_engine_serves_a_waiting_completion_before_a_waiting_agent_tur
     for priority in ("normal", "interactive"):
         threads.append(threading.Thread(target=ask, args=(priority,)))
         threads[-1].start()
-        _wait_until(lambda n=len(threads) - 1: engine._lock.waiting() == n)
+        _wait_until(lambda n=len(threads) - 1: engine._scheduler.waiting() == n)
     release.set()
     for thread in threads:
         thread.join()
@@ -185,7 +185,7 @@ def _recording_engine(checkpoint):
 
     engine = open_engine(EngineConfig(model=str(checkpoint), backend="local", prefix_cache_mb=0))
     holds: list[str] = []
-    engine._lock = RecordingLock(holds)
+    engine._scheduler = RecordingLock(holds)
     return engine, holds
 
 
