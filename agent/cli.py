@@ -20,7 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("agent.run", "run an agent task headless in a workspace"),
     "lsp": ("lsp.cli", "language server for editors (stdio; --tcp for debugging)"),
     "serve": ("agent.serve", "OpenAI-compatible HTTP server over the engine (127.0.0.1)"),
-    "generate": ("agent.engine.cli", "generate text from a prompt with the engine"),
+    "generate": ("agent.engine.generate", "generate text from a prompt with the engine"),
     "export-draft": (
         "agent.engine.vllm_draft",
         "export a checkpoint's MTP heads as a vLLM `mtp` draft (MiMo layout)",

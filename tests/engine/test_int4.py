@@ -311,7 +311,7 @@ def test_int4_off_the_local_cpu_is_a_clear_error(kwargs, words):
 
 
 def test_generate_cli_takes_int4(qwen2, capsys):
-    from agent.engine.cli import main
+    from agent.engine.generate import main
 
     argv = ["--model", str(qwen2), "--prompt", PROMPT, "--max-tokens", "4", "--dtype", "int4"]
     assert main(argv) == 0

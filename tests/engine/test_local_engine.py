@@ -224,7 +224,7 @@ def test_few_rows_linear_computes_the_same_product(rows):
 
 
 def test_generate_cli_takes_a_dtype(tiny_checkpoint, capsys):
-    from agent.engine.cli import main
+    from agent.engine.generate import main
 
     argv = ["--model", str(tiny_checkpoint), "--prompt", PROMPT, "--max-tokens", "4"]
     assert main([*argv, "--dtype", "bfloat16"]) == 0
