@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("agent.serve", "OpenAI-compatible HTTP server over the engine (127.0.0.1)"),
     "generate": ("agent.engine.generate", "generate text from a prompt with the engine"),
     "export-draft": (
-        "agent.engine.vllm_draft",
+        "agent.engine.backends.vllm_draft",
         "export a checkpoint's MTP heads as a vLLM `mtp` draft (MiMo layout)",
     ),
     "bench": (

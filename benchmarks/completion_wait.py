@@ -68,7 +68,7 @@ def main() -> int:
 
     import torch
 
-    import agent.engine.local as local
+    import agent.engine.local.engine as local
     from agent.engine import EngineConfig, Request, SamplingParams, open_engine
     from lsp.bench import latency_summary
 

@@ -1,6 +1,6 @@
 """Benchmark: int8 (or, with `--dtype int4`, int4) weight-only decoding against float32.
 
-One process loads the model twice, float32 and the low-bit dtype (agent/engine/lowbit.py), and
+One process loads the model twice, float32 and the low-bit dtype (agent/engine/local/lowbit.py), and
 compares (the text says int8; `--dtype int4` puts int4 in its place):
 - forward ms over a warm KV cache by number of new rows, with the int8 product forced for every
   row count (int8 must stay ahead up to `Int8Linear.MAX_INT8_ROWS`, a batched step's most rows);
@@ -40,7 +40,7 @@ ROWS = (1, 2, 4, 8, 12, 16, 24, 32, 48)
 @contextlib.contextmanager
 def lowbit_for_every_row():
     """Run the low-bit products whatever the number of rows (prefill included)."""
-    from agent.engine.lowbit import Int4Linear, Int8Linear
+    from agent.engine.local.lowbit import Int4Linear, Int8Linear
 
     before = Int8Linear.MAX_INT8_ROWS, Int4Linear.MAX_INT4_ROWS
     Int8Linear.MAX_INT8_ROWS = Int4Linear.MAX_INT4_ROWS = 1 << 62
@@ -165,9 +165,9 @@ def main() -> int:
     from agent.chat_format import render_chat
     from agent.engine import EngineConfig
     from agent.engine.bench_steps import step_costs
-    from agent.engine.local import LocalEngine
-    from agent.engine.lowbit import Int4Linear, Int8Linear, is_lowbit
-    from agent.engine.model_runner import LoadedModel
+    from agent.engine.local.engine import LocalEngine
+    from agent.engine.local.lowbit import Int4Linear, Int8Linear, is_lowbit
+    from agent.engine.local.model_runner import LoadedModel
     from training.stages import encode_conversation
 
     torch.set_num_threads(args.threads)

@@ -56,8 +56,8 @@ def layer_for(precision: str, in_features: int, out_features: int):
     import torch
     from torch import nn
 
-    from agent.engine.few_rows import FewRowsLinear
-    from agent.engine.lowbit import use_int4_linear, use_int8_linear
+    from agent.engine.local.few_rows import FewRowsLinear
+    from agent.engine.local.lowbit import use_int4_linear, use_int8_linear
 
     torch.manual_seed(0)
     layer = nn.Linear(in_features, out_features, bias=False)
@@ -279,8 +279,8 @@ def main() -> int:
 
     import torch
 
-    from agent.engine import cpu_kernels
-    from agent.engine.lowbit import bf16_matmul_is_fast, int4_unavailable, int8_unavailable
+    from agent.engine.local import cpu_kernels
+    from agent.engine.local.lowbit import bf16_matmul_is_fast, int4_unavailable, int8_unavailable
 
     for why in (int8_unavailable(), int4_unavailable()):
         if why:

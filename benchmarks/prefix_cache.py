@@ -64,7 +64,7 @@ def main() -> int:
 
     from agent.chat_format import render_chat
     from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
-    from agent.engine.local import LocalEngine
+    from agent.engine.local.engine import LocalEngine
 
     torch.set_num_threads(2)
     engines = {

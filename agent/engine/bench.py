@@ -266,8 +266,8 @@ def run(args, tmp: Path) -> dict:
 
     from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
     from agent.engine.bench_serving import serving_targets
-    from agent.engine.local import LocalEngine
-    from agent.engine.model_runner import LoadedModel
+    from agent.engine.local.engine import LocalEngine
+    from agent.engine.local.model_runner import LoadedModel
 
     random_weights = args.model is None
     model_path, draft_path = (args.model, args.draft_model)

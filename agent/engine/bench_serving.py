@@ -216,7 +216,7 @@ def _fresh_process() -> None:
     import torch
 
     from agent.engine import EngineConfig
-    from agent.engine.local import LocalEngine
+    from agent.engine.local.engine import LocalEngine
 
     job = json.loads(sys.stdin.read())
     if job["threads"]:

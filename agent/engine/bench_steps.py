@@ -22,8 +22,8 @@ def step_costs(model, prompt_ids: list[int], args) -> tuple[float, float]:
     """
     import torch
 
-    from agent.engine.batched import Part
-    from agent.engine.rejection_sampler import verify_greedy
+    from agent.engine.local.batched import Part
+    from agent.engine.local.rejection_sampler import verify_greedy
 
     cache = model.new_cache()
     decode_s: list[float] = []
@@ -54,7 +54,7 @@ def mtp_targets(model, rows: list[dict], prompt_ids: list[int], decode_ms: float
     text decoded with the heads' drafts against plain, with its mean acceptance length."""
     import torch
 
-    from agent.engine.proposers import MTPProposer
+    from agent.engine.local.proposers import MTPProposer
 
     proposer = MTPProposer(model)
     start = max(3, len(prompt_ids) - args.step_samples - 6)

@@ -7,7 +7,7 @@ Vocabulary (used throughout `agent/engine`):
   apply/rewrite request). Proposers may draft from it; it never changes what is sampled.
 - *draft tokens* are proposed cheaply; a *verify step* runs the target model once over them and
   keeps the *accepted* prefix, then one *recovered* token (on a rejection) or one *bonus* token
-  (when every draft was accepted). See `rejection_sampler.py`.
+  (when every draft was accepted). See `local/rejection_sampler.py`.
 
 All errors a caller can cause raise `BadRequest` with a message that names the problem and the
 fix; the engine never hangs or dies on them.
@@ -92,7 +92,7 @@ class Request:
     # rollouts, benchmarks).
     priority: str = "normal"
     # Chat with tools: mask tokens that would break a tool call's grammar, so every call parses
-    # (agent/engine/tool_grammar.py; local backend).
+    # (agent/engine/local/tool_grammar.py; local backend).
     constrain_tool_calls: bool = True
     # A fast-apply request (agent/chat_format.py `apply_messages`): decoded by the model's
     # fast-apply adapter where its folder has one (agent/model.py APPLY_DIR; local backend).

@@ -21,13 +21,13 @@ Two schedulers keep that policy, one per way of running requests (`Scheduler`):
   (completions, next edit, agent tasks), so each of them would grow a team. Callers hand the
   thread their request's generator and read the deltas it produces; the thread steps the generator
   at each `yield` (a step boundary). A caller that stops reading (closes its stream) cancels its
-  request. Batching: a generator may yield a `Step` (a trunk forward pass: batched.Forward)
-  instead of running it. The thread then runs the most urgent request's step together with the
-  waiting steps of the other requests in its lane that share its `key` (the same weights), up to
-  BATCH_ROWS token rows, in one `run_batch`: four editors' completions decode in one pass. A large
-  step (a prefill chunk) goes first, one at a time, and the small steps ride along with it
-  (batched.py runs each through the product it would take alone); steps of other lanes never ride
-  along: an agent's row would make an editor's step slower.
+  request. Batching: a generator may yield a `Step` (a trunk forward pass, local/batched.py
+  `Forward`) instead of running it. The thread then runs the most urgent request's step together
+  with the waiting steps of the other requests in its lane that share its `key` (the same
+  weights), up to BATCH_ROWS token rows, in one `run_batch`: four editors' completions decode in
+  one pass. A large step (a prefill chunk) goes first, one at a time, and the small steps ride
+  along with it (local/batched.py runs each through the product it would take alone); steps of
+  other lanes never ride along: an agent's row would make an editor's step slower.
 - `PriorityLock` (requests on their callers' threads): a lock around each step whose waiters
   acquire it in lane order. While a session of a more urgent lane is open, a waiter waits for it
   to end, but no longer than `grace_s` after the session's last step (a consumer that stops

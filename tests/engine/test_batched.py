@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
-from agent.engine.batched import Part, forward_parts, supports_ragged, takes_trees
-from agent.engine.local import LocalEngine
-from agent.engine.model_runner import LoadedModel
+from agent.engine.local.batched import Part, forward_parts, supports_ragged, takes_trees
+from agent.engine.local.engine import LocalEngine
+from agent.engine.local.model_runner import LoadedModel
 from agent.engine.scheduler import BATCH_ROWS, STEP, EngineThread, Step
 from agent.model import build_trunk
 from tests.engine.test_engine_thread import _drain
@@ -250,8 +250,8 @@ def test_under_int8_a_verify_step_computes_plain_decodings_steps_bit_for_bit():
     products' bf16 outputs turn the least rounding difference into a possible flip of a greedy
     token). int8 products are per row and each position attends alone; float32 BLAS products
     round by row count, so there the equality is close, not exact."""
-    from agent.engine.kv_cache import KVCache
-    from agent.engine.lowbit import use_int8_linear
+    from agent.engine.local.kv_cache import KVCache
+    from agent.engine.local.lowbit import use_int8_linear
 
     trunk = build_trunk("40m", vocab_size=512, seed=3).eval()  # the base's layer shapes
     use_int8_linear(trunk)
@@ -269,7 +269,7 @@ def test_under_int8_a_verify_step_computes_plain_decodings_steps_bit_for_bit():
 
 @pytest.mark.parametrize("exact", [False, True])
 def test_exact_speculation_marks_verify_steps_to_attend_alone(tiny_checkpoint, monkeypatch, exact):
-    import agent.engine.model_runner as runner
+    import agent.engine.local.model_runner as runner
 
     seen: list[bool] = []
 
@@ -290,8 +290,8 @@ def test_under_int8_a_tree_step_computes_each_branchs_decode_steps_bit_for_bit()
     """A tree of drafts (`Part.parents`): two branches after the last token, [x, a1, a2] and
     [x, b1, b2], in one verify step. Each row is what plain decoding's step at that point of its
     own branch computes, and keeping branch b's rows leaves the cache plain decoding would."""
-    from agent.engine.kv_cache import KVCache
-    from agent.engine.lowbit import use_int8_linear
+    from agent.engine.local.kv_cache import KVCache
+    from agent.engine.local.lowbit import use_int8_linear
 
     trunk = build_trunk("40m", vocab_size=512, seed=3).eval()
     use_int8_linear(trunk)
@@ -323,7 +323,7 @@ def test_under_int8_a_tree_step_computes_each_branchs_decode_steps_bit_for_bit()
 def test_a_tree_step_off_the_kernels_attends_through_a_masked_call():
     """A float32 trunk has no kernel of ours: a tree part's rows see their own branch through a
     mask, and come out close to each branch's own decode steps."""
-    from agent.engine.kv_cache import KVCache
+    from agent.engine.local.kv_cache import KVCache
 
     trunk = build_trunk("test", vocab_size=256, seed=2).eval()
     assert not takes_trees(trunk)

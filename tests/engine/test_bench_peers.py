@@ -147,8 +147,8 @@ def test_real_peers_decode_the_base_model(tmp_path):
     """vLLM (float32, the converted base) gives plain's tokens; llama.cpp (the base's own Q4_1
     GGUF) decodes the same prompts, its tokens reported as a share."""
     from agent.engine import EngineConfig, Request, SamplingParams
-    from agent.engine.local import LocalEngine
-    from agent.engine.model_runner import LoadedModel
+    from agent.engine.local.engine import LocalEngine
+    from agent.engine.local.model_runner import LoadedModel
 
     have = [peer for peer in EXTERNAL if default_python(peer).exists()]
     if not have:

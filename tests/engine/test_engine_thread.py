@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from agent.engine import EngineConfig, EngineError, Request, SamplingParams, SpeculativeConfig
-from agent.engine.local import LocalEngine
-from agent.engine.model_runner import LoadedModel
+from agent.engine.local.engine import LocalEngine
+from agent.engine.local.model_runner import LoadedModel
 from agent.engine.scheduler import STEP, EngineThread
 
 

@@ -18,9 +18,9 @@ from agent.engine import (
     SpeculativeConfig,
     open_engine,
 )
-from agent.engine.local import LocalEngine, SpeculativeSequence
+from agent.engine.local.engine import LocalEngine, SpeculativeSequence
+from agent.engine.local.sampling import target_probs
 from agent.engine.sample_output import SampleOutput
-from agent.engine.sampling import target_probs
 from agent.engine.scheduler import Step
 from tests.conftest import make_checkpoint
 
@@ -208,7 +208,7 @@ def test_a_tokenizer_that_does_not_fit_the_model_is_refused(tmp_path, tokenizer)
 def test_few_rows_linear_computes_the_same_product(rows):
     """Decode (one row, padded), verify (a few rows) and prefill (many rows) all compute x · Wᵀ,
     and gradients still flow (the layer stays trainable)."""
-    from agent.engine.few_rows import FewRowsLinear
+    from agent.engine.local.few_rows import FewRowsLinear
 
     torch.manual_seed(rows)
     layer = torch.nn.Linear(64, 48)

@@ -192,7 +192,7 @@ def _recording_engine(checkpoint):
 def test_a_long_prompt_is_prefilled_in_chunks_with_the_same_output(tiny_checkpoint, monkeypatch):
     """Each chunk is a hold of its own (a waiting completion goes between two chunks); the
     output is the one the whole prompt in one pass gives."""
-    import agent.engine.local as local
+    import agent.engine.local.engine as local
     from agent.engine import SamplingParams
 
     def run(chunk: int) -> tuple[list[int], int]:
@@ -227,7 +227,7 @@ def test_an_agent_prefill_runs_in_short_chunks_while_an_editor_is_active(
 ):
     """After an editor's completion, an agent turn's prompt is prefilled YIELDING_CHUNK tokens
     at a time (a next completion waits for less); the output is the same."""
-    import agent.engine.local as local
+    import agent.engine.local.engine as local
     from agent.engine import SamplingParams
 
     monkeypatch.setattr(local, "URGENT_WINDOW_S", 3600.0)  # however slow this machine is now

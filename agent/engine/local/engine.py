@@ -28,11 +28,12 @@ How a request runs:
    max tokens; streaming yields its deltas.
 
 Concurrency: requests may run from several threads, under one of the two schedulers of
-scheduler.py. With `EngineConfig.own_thread` (servers) every request's generator runs on the
-engine's own thread (`EngineThread`), which takes the next step from the most urgent lane: torch
-then uses one thread, as it is fastest on a CPU. Without it, requests run on their callers'
-threads and one priority lock (`PriorityLock`) serialises the forward calls (a CPU has no spare
-capacity for parallel forwards anyway); it is never held across a `yield`. Either way, between two steps of an agent turn a waiting editor completion
+agent/engine/scheduler.py. With `EngineConfig.own_thread` (servers) every request's generator
+runs on the engine's own thread (`EngineThread`), which takes the next step from the most urgent
+lane: torch then uses one thread, as it is fastest on a CPU. Without it, requests run on their
+callers' threads and one priority lock (`PriorityLock`) serialises the forward calls (a CPU has
+no spare capacity for parallel forwards anyway); it is never held across a `yield`. Either way,
+between two steps of an agent turn a waiting editor completion
 (`Request.priority="interactive"`) goes first, and while an editor is active an agent's prompt
 is prefilled in short chunks, so that a completion waits for little. A request holds a
 reference to the weights it started on, so `swap` never disturbs it.
@@ -40,9 +41,10 @@ Cancellation (`Request.cancel`) is checked before every forward pass: the reques
 decode or verify step with finish reason "cancelled" (no exception).
 
 Batching across requests: every trunk forward pass is a `Forward` step that the request's
-generator yields. On the engine's thread the scheduler runs the waiting decode and verify
-steps of a lane's requests (on the same weights) in one pass (batched.py: their tokens concatenated through
-the linear layers, attention per request on its own cache); on callers' threads each runs alone.
+generator yields. On the engine's thread the scheduler runs the waiting decode and verify steps
+of a lane's requests (on the same weights) in one pass (batched.py: their tokens concatenated
+through the linear layers, attention per request on its own cache); on callers' threads each
+runs alone.
 
 Not here: paged attention, CUDA graphs.
 """
@@ -61,14 +63,13 @@ import torch
 
 from agent.chat_format import parse_assistant
 from agent.engine import Stream
-from agent.engine.batched import Admission, Forward, takes_trees
 from agent.engine.config import EngineConfig
-from agent.engine.copy_bias import CopyBias
-from agent.engine.kv_cache import reuse_freed_memory
-from agent.engine.model_runner import LoadedModel
-from agent.engine.prefix_cache import PrefixCache, restore
-from agent.engine.prompt import prepare_prompt
-from agent.engine.proposers import (
+from agent.engine.local.batched import Admission, Forward, takes_trees
+from agent.engine.local.copy_bias import CopyBias
+from agent.engine.local.kv_cache import reuse_freed_memory
+from agent.engine.local.model_runner import LoadedModel
+from agent.engine.local.prefix_cache import PrefixCache, restore
+from agent.engine.local.proposers import (
     HYBRID_MIN_MATCH,
     MTP_WINDOW,
     Draft,
@@ -78,18 +79,19 @@ from agent.engine.proposers import (
     NgramThenMTPProposer,
     Proposer,
 )
-from agent.engine.rejection_sampler import verify_greedy, verify_sampled
-from agent.engine.request import Delta, EngineError, Request, RequestMetrics, Result, SamplingParams
-from agent.engine.sample_output import SampleOutput
-from agent.engine.sampling import (
+from agent.engine.local.rejection_sampler import verify_greedy, verify_sampled
+from agent.engine.local.sampling import (
     make_generator,
     next_tokens,
     sample,
     target_probs,
     token_logprobs,
 )
+from agent.engine.local.tool_grammar import ToolGrammar
+from agent.engine.prompt import prepare_prompt
+from agent.engine.request import Delta, EngineError, Request, RequestMetrics, Result, SamplingParams
+from agent.engine.sample_output import SampleOutput
 from agent.engine.scheduler import BATCH_ROWS, EngineThread, PriorityLock, Scheduler
-from agent.engine.tool_grammar import ToolGrammar
 
 log = logging.getLogger("flywheel.engine")
 MAX_GRAMMARS = 32  # tool sets whose grammar stays built, per loaded model

@@ -36,11 +36,11 @@ import torch
 from torch import nn
 
 from agent.engine.config import LOWBIT_DTYPES
-from agent.engine.cpu_kernels import K_MULTIPLE as INT8_KERNEL_K_MULTIPLE
-from agent.engine.cpu_kernels import int8_mm, pack_int8
-from agent.engine.cpu_kernels import quantize_int8 as kernel_quantize_int8
-from agent.engine.cpu_kernels import unavailable as int8_kernel_unavailable
-from agent.engine.few_rows import FewRowsLinear
+from agent.engine.local.cpu_kernels import K_MULTIPLE as INT8_KERNEL_K_MULTIPLE
+from agent.engine.local.cpu_kernels import int8_mm, pack_int8
+from agent.engine.local.cpu_kernels import quantize_int8 as kernel_quantize_int8
+from agent.engine.local.cpu_kernels import unavailable as int8_kernel_unavailable
+from agent.engine.local.few_rows import FewRowsLinear
 from agent.engine.scheduler import BATCH_ROWS
 
 # A batched step (loop.BATCH_ROWS rows at most) takes the path its steps take alone. int8 stays
