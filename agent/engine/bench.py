@@ -68,6 +68,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from agent.bench_prompts import APPLY_FILE, FREE_PROMPTS, STDLIB
 from agent.engine.bench_peers import (
     EXTERNAL,
     PEER_CHOICES,
@@ -80,12 +81,6 @@ from agent.engine.bench_peers import (
 from agent.engine.bench_steps import mtp_targets, step_costs, verify_target
 from agent.engine.config import APPLY_COPY_BIAS, DRAFT_ALTERNATIVES, DTYPES, LOWBIT_DTYPES
 
-STDLIB = Path(sys.base_prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-APPLY_FILE = "genericpath.py"  # ~155 lines
-FREE_PROMPTS = [
-    ("textwrap.py", 40),  # (stdlib file, lines of it used as the prompt)
-    ("json/decoder.py", 60),
-]
 PLAIN_VS_HF = 1.5  # the engine issue's targets
 PEER_OF = {
     "plain": "hf-greedy",
