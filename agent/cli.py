@@ -48,11 +48,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # Commands with subcommands that live in different packages: name -> {sub: (module, help)}.
 GROUPS: dict[str, dict[str, tuple[str, str]]] = {
     "bench": {
-        "engine": ("agent.engine.bench", "decoding speed: plain and speculative vs HF generate"),
-        "lsp": ("lsp.bench", "inline-completion latency through the server vs the engine"),
+        "engine": (
+            "benchmarks.engine.decoding",
+            "decoding speed: plain and speculative vs HF generate",
+        ),
+        "lsp": (
+            "benchmarks.lsp_latency",
+            "inline-completion latency through the server vs the engine",
+        ),
         "agent": ("training.benchmark", "agent tasks through the harness: pass@k with CIs"),
-        "infill": ("training.infill", "single-line infilling on HumanEval (inline completion)"),
-        "passkey": ("training.passkey", "passkey retrieval in long prompts (context length)"),
+        "infill": ("benchmarks.infill", "single-line infilling on HumanEval (inline completion)"),
+        "passkey": ("benchmarks.passkey", "passkey retrieval in long prompts (context length)"),
     },
 }
 

@@ -1,6 +1,6 @@
 """Benchmark: k editor completions sent at once, with the engine on its own thread or not.
 
-Each case runs in a fresh process (`bench_serving.concurrent_completions_fresh`, what `flywheel
+Each case runs in a fresh process (`benchmarks.engine.serving.concurrent_completions_fresh`, what `flywheel
 bench engine`'s *concurrent completions* workload runs too, with the engine on its own thread):
 
 - `own-thread`: `EngineConfig(own_thread=True)` (what `flywheel lsp` and `flywheel serve` use):
@@ -11,7 +11,7 @@ bench engine`'s *concurrent completions* workload runs too, with the engine on i
 
 Each prints the p50 latency of one completion alone and of k sent together (16 greedy tokens
 each, on k distinct prompts of the same length: the last *free* prompt of `flywheel bench
-engine`, shifted by one token per editor), and their ratio (the engine issue's target: <= 1.5).
+engine`, shifted by one token per editor), and their ratio (target: <= 1.5, as in `flywheel bench engine`).
 
     .venv/bin/python benchmarks/concurrent_completions.py --model default --dtype int8 \
         --json benchmarks/results/concurrent-completions.json
@@ -25,6 +25,9 @@ import json
 import platform
 import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # `python benchmarks/concurrent_completions.py` imports benchmarks
 
 CASES = ("callers-threads", "own-thread")
 
@@ -42,9 +45,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers import AutoTokenizer
 
-    from agent.engine.bench import workloads
-    from agent.engine.bench_serving import concurrent_completions_fresh
     from agent.model import checkpoint_folder, tokenizer_folder
+    from benchmarks.engine.serving import concurrent_completions_fresh
+    from benchmarks.engine.workloads import workloads
 
     folder = checkpoint_folder(args.model)
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder(folder)))

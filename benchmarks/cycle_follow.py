@@ -1,6 +1,7 @@
 """Benchmark: real `flywheel cycle` runs from the default while a real `flywheel lsp` follows the registry.
 
-The RL issue's cycle line, end to end on the real model:
+The whole cycle, end to end on the real model: sessions, training, the gate, an editor that
+follows the promoted version.
 
 1. A fresh registry gets the shipped default as its promoted version.
 2. Sessions: `flywheel run --model default` on synthetic tasks (seed 77, round robin over the

@@ -164,10 +164,10 @@ def main() -> int:
 
     from agent.chat_format import render_chat
     from agent.engine import EngineConfig
-    from agent.engine.bench_steps import step_costs
     from agent.engine.local.engine import LocalEngine
     from agent.engine.local.lowbit import Int4Linear, Int8Linear, is_lowbit
     from agent.engine.local.model_runner import LoadedModel
+    from benchmarks.engine.steps import step_costs
     from training.stages import encode_conversation
 
     torch.set_num_threads(args.threads)

@@ -15,7 +15,7 @@ The same requests and lines are asked of every model, so `before` and each later
 compared request by request: a paired bootstrap (2,000 resamples of the requests, seed 0) gives
 95% intervals of the difference of each score; accept rate is a ratio (accepted / shown), so each
 resample recomputes it from the resampled requests. HumanEval single-line infilling
-(training/infill.py, `flywheel bench infill`, FIM prompts) is run before and after, to see what
+(benchmarks/infill.py, `flywheel bench infill`, FIM prompts) is run before and after, to see what
 the repository's model forgot.
 
 Repositories (`REPOS`): Flywheel itself at a named commit (its files at that commit, from `git
@@ -307,7 +307,7 @@ def measure(repo: Repo, model: str, work: Path, args, log) -> dict:
 
 def infill(before: str, after: str, args) -> dict:
     """HumanEval single-line infilling (FIM prompts) for the starting and the final model."""
-    from training.infill import infill_tasks, run_model
+    from benchmarks.infill import infill_tasks, run_model
 
     tasks = infill_tasks(args.infill_limit)
     out = {}

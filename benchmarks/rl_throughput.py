@@ -10,8 +10,8 @@ as much as an update (the reward still judges the first token).
 
 Trajectories per minute are counted over the steady part of each run: from the first update to
 the last (worker start-up and the initial evaluation excluded). Also reported: the groups refused
-for staleness and the admitted samples over the bound (the issue's requirement: 0).
-The issue's target: async >= 1.3x sync.
+for staleness and the admitted samples over the bound (required: 0).
+Target: async >= 1.3x sync.
 
     .venv/bin/python benchmarks/rl_throughput.py [--steps 12] [--tokens 24] [--workers 1]
         [--staleness 2] [--init CHECKPOINT] [--json benchmarks/results/rl_throughput.json]

@@ -16,7 +16,7 @@ shared, busy machine the wall-clock rates are lower than the writer could do alo
 
 Events are a realistic mix: agent steps with ~300 chars of text and a tool call, inline
 suggestions with ~600 chars of code context, suggestion lifecycle events, survival checks.
-The issue's targets: >= 5,000 events/s sustained, enqueue p99 < 1 ms on the caller's thread.
+Targets: >= 5,000 events/s sustained, enqueue p99 < 1 ms on the caller's thread.
 "Sustained" is checked in the paced mode: offered 5,000 events/s, the durable rate over the whole
 run (first record() to flush() returning) is at least 99% of 5,000/s, and the writer keeps up
 (its backlog, sampled every 50 ms, never holds 0.5 s of events). The burst mode and the writer's

@@ -321,8 +321,8 @@ def test_generate_cli_takes_int4(qwen2, capsys):
 def test_every_dtype_flag_and_setting_offers_int4():
     from typing import get_args, get_type_hints
 
-    from agent.engine.bench import build_parser
     from agent.serve.cli import _parser
+    from benchmarks.engine.decoding import build_parser
     from lsp.settings import ModelSettings
 
     assert build_parser().parse_args(["--dtype", "int4"]).dtype == "int4"

@@ -192,8 +192,8 @@ def test_unsupported_dtype_is_a_clear_error(kwargs, words):
 
 
 def test_dtype_flags_offer_int8():
-    from agent.engine.bench import build_parser
     from agent.serve.cli import _parser
+    from benchmarks.engine.decoding import build_parser
 
     assert build_parser().parse_args(["--dtype", "int8"]).dtype == "int8"
     assert _parser().parse_args(["--dtype", "int8"]).dtype == "int8"
