@@ -33,8 +33,6 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
-import json
-import platform
 import statistics
 import sys
 import time
@@ -42,6 +40,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.record import machine, write_json  # noqa: E402
 
 SHAPES = ((896, 896), (896, 128), (896, 4864), (4864, 896), (896, 151936))  # (in, out)
 ROWS = (1, 5)  # a decode step, a verify step over 4 drafts (--rows)
@@ -297,9 +297,7 @@ def main() -> int:
             "benchmark": "lowbit_matmul",
             "command": "python benchmarks/lowbit_matmul.py " + " ".join(sys.argv[1:]),
             "date": datetime.date.today().isoformat(),
-            "machine": dict(
-                platform=platform.platform(),
-                processor=platform.processor() or platform.machine(),
+            "machine": machine(
                 cpu_capability=torch.backends.cpu.get_cpu_capability(),
                 bf16_matmul_is_fast=bf16_matmul_is_fast(),
                 flywheel_int8_kernel=cpu_kernels.unavailable() or "built",
@@ -310,10 +308,7 @@ def main() -> int:
             "results": rows,
             "step_estimates": estimates,
         }
-        out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {out}")
+        write_json(args.json, report)
     return 0
 
 

@@ -43,7 +43,6 @@ import argparse
 import hashlib
 import io
 import json
-import platform
 import shutil
 import subprocess
 import sys
@@ -56,6 +55,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.record import machine, write_json  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -398,17 +399,11 @@ def main(argv: list[str] | None = None) -> int:
         "command": "benchmarks/repo_learning.py "
         + " ".join(argv if argv is not None else sys.argv[1:]),
         "quick": args.quick,
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor(),
-            "python": platform.python_version(),
-        },
+        "machine": machine(),
         "seconds": round(time.monotonic() - t0, 1),
         "repos": results,
     }
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-    print(f"written to {args.json}")
+    write_json(args.json, report)
     return 0
 
 

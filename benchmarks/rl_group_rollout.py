@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import platform
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.record import machine, write_json  # noqa: E402
 
 MODES = ("sequential", "concurrent")
 
@@ -123,14 +123,13 @@ def main() -> int:
             benchmark="rl_group_rollout",
             command="python benchmarks/rl_group_rollout.py " + " ".join(sys.argv[1:]),
             date=datetime.datetime.now().isoformat(timespec="seconds"),
-            machine=dict(platform=platform.platform(), python=platform.python_version()),
+            machine=machine(),
             settings=vars(args),
             rows=rows,
             totals=totals,
             concurrent_vs_sequential_tokens_per_s=ratio,
         )
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.json}")
+        write_json(args.json, result)
     return 0
 
 

@@ -61,8 +61,6 @@ import argparse
 import contextlib
 import datetime
 import functools
-import json
-import platform
 import sys
 import tempfile
 import time
@@ -80,6 +78,7 @@ from benchmarks.engine.peers import (
 from benchmarks.engine.report import overall, print_report, summarize
 from benchmarks.engine.steps import mtp_targets, step_costs, verify_target
 from benchmarks.engine.workloads import build_default_models, workloads
+from benchmarks.record import torch_machine, write_json
 
 PLAIN_VS_HF = 1.5  # plain decoding's tokens/s over Hugging Face's greedy `generate`
 
@@ -181,10 +180,7 @@ def main(argv: list[str]) -> int:
     print_report(report)
     if args.json is not None:
         today = datetime.date.today().isoformat()
-        path = Path(args.json or f"benchmarks/results/engine-{today}.json")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {path}")
+        write_json(args.json or f"benchmarks/results/engine-{today}.json", report)
     return 0
 
 
@@ -236,7 +232,7 @@ def run(args, tmp: Path) -> dict:
     return dict(
         benchmark="engine",
         date=datetime.datetime.now().isoformat(timespec="seconds"),
-        machine=machine(),
+        machine=torch_machine(),
         model=describe_model(args, target, draft, draft_path),
         settings=describe_settings(args),
         rows=rows,
@@ -389,19 +385,6 @@ def targets(args, rows: list[dict], engines: dict, target, draft, model_path, it
     )
 
 
-def machine() -> dict:
-    import torch
-    import transformers
-
-    return dict(
-        platform=platform.platform(),
-        processor=platform.processor() or platform.machine(),
-        torch_threads=torch.get_num_threads(),
-        torch=torch.__version__,
-        transformers=transformers.__version__,
-    )
-
-
 def describe_model(args, target, draft, draft_path: str | None) -> dict:
     random_weights = args.model is None
     return dict(
@@ -422,20 +405,13 @@ def describe_model(args, target, draft, draft_path: str | None) -> dict:
     )
 
 
+SETTINGS = ("max_tokens", "apply_max_tokens", "num_draft", "apply_max_draft", "apply_copy_bias",
+            "draft_alternatives", "repeats", "group_size", "concurrent", "dtype", "exact", "peers")  # fmt: skip
+
+
 def describe_settings(args) -> dict:
     return dict(
-        max_tokens=args.max_tokens,
-        apply_max_tokens=args.apply_max_tokens,
-        num_draft=args.num_draft,
-        apply_max_draft=args.apply_max_draft,
-        apply_copy_bias=args.apply_copy_bias,
-        draft_alternatives=args.draft_alternatives,
-        repeats=args.repeats,
-        group_size=args.group_size,
-        concurrent=args.concurrent,
-        dtype=args.dtype,
-        exact=args.exact,
-        peers=args.peers,
+        **{name: getattr(args, name) for name in SETTINGS},
         timing="best of repeats per prompt, methods interleaved (external peers after them)",
         greedy=True,
     )
