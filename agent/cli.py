@@ -21,9 +21,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("agent.run", "run an agent task headless in a workspace"),
     "lsp": ("lsp.cli", "language server for editors (stdio; --tcp for debugging)"),
     "serve": ("agent.serve", "OpenAI-compatible HTTP server over the engine (127.0.0.1)"),
-    "generate": ("agent.engine.cli", "generate text from a prompt with the engine"),
+    "generate": ("agent.engine.generate", "generate text from a prompt with the engine"),
     "export-draft": (
-        "agent.engine.vllm_draft",
+        "agent.engine.backends.vllm_draft",
         "export a checkpoint's MTP heads as a vLLM `mtp` draft (MiMo layout)",
     ),
     "bench": (
@@ -49,11 +49,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # Commands with subcommands that live in different packages: name -> {sub: (module, help)}.
 GROUPS: dict[str, dict[str, tuple[str, str]]] = {
     "bench": {
-        "engine": ("agent.engine.bench", "decoding speed: plain and speculative vs HF generate"),
-        "lsp": ("lsp.bench", "inline-completion latency through the server vs the engine"),
+        "engine": (
+            "benchmarks.engine.decoding",
+            "decoding speed: plain and speculative vs HF generate",
+        ),
+        "lsp": (
+            "benchmarks.lsp_latency",
+            "inline-completion latency through the server vs the engine",
+        ),
         "agent": ("training.benchmark", "agent tasks through the harness: pass@k with CIs"),
-        "infill": ("training.infill", "single-line infilling on HumanEval (inline completion)"),
-        "passkey": ("training.passkey", "passkey retrieval in long prompts (context length)"),
+        "infill": ("benchmarks.infill", "single-line infilling on HumanEval (inline completion)"),
+        "passkey": ("benchmarks.passkey", "passkey retrieval in long prompts (context length)"),
     },
 }
 

@@ -276,7 +276,7 @@ def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
         return 2
     try:
         if engine_config.backend == "openai":
-            from agent.engine.openai_backend import OpenAIEngine
+            from agent.engine.backends.openai import OpenAIEngine
 
             engine = OpenAIEngine(engine_config, context_length=args.context_length)
         else:

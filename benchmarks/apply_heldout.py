@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         "--copy-bias",
         type=float,
         action="append",
-        help="fast apply's copy bias (agent/engine/copy_bias.py); repeat to compare "
+        help="fast apply's copy bias (agent/engine/local/copy_bias.py); repeat to compare "
         "(default: the engine's)",
     )
     parser.add_argument("--threads", type=int, default=2, help="torch threads")

@@ -70,9 +70,9 @@ def main() -> int:
 
     import torch
 
-    import agent.engine.local as local
+    import agent.engine.local.engine as local
     from agent.engine import EngineConfig, Request, SamplingParams, open_engine
-    from lsp.bench import latency_summary
+    from benchmarks.lsp_latency import latency_summary
 
     torch.set_num_threads(args.threads)
     engine = open_engine(EngineConfig(model=args.model, prefix_cache_mb=0))

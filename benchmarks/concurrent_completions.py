@@ -1,6 +1,6 @@
 """Benchmark: k editor completions sent at once, with the engine on its own thread or not.
 
-Each case runs in a fresh process (`bench_serving.concurrent_completions_fresh`, what `flywheel
+Each case runs in a fresh process (`benchmarks.engine.serving.concurrent_completions_fresh`, what `flywheel
 bench engine`'s *concurrent completions* workload runs too, with the engine on its own thread):
 
 - `own-thread`: `EngineConfig(own_thread=True)` (what `flywheel lsp` and `flywheel serve` use):
@@ -26,6 +26,9 @@ import platform
 import sys
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # `python benchmarks/concurrent_completions.py` imports benchmarks
+
 CASES = ("callers-threads", "own-thread")
 
 
@@ -44,9 +47,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers import AutoTokenizer
 
-    from agent.engine.bench import workloads
-    from agent.engine.bench_serving import concurrent_completions_fresh
     from agent.model import checkpoint_folder, tokenizer_folder
+    from benchmarks.engine.serving import concurrent_completions_fresh
+    from benchmarks.engine.workloads import workloads
 
     folder = checkpoint_folder(args.model)
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder(folder)))

@@ -1,6 +1,6 @@
 """Benchmark: int8 (or, with `--dtype int4`, int4) weight-only decoding against float32.
 
-One process loads the model twice, float32 and the low-bit dtype (agent/engine/lowbit.py), and
+One process loads the model twice, float32 and the low-bit dtype (agent/engine/local/lowbit.py), and
 compares (the text says int8; `--dtype int4` puts int4 in its place):
 - forward ms over a warm KV cache by number of new rows, with the int8 product forced for every
   row count (int8 must stay ahead up to `Int8Linear.MAX_INT8_ROWS`, a batched step's most rows);
@@ -24,7 +24,6 @@ import argparse
 import contextlib
 import datetime
 import json
-import platform
 import statistics
 import sys
 import time
@@ -40,7 +39,7 @@ ROWS = (1, 2, 4, 8, 12, 16, 24, 32, 48)
 @contextlib.contextmanager
 def lowbit_for_every_row():
     """Run the low-bit products whatever the number of rows (prefill included)."""
-    from agent.engine.lowbit import Int4Linear, Int8Linear
+    from agent.engine.local.lowbit import Int4Linear, Int8Linear
 
     before = Int8Linear.MAX_INT8_ROWS, Int4Linear.MAX_INT4_ROWS
     Int8Linear.MAX_INT8_ROWS = Int4Linear.MAX_INT4_ROWS = 1 << 62
@@ -158,29 +157,36 @@ def main() -> int:
     args = p.parse_args()
     path = Path(args.trajectories)
     if not path.is_file():
-        print(f"no trajectories at {path}: run `flywheel train tasks` or pass --trajectories")
-        return 2
+        p.error(f"no trajectories at {path}: run `flywheel train tasks` or pass --trajectories")
 
     import torch
-    import transformers
 
-    from agent.chat_format import render_chat
-    from agent.engine import EngineConfig
-    from agent.engine.bench_steps import step_costs
-    from agent.engine.local import LocalEngine
-    from agent.engine.lowbit import Int4Linear, Int8Linear, is_lowbit
-    from agent.engine.model_runner import LoadedModel
-    from training.stages import encode_conversation
+    from agent.engine.local.lowbit import is_lowbit
+    from agent.engine.local.model_runner import LoadedModel
+    from benchmarks.record import write_json
 
     torch.set_num_threads(args.threads)
-    low = args.dtype
-    models = {dtype: LoadedModel.load(args.model, dtype=dtype) for dtype in ("float32", low)}
-    lowbit_layers = sum(is_lowbit(m) for m in models[low].trunk.modules())
+    models = {dtype: LoadedModel.load(args.model, dtype=dtype) for dtype in ("float32", args.dtype)}
+    lowbit_layers = sum(is_lowbit(m) for m in models[args.dtype].trunk.modules())
     if not lowbit_layers:
-        print(f"the {low} model has no low-bit layers (see the error above)")
+        print(f"the {args.dtype} model has no low-bit layers (see the error above)")
         return 1
+    figures = measure(args, models, heldout(path, max(args.conversations, args.prompts)))
+    print_figures(args.dtype, figures)
+    if args.json:
+        write_json(args.json, report(args, path, models, lowbit_layers, figures))
+    return 0
+
+
+def measure(args, models: dict, conversations: list[dict]) -> dict:
+    """Every figure of the docstring, on the held-out `conversations`."""
+    from agent.chat_format import render_chat
+    from agent.engine import EngineConfig
+    from agent.engine.local.engine import LocalEngine
+    from benchmarks.engine.steps import step_costs
+    from training.stages import encode_conversation
+
     tokenizer = models["float32"].tokenizer
-    conversations = heldout(path, max(args.conversations, args.prompts))
     prompts = []
     for conv in conversations[: args.prompts]:
         first = next(i for i, m in enumerate(conv["messages"]) if m["role"] == "assistant")
@@ -190,7 +196,7 @@ def main() -> int:
             )
         )
     prompt_ids = tokenizer.encode(prompts[0], add_special_tokens=False)
-
+    low = args.dtype
     print(f"forward ms by new rows ({len(prompt_ids)} cached tokens, {low} forced) ...", flush=True)
     sweep = forward_ms(models, prompt_ids, args.step_samples)
     print("decode and verify-over-4 steps ...", flush=True)
@@ -220,10 +226,21 @@ def main() -> int:
     examples = [
         encode_conversation(tokenizer, c, context) for c in conversations[: args.conversations]
     ]
-    loss = losses(models, examples)
+    return dict(
+        sweep=sweep,
+        steps=steps,
+        outputs=outputs,
+        decode_tps=decode_tps,
+        loss=losses(models, examples),
+        conversations=len(examples),
+    )
 
+
+def print_figures(low: str, figures: dict) -> None:
+    sweep, steps, loss = figures["sweep"], figures["steps"], figures["loss"]
+    decode_tps, outputs = figures["decode_tps"], figures["outputs"]
     print(f"\n{'forward over rows (ms)':<26}" + "".join(f"{r:>8}" for r in ROWS))
-    for name in models:
+    for name in ("float32", low):
         print(f"{name:<26}" + "".join(f"{s[f'{name}_ms']:>8.1f}" for s in sweep))
     print(f"\n{'':<32}{'float32':>10}{low:>10}{low + '/fp32':>11}")
     table = [
@@ -246,43 +263,37 @@ def main() -> int:
         f"greedy outputs identical on {same} of {len(outputs)} prompts (first differences: "
         f"{[r['first_difference'] for r in outputs]})"
     )
-    if args.json:
-        report = {
-            "benchmark": "int8",
-            "dtype": low,
-            "command": "python benchmarks/int8.py " + " ".join(sys.argv[1:]),
-            "date": datetime.date.today().isoformat(),
-            "machine": dict(
-                platform=platform.platform(),
-                processor=platform.processor() or platform.machine(),
-                torch_threads=torch.get_num_threads(),
-                torch=torch.__version__,
-                transformers=transformers.__version__,
-            ),
-            "model": args.model,
-            "model_version": models["float32"].checkpoint.version,
-            "lowbit_layers": lowbit_layers,
-            "max_lowbit_rows": min(Int8Linear.MAX_INT8_ROWS, Int4Linear.MAX_INT4_ROWS),
-            "forward_ms_by_rows_lowbit_forced": sweep,
-            "steps": steps,
-            "greedy": {
-                "max_tokens": args.max_tokens,
-                "decode_tokens_per_s": decode_tps,
-                "identical": same,
-                "prompts": outputs,
-            },
-            "heldout_loss": {
-                "trajectories": str(path),
-                "conversations": len(examples),
-                "lowbit_scored": "low-bit product forced for every row (as decoding does)",
-                **loss,
-            },
-        }
-        out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {out}")
-    return 0
+
+
+def report(args, path: Path, models: dict, lowbit_layers: int, figures: dict) -> dict:
+    from agent.engine.local.lowbit import Int4Linear, Int8Linear
+    from benchmarks.record import torch_machine
+
+    return {
+        "benchmark": "int8",
+        "dtype": args.dtype,
+        "command": "python benchmarks/int8.py " + " ".join(sys.argv[1:]),
+        "date": datetime.date.today().isoformat(),
+        "machine": torch_machine(),
+        "model": args.model,
+        "model_version": models["float32"].checkpoint.version,
+        "lowbit_layers": lowbit_layers,
+        "max_lowbit_rows": min(Int8Linear.MAX_INT8_ROWS, Int4Linear.MAX_INT4_ROWS),
+        "forward_ms_by_rows_lowbit_forced": figures["sweep"],
+        "steps": figures["steps"],
+        "greedy": {
+            "max_tokens": args.max_tokens,
+            "decode_tokens_per_s": figures["decode_tps"],
+            "identical": sum(r["identical"] for r in figures["outputs"]),
+            "prompts": figures["outputs"],
+        },
+        "heldout_loss": {
+            "trajectories": str(path),
+            "conversations": figures["conversations"],
+            "lowbit_scored": "low-bit product forced for every row (as decoding does)",
+            **figures["loss"],
+        },
+    }
 
 
 if __name__ == "__main__":

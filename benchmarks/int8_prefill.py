@@ -1,7 +1,7 @@
 """Benchmark: the agent under int8 decoding with its prefill in bfloat16 against float32.
 
 On a CPU with fast bfloat16 products, `Int8Linear` multiplies long inputs (prefill) by a
-bfloat16 copy of the weights instead of float32 (agent/engine/model_runner.py). This runs the
+bfloat16 copy of the weights instead of float32 (agent/engine/local/model_runner.py). This runs the
 agent on the same held-out tasks both ways in one process (`flywheel train eval`'s
 `evaluate_agent`, greedy, int8) and reports pass@1, the tasks only one way solves, and the time.
 
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
 
-    from agent.engine import model_runner
+    from agent.engine.local import model_runner
     from training.evaluate import EvalConfig, evaluate_agent
 
     if not model_runner.bf16_matmul_is_fast():

@@ -33,8 +33,6 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
-import json
-import platform
 import statistics
 import sys
 import time
@@ -42,6 +40,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.record import machine, write_json  # noqa: E402
 
 SHAPES = ((896, 896), (896, 128), (896, 4864), (4864, 896), (896, 151936))  # (in, out)
 ROWS = (1, 5)  # a decode step, a verify step over 4 drafts (--rows)
@@ -56,8 +56,8 @@ def layer_for(precision: str, in_features: int, out_features: int):
     import torch
     from torch import nn
 
-    from agent.engine.few_rows import FewRowsLinear
-    from agent.engine.lowbit import use_int4_linear, use_int8_linear
+    from agent.engine.local.few_rows import FewRowsLinear
+    from agent.engine.local.lowbit import use_int4_linear, use_int8_linear
 
     torch.manual_seed(0)
     layer = nn.Linear(in_features, out_features, bias=False)
@@ -279,8 +279,8 @@ def main() -> int:
 
     import torch
 
-    from agent.engine import cpu_kernels
-    from agent.engine.lowbit import bf16_matmul_is_fast, int4_unavailable, int8_unavailable
+    from agent.engine.local import cpu_kernels
+    from agent.engine.local.lowbit import bf16_matmul_is_fast, int4_unavailable, int8_unavailable
 
     for why in (int8_unavailable(), int4_unavailable()):
         if why:
@@ -297,9 +297,7 @@ def main() -> int:
             "benchmark": "lowbit_matmul",
             "command": "python benchmarks/lowbit_matmul.py " + " ".join(sys.argv[1:]),
             "date": datetime.date.today().isoformat(),
-            "machine": dict(
-                platform=platform.platform(),
-                processor=platform.processor() or platform.machine(),
+            "machine": machine(
                 cpu_capability=torch.backends.cpu.get_cpu_capability(),
                 bf16_matmul_is_fast=bf16_matmul_is_fast(),
                 flywheel_int8_kernel=cpu_kernels.unavailable() or "built",
@@ -310,10 +308,7 @@ def main() -> int:
             "results": rows,
             "step_estimates": estimates,
         }
-        out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {out}")
+        write_json(args.json, report)
     return 0
 
 

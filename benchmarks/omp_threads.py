@@ -25,10 +25,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import platform
 import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script too
+
+from benchmarks.record import machine, write_json  # noqa: E402
 
 CASE = r"""
 import json, sys, threading, time
@@ -96,14 +99,13 @@ def main() -> int:
             benchmark="omp_threads",
             command="python " + " ".join(sys.argv),
             date=datetime.datetime.now().isoformat(timespec="seconds"),
-            machine=dict(platform=platform.platform(), python=platform.python_version()),
+            machine=machine(),
             product="torch.mm(weight[1536, 576], x[2, 576].T), float32, 2 torch threads",
             median_us=median,
             ratio_to_one_thread={case: median[case] / base for case in CASES},
             samples_us=samples,
         )
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
-        print(f"wrote {args.json}")
+        write_json(args.json, report)
     return 0
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import platform
 import statistics
 import sys
 from pathlib import Path
@@ -59,14 +58,13 @@ def main() -> int:
     args = p.parse_args()
     path = Path(args.trajectories)
     if not path.is_file():
-        print(f"no trajectories at {path}: run `flywheel train tasks` or pass --trajectories")
-        return 2
+        p.error(f"no trajectories at {path}: run `flywheel train tasks` or pass --trajectories")
 
     import torch
 
-    from agent.chat_format import render_chat
-    from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
-    from agent.engine.local import LocalEngine
+    from agent.engine import EngineConfig, SpeculativeConfig
+    from agent.engine.local.engine import LocalEngine
+    from benchmarks.record import machine, write_json
 
     torch.set_num_threads(2)
     engines = {
@@ -81,10 +79,38 @@ def main() -> int:
         )
         for mode, mb in (("off", 0), ("on", 1024))
     }
+    rows = replay(engines, conversations(path, args.conversations), args.max_tokens)
+    summary = summarize(rows)
+    print_summary(summary)
+    if args.json:
+        report = {
+            "benchmark": "prefix_cache",
+            "command": "python benchmarks/prefix_cache.py " + " ".join(sys.argv[1:]),
+            "date": datetime.date.today().isoformat(),
+            "machine": machine(torch_threads=torch.get_num_threads()),
+            "model": args.model,
+            "model_version": engines["on"].model_version,
+            "max_tokens": args.max_tokens,
+            "dtype": args.dtype,
+            "speculative": args.speculative,
+            "exact": args.exact,
+            "summary": summary,
+            "turns": rows,
+        }
+        write_json(args.json, report)
+    return 0
+
+
+def replay(engines: dict, convs: list[dict], max_tokens: int) -> list[dict]:
+    """Every assistant turn's prompt to both engines (the first alternating), greedy: one row
+    per turn, printed as it comes."""
+    from agent.chat_format import render_chat
+    from agent.engine import Request, SamplingParams
+
     tokenizer = engines["on"]._model.tokenizer
-    params = SamplingParams(temperature=0, max_tokens=args.max_tokens, logprobs=False)
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, logprobs=False)
     rows = []
-    for c, conv in enumerate(conversations(path, args.conversations)):
+    for c, conv in enumerate(convs):
         messages = conv["messages"]
         for i, message in enumerate(messages):
             if message["role"] != "assistant":
@@ -115,8 +141,12 @@ def main() -> int:
                 f"  total {r['total_off_s']:.2f}s -> {r['total_on_s']:.2f}s"
                 f"  {'same' if r['identical'] else 'DIFFERENT'}"
             )
+    return rows
+
+
+def summarize(rows: list[dict]) -> dict:
     later = [r for r in rows if r["cached_tokens"] > 0]
-    summary = {
+    return {
         "turns": len(rows),
         "turns_with_hits": len(later),
         "prompt_tokens": sum(r["prompt_tokens"] for r in rows),
@@ -132,6 +162,9 @@ def main() -> int:
         else None,
         "all_identical": all(r["identical"] for r in rows),
     }
+
+
+def print_summary(summary: dict) -> None:
     print(
         f"\n{'':<22}{'no cache':>10}{'cache':>10}{'ratio':>8}\n"
         f"{'prefill (ttft), s':<22}{summary['ttft_off_s']:>10.2f}{summary['ttft_on_s']:>10.2f}"
@@ -141,24 +174,6 @@ def main() -> int:
         f"cached {summary['cached_tokens']} of {summary['prompt_tokens']} prompt tokens; "
         f"outputs identical: {summary['all_identical']}"
     )
-    if args.json:
-        report = {
-            "benchmark": "prefix_cache",
-            "command": "python benchmarks/prefix_cache.py " + " ".join(sys.argv[1:]),
-            "date": datetime.date.today().isoformat(),
-            "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads",
-            "model": args.model,
-            "model_version": engines["on"].model_version,
-            "max_tokens": args.max_tokens,
-            "dtype": args.dtype,
-            "speculative": args.speculative,
-            "exact": args.exact,
-            "summary": summary,
-            "turns": rows,
-        }
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-    return 0
 
 
 if __name__ == "__main__":

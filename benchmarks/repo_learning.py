@@ -15,7 +15,7 @@ The same requests and lines are asked of every model, so `before` and each later
 compared request by request: a paired bootstrap (2,000 resamples of the requests, seed 0) gives
 95% intervals of the difference of each score; accept rate is a ratio (accepted / shown), so each
 resample recomputes it from the resampled requests. HumanEval single-line infilling
-(training/infill.py, `flywheel bench infill`, FIM prompts) is run before and after, to see what
+(benchmarks/infill.py, `flywheel bench infill`, FIM prompts) is run before and after, to see what
 the repository's model forgot.
 
 Repositories (`REPOS`): Flywheel itself at a named commit (its files at that commit, from `git
@@ -43,7 +43,6 @@ import argparse
 import hashlib
 import io
 import json
-import platform
 import shutil
 import subprocess
 import sys
@@ -56,6 +55,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.record import machine, write_json  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -307,7 +308,7 @@ def measure(repo: Repo, model: str, work: Path, args, log) -> dict:
 
 def infill(before: str, after: str, args) -> dict:
     """HumanEval single-line infilling (FIM prompts) for the starting and the final model."""
-    from training.infill import infill_tasks, run_model
+    from benchmarks.infill import infill_tasks, run_model
 
     tasks = infill_tasks(args.infill_limit)
     out = {}
@@ -400,17 +401,11 @@ def main(argv: list[str] | None = None) -> int:
         "command": "benchmarks/repo_learning.py "
         + " ".join(argv if argv is not None else sys.argv[1:]),
         "quick": args.quick,
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor(),
-            "python": platform.python_version(),
-        },
+        "machine": machine(),
         "seconds": round(time.monotonic() - t0, 1),
         "repos": results,
     }
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-    print(f"written to {args.json}")
+    write_json(args.json, report)
     return 0
 
 

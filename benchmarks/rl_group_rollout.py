@@ -5,9 +5,9 @@ run through the product's harness (training/rl/environments.py `HarnessEnv`). Bo
 the engine as a rollout worker opens it (local, on its own thread, float32, the prefix cache on):
 - `sequential`: the samples one after another (`HarnessEnv(concurrent=False)`), each turn
   decoding alone;
-- `concurrent`: all G samples at once, each on a thread of its own; the engine's loop batches
+- `concurrent`: all G samples at once, each on a thread of its own; the engine's thread batches
   their decode steps into one pass and the first sample's prefill of the shared prompt serves
-  the others (agent/engine/loop.py, batched.py).
+  the others (agent/engine/scheduler.py, batched.py).
 
 Per task and mode: wall seconds for the group, output tokens sampled, model turns, samples that
 passed, and output tokens per second; the modes alternate which goes first. Samples use the same
@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import platform
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.record import machine, write_json  # noqa: E402
 
 MODES = ("sequential", "concurrent")
 
@@ -125,14 +125,13 @@ def main() -> int:
             benchmark="rl_group_rollout",
             command="python benchmarks/rl_group_rollout.py " + " ".join(sys.argv[1:]),
             date=datetime.datetime.now().isoformat(timespec="seconds"),
-            machine=dict(platform=platform.platform(), python=platform.python_version()),
+            machine=machine(),
             settings=vars(args),
             rows=rows,
             totals=totals,
             concurrent_vs_sequential_tokens_per_s=ratio,
         )
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.json}")
+        write_json(args.json, result)
     return 0
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -33,6 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.record import machine, write_json  # noqa: E402
 
 
 def tiny_checkpoint(folder: Path) -> Path:
@@ -123,16 +124,14 @@ def main() -> int:
     print(f"async / sync trajectories per minute: {speedup:.2f}x (target >= 1.3x)")
     report = {
         "benchmark": "rl_throughput",
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": machine(cpus=os.cpu_count()),
         "settings": vars(args),
         "results": rows,
         "speedup": round(speedup, 3),
         "target": 1.3,
     }
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-        print(f"written to {args.json}")
+        write_json(args.json, report)
     return 0
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sqlite3
 import statistics
 import sys
@@ -43,7 +42,10 @@ from typing import Any
 
 import sqlite_utils
 
-from telemetry import Recorder, privacy, store
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script too
+
+from benchmarks.record import machine, write_json  # noqa: E402
+from telemetry import Recorder, privacy, store  # noqa: E402
 
 CODE = (
     "def load_config(path: str) -> dict:\n"
@@ -279,8 +281,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     args = parser.parse_args(argv)
 
-    runs: dict[str, list[dict[str, Any]]] = {"naive": [], "burst": [], "paced": []}
     load_before = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    runs = run_modes(args)
+    result = {
+        "machine": machine(cpus=os.cpu_count(), sqlite=sqlite3.sqlite_version),
+        "settings": vars(args),
+        "median": {mode: median(rows) for mode, rows in runs.items()},
+        "runs": runs,
+    }
+    result["targets"] = targets(result["median"])
+    print_results(result, args.repeat)
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    if load is not None and load_before is not None:
+        result["machine"]["load_average_before"] = load_before
+        result["machine"]["load_average_after"] = list(load)
+        print(
+            "load average (1, 5, 15 min) before: {:.2f} {:.2f} {:.2f}; after: {:.2f} {:.2f} "
+            "{:.2f}".format(*load_before, *load)
+        )
+    m = result["median"]
+    speedup = m["burst"]["events_per_s"] / m["naive"]["events_per_s"]
+    print(
+        f"burst vs naive: {speedup:.1f}x events/s; "
+        f"caller p99 {m['naive']['p99_us'] / max(m['burst']['p99_us'], 1e-9):.0f}x lower"
+    )
+    for target, met in result["targets"].items():
+        print(f"  [{'x' if met else ' '}] {target}")
+    if args.json:
+        write_json(args.json, result)
+    return 0 if all(result["targets"].values()) else 1
+
+
+def run_modes(args) -> dict[str, list[dict[str, Any]]]:
+    """`--repeat` runs of each mode, each in a fresh folder."""
+    runs: dict[str, list[dict[str, Any]]] = {"naive": [], "burst": [], "paced": []}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeat):
             folder = Path(tmp) / f"run{r}"
@@ -288,32 +322,21 @@ def main(argv: list[str] | None = None) -> int:
             runs["naive"].append(run_naive(folder, min(args.events, 5_000)))
             runs["burst"].append(run_burst(folder, args.events))
             runs["paced"].append(run_paced(folder, args.rate, args.seconds))
+    return runs
 
-    def median(mode: str) -> dict[str, Any]:
-        rows = runs[mode]
-        keys = [
-            k for k, v in rows[0].items() if isinstance(v, int | float) and not isinstance(v, bool)
-        ]
-        out = {k: statistics.median(r[k] for r in rows) for k in keys}
-        out.update({k: v for k, v in rows[0].items() if isinstance(v, bool)})
-        out["all_ok"] = all(r.get("flushed_ok", True) for r in rows)
-        return out
 
-    result = {
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(),
-            "python": sys.version.split()[0],
-            "sqlite": sqlite3.sqlite_version,
-        },
-        "settings": vars(args),
-        "median": {mode: median(mode) for mode in runs},
-        "runs": runs,
-    }
-    m = result["median"]
+def median(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median of each figure over one mode's runs; flags from the first run; all_ok."""
+    keys = [k for k, v in rows[0].items() if isinstance(v, int | float) and not isinstance(v, bool)]
+    out = {k: statistics.median(r[k] for r in rows) for k in keys}
+    out.update({k: v for k, v in rows[0].items() if isinstance(v, bool)})
+    out["all_ok"] = all(r.get("flushed_ok", True) for r in rows)
+    return out
+
+
+def targets(m: dict[str, dict[str, Any]]) -> dict[str, bool]:
     paced = m["paced"]
-    result["targets"] = {
+    return {
         # sustained: offered 5,000/s, every event durable at >= 99% of that rate over the whole
         # run (only the last commit's wait is allowed), and the writer never 0.5 s behind
         "5000 events/s sustained (paced: durable/s while offered 5000/s, writer kept up)": (
@@ -326,10 +349,14 @@ def main(argv: list[str] | None = None) -> int:
         "enqueue p99 < 1 ms (burst)": m["burst"]["p99_us"] < 1000,
     }
 
+
+def print_results(result: dict[str, Any], repeat: int) -> None:
+    """The table of modes and the writer's cost per event."""
+    m, paced = result["median"], result["median"]["paced"]
     print(
         f"telemetry recorder benchmark: {result['machine']['cpus']} CPUs, "
         f"Python {result['machine']['python']}, SQLite {result['machine']['sqlite']}, "
-        f"median of {args.repeat} runs"
+        f"median of {repeat} runs"
     )
     print(
         f"{'mode':<8} {'events':>8} {'events/s':>10} {'p50 us':>9} {'p99 us':>9} {'max us':>10}  note"
@@ -356,26 +383,6 @@ def main(argv: list[str] | None = None) -> int:
             f"(~{r['writer_capacity_per_s']:.0f} events/s on a free core), "
             f"busy {r['writer_busy_share']:.0%} of the wall time"
         )
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    if load is not None and load_before is not None:
-        result["machine"]["load_average_before"] = load_before
-        result["machine"]["load_average_after"] = list(load)
-        print(
-            "load average (1, 5, 15 min) before: {:.2f} {:.2f} {:.2f}; after: {:.2f} {:.2f} "
-            "{:.2f}".format(*load_before, *load)
-        )
-    speedup = m["burst"]["events_per_s"] / m["naive"]["events_per_s"]
-    print(
-        f"burst vs naive: {speedup:.1f}x events/s; "
-        f"caller p99 {m['naive']['p99_us'] / max(m['burst']['p99_us'], 1e-9):.0f}x lower"
-    )
-    for target, met in result["targets"].items():
-        print(f"  [{'x' if met else ' '}] {target}")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.json}")
-    return 0 if all(result["targets"].values()) else 1
 
 
 if __name__ == "__main__":

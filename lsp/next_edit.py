@@ -23,7 +23,7 @@ completion. A request is bounded: its prompt by `max_prompt_chars` (old edits ar
 first lines, then dropped; a region larger than that gets no next edit), its output by
 `max_tokens`, its time by `max_wall_ms` (then it is stopped and answers nothing). It is stopped
 as soon as the document changes (`cancel`), and it decodes in the engine's "prefetch" lane,
-behind every inline completion (agent/engine/priority.py).
+behind every inline completion (agent/engine/scheduler.py).
 
 What it does not do: talk LSP (server.py checks the version asked for and converts the answer),
 or apply the edit (the client does, after checking the version; the server refuses a request

@@ -11,10 +11,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# Measurement code (benchmarks/) sits above every package: it imports what it measures, and no
+# product code imports it.
 FORBIDDEN = {
-    "telemetry": {"agent", "lsp", "training"},
-    "agent": {"lsp", "training"},
-    "lsp": {"training"},
+    "telemetry": {"agent", "lsp", "training", "benchmarks"},
+    "agent": {"lsp", "training", "benchmarks"},
+    "lsp": {"training", "benchmarks"},
+    "training": {"benchmarks"},
 }
 
 
@@ -37,3 +40,18 @@ def test_imports_point_down(package: str):
         if module.split(".")[0] in FORBIDDEN[package]
     ]
     assert not wrong, "\n".join(wrong)
+
+
+def test_an_import_from_benchmarks_in_training_is_caught(tmp_path):
+    """The check sees both forms of import, at any depth of a function."""
+    source = tmp_path / "stage.py"
+    source.write_text(
+        "import benchmarks.engine\n"
+        "def gate():\n    from benchmarks.infill import run_model\n"
+        "from training.data import PackedTokens\n"
+    )
+    found = [module for _, module in _imports(source)]
+    assert [m for m in found if m.split(".")[0] in FORBIDDEN["training"]] == [
+        "benchmarks.engine",
+        "benchmarks.infill",
+    ]

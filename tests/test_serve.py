@@ -110,7 +110,7 @@ def test_health_and_models(client):
 
 
 def test_completion_is_the_engines_own_greedy_output(client, tool_checkpoint):
-    from agent.engine.local import LocalEngine
+    from agent.engine.local.engine import LocalEngine
 
     body = greedy(prompt=PROMPT, logprobs=0, return_token_ids=True)
     response = client.post("/v1/completions", json=body)
@@ -193,7 +193,7 @@ def test_streamed_chat_sends_tool_calls_not_markup(client):
 
 
 def test_openai_engine_reads_tool_calls_from_the_server(server):
-    from agent.engine.openai_backend import OpenAIEngine
+    from agent.engine.backends.openai import OpenAIEngine
 
     engine = OpenAIEngine(EngineConfig(model=server))
     try:
@@ -210,7 +210,7 @@ def test_openai_engine_reads_tool_calls_from_the_server(server):
 
 
 def test_openai_engine_names_an_unreachable_server():
-    from agent.engine.openai_backend import OpenAIEngine
+    from agent.engine.backends.openai import OpenAIEngine
 
     port = free_port()  # nothing listens there
     with pytest.raises(EngineError, match=rf"127\.0\.0\.1:{port}/v1.*running"):
@@ -305,7 +305,7 @@ def test_client_disconnect_cancels_the_request(client, server):
 def test_api_key_guards_everything_but_health(tool_checkpoint):
     from fastapi.testclient import TestClient
 
-    from agent.engine.local import LocalEngine
+    from agent.engine.local.engine import LocalEngine
     from agent.serve import ServerConfig, build_app
 
     engine = LocalEngine(EngineConfig(model=str(tool_checkpoint)))

@@ -14,7 +14,7 @@ one edit with `ast`:
 
 The sketch is `edit_sketch` (the changed lines with `... existing code ...` markers) and the
 conversation is the engine's own (agent/chat_format.py `apply_messages`). Files the engine
-benchmark uses (agent/engine/bench.py) are never used, so its *apply* workload stays unseen.
+benchmark uses (agent/bench_prompts.py) are never used, so its *apply* workload stays unseen.
 
     flywheel train apply --source /usr/lib/python3.12 --out runs/x/tasks/apply_code.jsonl
 
@@ -33,11 +33,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.bench_prompts import benched_files
 from agent.chat_format import apply_messages
-from agent.engine.bench import APPLY_FILE, FREE_PROMPTS
 from training.tasks.fast_apply import edit_sketch
 
-EXCLUDED = {APPLY_FILE, *(name for name, _ in FREE_PROMPTS)}
+EXCLUDED = benched_files()
 _IMPORTS = ["os", "sys", "re", "json", "math", "logging", "functools", "itertools", "typing"]
 _SUFFIXES = ["_checked", "_safe", "_impl", "_v2", "_new", "_inner"]
 

@@ -282,14 +282,14 @@ def evaluate_apply(
 
     from agent.chat_format import apply_parts
     from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
-    from agent.engine.local import LocalEngine
+    from agent.engine.local.engine import LocalEngine
 
     rows = [json.loads(line) for line in Path(examples).read_text().splitlines() if line]
     rows = [row for row in rows if row.get("split") == "heldout"][:limit]
     if not rows:
         raise ValueError(f"no held-out examples in {examples}")
     spec = SpeculativeConfig("ngram", max_draft_tokens=16)
-    # the copy bias: the engine's default (agent/engine/copy_bias.py) unless given
+    # the copy bias: the engine's default (agent/engine/local/copy_bias.py) unless given
     bias = {} if copy_bias is None else {"apply_copy_bias": copy_bias}
     engine = LocalEngine(EngineConfig(model=model, dtype=dtype, speculative=spec, **bias))
     per_example, tokens, seconds, version = [], 0, 0.0, engine.model_version

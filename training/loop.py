@@ -465,7 +465,7 @@ def bf16_is_fast(device: torch.device) -> bool:
         return torch.cuda.is_bf16_supported()
     if device.type != "cpu":
         return True
-    from agent.engine.lowbit import bf16_matmul_is_fast
+    from agent.engine.local.lowbit import bf16_matmul_is_fast
 
     return bf16_matmul_is_fast()
 

@@ -39,9 +39,9 @@ CONVERSATIONS = 60  # train trajectories beside them
 def stdlib_files() -> list[Path]:
     """Stdlib modules the heads may train on: not tests, not IDLE, not the files that `flywheel
     bench engine` times (its free-text figures are on text the heads never saw)."""
-    from agent.engine.bench import APPLY_FILE, FREE_PROMPTS, STDLIB
+    from agent.bench_prompts import STDLIB, benched_files
 
-    benched = {APPLY_FILE, *(name for name, _ in FREE_PROMPTS)}
+    benched = benched_files()
     kept = []
     for path in sorted(STDLIB.glob("*.py")) + sorted(STDLIB.glob("*/*.py")):
         rel = path.relative_to(STDLIB).as_posix()

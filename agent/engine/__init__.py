@@ -6,12 +6,17 @@
     print(result.completions[0].text, result.metrics.tokens_per_s)
 
 Backends (`EngineConfig.backend`):
-- `local` (`local.py`): torch, KV cache, lossless speculative decoding (ngram | mtp | draft).
-- `vllm` (`vllm_backend.py`): vLLM in-process, passing a `speculative_config`.
-- `openai` (`openai_backend.py`): any OpenAI-compatible server, streaming, tool calls.
+- `local` (`local/`): torch, KV cache, lossless speculative decoding (ngram | mtp | draft).
+- `vllm` (`backends/vllm.py`): vLLM in-process, passing a `speculative_config`.
+- `openai` (`backends/openai.py`): any OpenAI-compatible server, streaming, tool calls.
 
 Every backend implements `Engine`; callers (the harness, the language server, RL rollouts,
 `flywheel serve`) depend only on this module and `request.py`.
+
+What sits here, shared by the backends: `config.py` (EngineConfig), `request.py` (requests,
+results, lanes), `prompt.py` (a request's prompt as token ids), `sample_output.py` (tokens to
+text, stop conditions), `scheduler.py` (lanes and sessions: who runs the next step), and
+`generate.py` (`flywheel generate`).
 """
 
 from __future__ import annotations
@@ -110,15 +115,15 @@ def open_engine(config: EngineConfig | None = None) -> Engine:
     """Start the backend `config` asks for."""
     config = config or EngineConfig()
     if config.backend == "local":
-        from agent.engine.local import LocalEngine
+        from agent.engine.local.engine import LocalEngine
 
         return LocalEngine(config)
     if config.backend == "openai":
-        from agent.engine.openai_backend import OpenAIEngine
+        from agent.engine.backends.openai import OpenAIEngine
 
         return OpenAIEngine(config)
     if config.backend == "vllm":
-        from agent.engine.vllm_backend import VLLMEngine
+        from agent.engine.backends.vllm import VLLMEngine
 
         return VLLMEngine(config)
     raise BadRequest(f"unknown backend {config.backend!r}; use local, vllm or openai")

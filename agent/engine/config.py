@@ -15,13 +15,13 @@ from agent.engine.request import BadRequest
 # "ngram+mtp": prompt lookup where the output repeats its context, the MTP heads elsewhere
 SpecMethod = Literal["none", "ngram", "mtp", "ngram+mtp", "draft"]
 SPEC_METHODS: tuple[str, ...] = get_args(SpecMethod)  # what --speculative offers
-# the engine's precisions; lowbit.py's docstring has a table of what each does
+# the engine's precisions; local/lowbit.py's docstring has a table of what each does
 DType = Literal["float32", "bfloat16", "float16", "int8", "int4"]
 DTYPES: tuple[str, ...] = get_args(DType)  # what --dtype offers
-LOWBIT_DTYPES = ("int8", "int4")  # float32 plus low-bit copies for decoding (lowbit.py)
+LOWBIT_DTYPES = ("int8", "int4")  # float32 plus low-bit copies for decoding (local/lowbit.py)
 DRAFT_ALTERNATIVES = 1  # SpeculativeConfig's default
 MAX_ALTERNATIVES = 8  # SpeculativeConfig.draft_alternatives: rows a verify step adds for them
-APPLY_COPY_BIAS = 5.0  # fast apply's logit bonus for copying (copy_bias.py), in logits
+APPLY_COPY_BIAS = 5.0  # fast apply's logit bonus for copying (local/copy_bias.py), in logits
 
 
 @dataclass
@@ -69,7 +69,7 @@ class EngineConfig:
     backend: Literal["auto", "local", "vllm", "openai"] = "auto"  # auto: URL -> openai, else local
     device: str = "cpu"  # torch device for the local backend
     # weights; "int8", "int4": float32 plus int8 or int4 copies used for decoding (local backend
-    # on the CPU, lossy; lowbit.py)
+    # on the CPU, lossy; local/lowbit.py)
     dtype: DType = "float32"
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     api_key: str | None = None  # for the openai backend; None sends no Authorization header
@@ -77,7 +77,7 @@ class EngineConfig:
     timeout_s: float = 600.0  # per-request timeout for remote backends
     prefix_cache_mb: int = 512  # local backend: memory for cached prompt prefixes; 0 turns it off
     # local backend: run every torch operation (loading included) on one thread the engine owns
-    # (loop.py). For servers, whose requests come from many threads; a process that runs torch
+    # (scheduler.py). For servers, whose requests come from many threads; a process that runs torch
     # work of its own (training, benchmarks) keeps it off and calls from its own thread.
     own_thread: bool = False
     # local backend: every output the same bits as a cold, unbatched, plain decode of the same
@@ -89,7 +89,7 @@ class EngineConfig:
     # hit or a chunk boundary can turn a near-tie
     exact: bool = False
     # local backend: the logit bonus of the tokens that continue the original file or the edit
-    # sketch in a fast-apply request (copy_bias.py); 0 turns it off
+    # sketch in a fast-apply request (local/copy_bias.py); 0 turns it off
     apply_copy_bias: float = APPLY_COPY_BIAS
 
     def __post_init__(self) -> None:

@@ -7,7 +7,7 @@ Vocabulary (used throughout `agent/engine`):
   apply/rewrite request). Proposers may draft from it; it never changes what is sampled.
 - *draft tokens* are proposed cheaply; a *verify step* runs the target model once over them and
   keeps the *accepted* prefix, then one *recovered* token (on a rejection) or one *bonus* token
-  (when every draft was accepted). See `rejection_sampler.py`.
+  (when every draft was accepted). See `local/rejection_sampler.py`.
 
 All errors a caller can cause raise `BadRequest` with a message that names the problem and the
 fix; the engine never hangs or dies on them.
@@ -20,7 +20,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agent.engine.priority import LANES
+# Lanes of the model's forward passes (`Request.priority`), most urgent first: an editor waiting on
+# a keystroke (inline completion); an editor's work done ahead of need (a next edit: it must never
+# hold up the ghost text of the next keystroke, which within one lane it would, first come first
+# served); an agent turn; RL rollouts and benchmarks. scheduler.py serves them in this order.
+LANES = ("interactive", "prefetch", "normal", "background")
 
 
 class EngineError(Exception):
@@ -83,12 +87,12 @@ class Request:
     speculation: str | None = None  # text the output is expected to resemble (apply/rewrite)
     cancel: threading.Event | None = None  # set it from any thread to stop within one step
     request_id: str | None = None
-    # Lane for the model's forward passes (agent/engine/priority.py): "interactive" (an editor
+    # Lane for the model's forward passes (`LANES`, agent/engine/scheduler.py): "interactive" (an editor
     # waiting), "prefetch" (an editor's next edit), "normal" (an agent turn), "background" (RL
     # rollouts, benchmarks).
     priority: str = "normal"
     # Chat with tools: mask tokens that would break a tool call's grammar, so every call parses
-    # (agent/engine/tool_grammar.py; local backend).
+    # (agent/engine/local/tool_grammar.py; local backend).
     constrain_tool_calls: bool = True
     # A fast-apply request (agent/chat_format.py `apply_messages`): decoded by the model's
     # fast-apply adapter where its folder has one (agent/model.py APPLY_DIR; local backend).

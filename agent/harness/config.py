@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agent.engine.priority import LANES
+from agent.engine.request import LANES
 from agent.harness.sandbox import SandboxConfig
 from agent.harness.tools import ToolsConfig
 
@@ -60,7 +60,7 @@ class HarnessConfig:
     summary_max_tokens: int = 512  # output tokens of the self-summary turn
     map_tokens: int = 1024  # repository map added to the task (0: none)
     editor: str = "headless"  # telemetry: "headless", "vscode", "nvim", "rollout"
-    priority: str = "normal"  # the engine's lane for every turn (agent/engine/priority.py)
+    priority: str = "normal"  # the engine's lane for every turn (agent/engine/scheduler.py)
     constrain_tool_calls: bool = True  # decode calls under their grammar (engine/tool_grammar.py)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)

@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
         default="float32",
         choices=DTYPES,
         help="weights; int8, int4: low-bit copies for decoding on the CPU, lossy "
-        "(agent/engine/lowbit.py; default: %(default)s)",
+        "(agent/engine/local/lowbit.py; default: %(default)s)",
     )
     m.add_argument(
         "--prefix-cache-mb",

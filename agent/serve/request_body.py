@@ -15,7 +15,7 @@ import uuid
 from typing import Any
 
 from agent.engine import BadRequest, Request, SamplingParams
-from agent.engine.priority import LANES
+from agent.engine.request import LANES
 
 ROLES = {"system", "user", "assistant", "tool"}
 # OpenAI fields we cannot honour; a request that sets them to a non-default value gets a 400

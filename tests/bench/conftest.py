@@ -1,10 +1,13 @@
-"""Fixtures for the agent benchmark: a tiny model whose context holds the harness's prompts."""
+"""Fixtures for the benchmarks: a tiny model whose context holds the harness's prompts, and the
+training tests' tiny corpus (`flywheel bench passkey --loss-data` reads one)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
+from tests.training.conftest import corpus, tokenizer_dir  # noqa: F401 - fixtures
 
 
 @pytest.fixture(scope="session")

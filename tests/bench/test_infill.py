@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from agent.chat_format import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
-from training import infill
+from benchmarks import infill
 
 
 def test_the_canonical_line_passes_and_a_wrong_one_fails():

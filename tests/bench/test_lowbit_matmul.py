@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.engine.lowbit import int4_unavailable
+from agent.engine.local.lowbit import int4_unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from agent.engine import EngineConfig, EngineError, Request, SamplingParams, SpeculativeConfig
-from agent.engine.local import LocalEngine
+from agent.engine.local.engine import LocalEngine
 from agent.model import APPLY_DIR, checkpoint_version
 
 PROMPT = "def parse(text):\n    return json.loads(text)\n\ndef parse("
@@ -122,7 +122,7 @@ def test_the_served_api_marks_a_fast_apply_chat_with_apply():
 
 def test_a_served_model_decodes_a_client_s_apply_chat_with_its_apply_adapter(with_apply):
     """OpenAIEngine sends `apply` on chat; flywheel serve routes it to the apply adapter."""
-    from agent.engine.openai_backend import OpenAIEngine
+    from agent.engine.backends.openai import OpenAIEngine
     from tests.flywheel_server import running_server
 
     messages = [{"role": "user", "content": ORIGINAL}]

@@ -1,4 +1,4 @@
-"""Batching across requests: the ragged forward pass (batched.py) and the loop that batches."""
+"""Batching across requests: the ragged forward pass (batched.py) and the scheduler that batches."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
-from agent.engine.batched import Part, forward_parts, supports_ragged, takes_trees
-from agent.engine.local import LocalEngine
-from agent.engine.loop import BATCH_ROWS, STEP, EngineLoop, Step
-from agent.engine.model_runner import LoadedModel
+from agent.engine.local.batched import Part, forward_parts, supports_ragged, takes_trees
+from agent.engine.local.engine import LocalEngine
+from agent.engine.local.model_runner import LoadedModel
+from agent.engine.scheduler import BATCH_ROWS, STEP, EngineThread, Step
 from agent.model import build_trunk
-from tests.engine.test_loop import _drain
+from tests.engine.test_engine_thread import _drain
 
 PROMPTS = [
     "def add(a, b):",
@@ -76,8 +76,8 @@ def _steps(name: str, rows: list[int], runs: list, key: object = "weights"):
     return name
 
 
-def _queued(loop: EngineLoop, streams) -> list:
-    """Open every stream while the loop is busy, so that all are waiting when it looks."""
+def _queued(scheduler: EngineThread, streams) -> list:
+    """Open every stream while the scheduler is busy, so that all are waiting when it looks."""
     gate = threading.Event()
     busy = threading.Event()
 
@@ -85,19 +85,19 @@ def _queued(loop: EngineLoop, streams) -> list:
         busy.set()
         gate.wait(30)
 
-    blocker = threading.Thread(target=loop.call, args=(hold,), kwargs={"lane": "interactive"})
+    blocker = threading.Thread(target=scheduler.call, args=(hold,), kwargs={"lane": "interactive"})
     blocker.start()
     busy.wait(30)
-    relays = [loop.stream(generator, lane) for generator, lane in streams]
+    relays = [scheduler.stream(generator, lane) for generator, lane in streams]
     gate.set()
     blocker.join()
     return relays
 
 
 def test_small_steps_of_one_lane_run_together_and_ride_with_the_first_large_one():
-    loop, runs = EngineLoop(), []
+    scheduler, runs = EngineThread(), []
     relays = _queued(
-        loop,
+        scheduler,
         [
             (_steps("a", [1, 1, 1], runs), "interactive"),
             (_steps("b", [1, 1], runs), "interactive"),
@@ -107,7 +107,7 @@ def test_small_steps_of_one_lane_run_together_and_ride_with_the_first_large_one(
         ],
     )
     assert [_drain(relay) for relay in relays] == ["a", "b", "c", "other-weights", "agent"]
-    loop.close()
+    scheduler.close()
     assert runs == [
         ["a", "b", "c"],  # c's large step first, the small ones riding along
         ["a", "b", "c"],
@@ -119,26 +119,26 @@ def test_small_steps_of_one_lane_run_together_and_ride_with_the_first_large_one(
 
 
 def test_a_batch_takes_at_most_batch_rows():
-    loop, runs = EngineLoop(), []
+    scheduler, runs = EngineThread(), []
     half = BATCH_ROWS // 2
-    relays = _queued(loop, [(_steps(name, [half], runs), "normal") for name in "xyz"])
+    relays = _queued(scheduler, [(_steps(name, [half], runs), "normal") for name in "xyz"])
     for relay in relays:
         _drain(relay)
-    loop.close()
+    scheduler.close()
     assert runs == [["x", "y"], ["z"]]
 
 
 def test_a_step_yielded_after_a_boundary_still_joins_the_batch():
-    loop, runs = EngineLoop(), []
+    scheduler, runs = EngineThread(), []
 
     def slow(name):
         yield STEP  # work between steps that is a switching point of its own
         yield _Fake(name, 1, "weights", runs)
 
-    relays = _queued(loop, [(slow("p"), "normal"), (slow("q"), "normal")])
+    relays = _queued(scheduler, [(slow("p"), "normal"), (slow("q"), "normal")])
     for relay in relays:
         _drain(relay)
-    loop.close()
+    scheduler.close()
     assert runs == [["p", "q"]]
 
 
@@ -212,14 +212,14 @@ def test_requests_sent_together_with_one_prompt_prefill_it_once(tiny_checkpoint)
 
 
 def _queued_requests(engine: LocalEngine, requests: list[Request]) -> list:
-    """Every request's stream, opened while the engine's loop is busy."""
+    """Every request's stream, opened while the engine's scheduler is busy."""
     gate, busy = threading.Event(), threading.Event()
 
     def hold():
         busy.set()
         gate.wait(30)
 
-    blocker = threading.Thread(target=engine._loop.call, args=(hold,))
+    blocker = threading.Thread(target=engine._scheduler.call, args=(hold,))
     blocker.start()
     busy.wait(30)
     streams = [engine.stream(request) for request in requests]
@@ -250,8 +250,8 @@ def test_under_int8_a_verify_step_computes_plain_decodings_steps_bit_for_bit():
     products' bf16 outputs turn the least rounding difference into a possible flip of a greedy
     token). int8 products are per row and each position attends alone; float32 BLAS products
     round by row count, so there the equality is close, not exact."""
-    from agent.engine.kv_cache import KVCache
-    from agent.engine.lowbit import use_int8_linear
+    from agent.engine.local.kv_cache import KVCache
+    from agent.engine.local.lowbit import use_int8_linear
 
     trunk = build_trunk("40m", vocab_size=512, seed=3).eval()  # the base's layer shapes
     use_int8_linear(trunk)
@@ -269,7 +269,7 @@ def test_under_int8_a_verify_step_computes_plain_decodings_steps_bit_for_bit():
 
 @pytest.mark.parametrize("exact", [False, True])
 def test_exact_speculation_marks_verify_steps_to_attend_alone(tiny_checkpoint, monkeypatch, exact):
-    import agent.engine.model_runner as runner
+    import agent.engine.local.model_runner as runner
 
     seen: list[bool] = []
 
@@ -290,8 +290,8 @@ def test_under_int8_a_tree_step_computes_each_branchs_decode_steps_bit_for_bit()
     """A tree of drafts (`Part.parents`): two branches after the last token, [x, a1, a2] and
     [x, b1, b2], in one verify step. Each row is what plain decoding's step at that point of its
     own branch computes, and keeping branch b's rows leaves the cache plain decoding would."""
-    from agent.engine.kv_cache import KVCache
-    from agent.engine.lowbit import use_int8_linear
+    from agent.engine.local.kv_cache import KVCache
+    from agent.engine.local.lowbit import use_int8_linear
 
     trunk = build_trunk("40m", vocab_size=512, seed=3).eval()
     use_int8_linear(trunk)
@@ -323,7 +323,7 @@ def test_under_int8_a_tree_step_computes_each_branchs_decode_steps_bit_for_bit()
 def test_a_tree_step_off_the_kernels_attends_through_a_masked_call():
     """A float32 trunk has no kernel of ours: a tree part's rows see their own branch through a
     mask, and come out close to each branch's own decode steps."""
-    from agent.engine.kv_cache import KVCache
+    from agent.engine.local.kv_cache import KVCache
 
     trunk = build_trunk("test", vocab_size=256, seed=2).eval()
     assert not takes_trees(trunk)

@@ -1,4 +1,4 @@
-"""Fast apply's copy bias (agent/engine/copy_bias.py): where the output stands in its sources,
+"""Fast apply's copy bias (agent/engine/local/copy_bias.py): where the output stands in its sources,
 which tokens get the bonus, and that decoding under it stays lossless across methods."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import torch
 
 from agent.chat_format import apply_messages, apply_parts
 from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
-from agent.engine.copy_bias import CopyBias, _anchor
-from agent.engine.local import LocalEngine
+from agent.engine.local.copy_bias import CopyBias, _anchor
+from agent.engine.local.engine import LocalEngine
 from agent.engine.request import BadRequest
 
 ORIGINAL = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
@@ -110,7 +110,7 @@ def test_the_bias_shapes_every_branch_of_a_tree_of_drafts(lively_checkpoint, mon
     """Under int8 a verify step may be a tree of drafts; each branch's row is biased by its own
     state. Heads that always put the right token among the alternatives and a wrong one first
     make every step keep a branch, and the output is still plain decoding's."""
-    from agent.engine.proposers import Draft, MTPProposer
+    from agent.engine.local.proposers import Draft, MTPProposer
     from tests.engine.test_speculative_equivalence import int8_model, kept_branches
 
     vocab = int8_model(lively_checkpoint).vocab_size  # skips where the kernels do not build

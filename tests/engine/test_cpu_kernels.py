@@ -1,4 +1,4 @@
-"""Flywheel's CPU kernels (agent/engine/cpu_kernels.c): close to torch's float32 results, and
+"""Flywheel's CPU kernels (agent/engine/local/cpu_kernels.c): close to torch's float32 results, and
 every row's result independent of the rows beside it, bit for bit (what exact speculative
 decoding relies on)."""
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from agent.engine import cpu_kernels
-from agent.engine.kv_cache import KVCache
-from agent.engine.lowbit import Int8Linear, use_int8_linear
+from agent.engine.local import cpu_kernels
+from agent.engine.local.kv_cache import KVCache
+from agent.engine.local.lowbit import Int8Linear, use_int8_linear
 
 pytestmark = pytest.mark.skipif(
     cpu_kernels.unavailable() is not None,

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
-from agent.engine.local import LocalEngine
+from agent.engine.local.engine import LocalEngine
 from tests.engine.test_batched import _queued_requests
 
 pytestmark = [

@@ -18,13 +18,13 @@ from agent.engine import (
     Request,
     SamplingParams,
     SpeculativeConfig,
-    cpu_kernels,
 )
-from agent.engine.batched import Part, forward_parts, takes_trees
-from agent.engine.few_rows import FewRowsLinear
-from agent.engine.kv_cache import KVCache
-from agent.engine.local import LocalEngine
-from agent.engine.lowbit import (
+from agent.engine.local import cpu_kernels
+from agent.engine.local.batched import Part, forward_parts, takes_trees
+from agent.engine.local.engine import LocalEngine
+from agent.engine.local.few_rows import FewRowsLinear
+from agent.engine.local.kv_cache import KVCache
+from agent.engine.local.lowbit import (
     INT4_GROUP_SIZES,
     Int4Linear,
     Int8Linear,
@@ -33,7 +33,7 @@ from agent.engine.lowbit import (
     quantize_int4,
     use_int4_linear,
 )
-from agent.engine.model_runner import LoadedModel
+from agent.engine.local.model_runner import LoadedModel
 from agent.model import build_trunk
 from tests.engine.test_speculative_equivalence import code_prompts, greedy_outputs
 
@@ -170,7 +170,7 @@ def lively_qwen2(tmp_path_factory, tokenizer) -> Path:
 
 
 def test_a_qwen2_under_int4_prefills_in_float32_and_decodes_close_to_it(qwen2, monkeypatch):
-    from agent.engine import lowbit
+    from agent.engine.local import lowbit
 
     monkeypatch.setattr(lowbit, "bf16_matmul_is_fast", lambda: False)
     exact = LoadedModel.load(str(qwen2))
@@ -286,7 +286,7 @@ def test_state_dict_is_unaffected(qwen2):
 
 
 def test_missing_kernel_falls_back_to_float32_with_one_error_line(qwen2, monkeypatch, caplog):
-    from agent.engine import lowbit
+    from agent.engine.local import lowbit
 
     monkeypatch.setattr(lowbit, "int4_unavailable", lambda: "no kernel here")
     with caplog.at_level(logging.ERROR, logger="flywheel.engine"):
@@ -311,7 +311,7 @@ def test_int4_off_the_local_cpu_is_a_clear_error(kwargs, words):
 
 
 def test_generate_cli_takes_int4(qwen2, capsys):
-    from agent.engine.cli import main
+    from agent.engine.generate import main
 
     argv = ["--model", str(qwen2), "--prompt", PROMPT, "--max-tokens", "4", "--dtype", "int4"]
     assert main(argv) == 0
@@ -321,8 +321,8 @@ def test_generate_cli_takes_int4(qwen2, capsys):
 def test_every_dtype_flag_and_setting_offers_int4():
     from typing import get_args, get_type_hints
 
-    from agent.engine.bench import build_parser
     from agent.serve.cli import _parser
+    from benchmarks.engine.decoding import build_parser
     from lsp.settings import ModelSettings
 
     assert build_parser().parse_args(["--dtype", "int4"]).dtype == "int4"

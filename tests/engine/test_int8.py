@@ -9,10 +9,11 @@ import pytest
 import torch
 from torch import nn
 
-from agent.engine import BadRequest, EngineConfig, Request, SamplingParams, cpu_kernels, open_engine
-from agent.engine.few_rows import FewRowsLinear
-from agent.engine.lowbit import Int8Linear, int8_unavailable, use_int8_linear
-from agent.engine.model_runner import LoadedModel
+from agent.engine import BadRequest, EngineConfig, Request, SamplingParams, open_engine
+from agent.engine.local import cpu_kernels
+from agent.engine.local.few_rows import FewRowsLinear
+from agent.engine.local.lowbit import Int8Linear, int8_unavailable, use_int8_linear
+from agent.engine.local.model_runner import LoadedModel
 
 pytestmark = pytest.mark.skipif(
     int8_unavailable() is not None, reason=f"no int8 kernel: {int8_unavailable()}"
@@ -81,7 +82,7 @@ def test_widths_the_kernel_cannot_take_stay_float32():
 
 
 def test_prefill_is_float32_and_decoding_int8(lively_checkpoint, monkeypatch):
-    from agent.engine import lowbit
+    from agent.engine.local import lowbit
 
     monkeypatch.setattr(lowbit, "bf16_matmul_is_fast", lambda: False)
     exact = LoadedModel.load(str(lively_checkpoint))
@@ -166,7 +167,7 @@ def test_state_dict_and_training_modules_are_unaffected(tiny_checkpoint):
 def test_missing_kernel_falls_back_to_float32_with_one_error_line(
     tiny_checkpoint, monkeypatch, caplog
 ):
-    from agent.engine import lowbit
+    from agent.engine.local import lowbit
 
     monkeypatch.setattr(lowbit, "int8_unavailable", lambda: "no kernel here")
     with caplog.at_level(logging.ERROR, logger="flywheel.engine"):
@@ -191,8 +192,8 @@ def test_unsupported_dtype_is_a_clear_error(kwargs, words):
 
 
 def test_dtype_flags_offer_int8():
-    from agent.engine.bench import build_parser
     from agent.serve.cli import _parser
+    from benchmarks.engine.decoding import build_parser
 
     assert build_parser().parse_args(["--dtype", "int8"]).dtype == "int8"
     assert _parser().parse_args(["--dtype", "int8"]).dtype == "int8"

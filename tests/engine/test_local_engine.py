@@ -18,10 +18,10 @@ from agent.engine import (
     SpeculativeConfig,
     open_engine,
 )
-from agent.engine.local import LocalEngine, SpeculativeSequence
-from agent.engine.loop import Step
+from agent.engine.local.engine import LocalEngine, SpeculativeSequence
+from agent.engine.local.sampling import target_probs
 from agent.engine.sample_output import SampleOutput
-from agent.engine.sampling import target_probs
+from agent.engine.scheduler import Step
 from tests.conftest import make_checkpoint
 
 PROMPT = "def parse(text):\n    return json.loads(text)\n\ndef parse("
@@ -208,7 +208,7 @@ def test_a_tokenizer_that_does_not_fit_the_model_is_refused(tmp_path, tokenizer)
 def test_few_rows_linear_computes_the_same_product(rows):
     """Decode (one row, padded), verify (a few rows) and prefill (many rows) all compute x · Wᵀ,
     and gradients still flow (the layer stays trainable)."""
-    from agent.engine.few_rows import FewRowsLinear
+    from agent.engine.local.few_rows import FewRowsLinear
 
     torch.manual_seed(rows)
     layer = torch.nn.Linear(64, 48)
@@ -224,7 +224,7 @@ def test_few_rows_linear_computes_the_same_product(rows):
 
 
 def test_generate_cli_takes_a_dtype(tiny_checkpoint, capsys):
-    from agent.engine.cli import main
+    from agent.engine.generate import main
 
     argv = ["--model", str(tiny_checkpoint), "--prompt", PROMPT, "--max-tokens", "4"]
     assert main([*argv, "--dtype", "bfloat16"]) == 0

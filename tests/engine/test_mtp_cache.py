@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
-from agent.engine.local import LocalEngine
-from agent.engine.model_runner import LoadedModel
-from agent.engine.proposers import MTPProposer
+from agent.engine.local.engine import LocalEngine
+from agent.engine.local.model_runner import LoadedModel
+from agent.engine.local.proposers import MTPProposer
 from agent.engine.request import EngineError
 from agent.model import Checkpoint
 from agent.mtp import DRAFT_VOCAB_FILE, MTPConfig, MTPHeads, frequent_tokens
@@ -107,7 +107,7 @@ def test_ngram_then_mtp_drafts_repeats_by_lookup_and_fresh_text_by_the_heads(tin
     one-token match included): the heads' drafts, which stay in step across lookup drafts. The
     lookup's draft length is learnt from which of its drafts came back in the tokens; the heads
     always draft with both."""
-    from agent.engine.proposers import NgramProposer, NgramThenMTPProposer
+    from agent.engine.local.proposers import NgramProposer, NgramThenMTPProposer
     from agent.model import load_checkpoint
 
     model = lively(load_checkpoint(tiny_checkpoint), depth=2)

@@ -1,4 +1,4 @@
-"""Prefix caching (agent/engine/prefix_cache.py): a conversation's later turns and a repeated
+"""Prefix caching (agent/engine/local/prefix_cache.py): a conversation's later turns and a repeated
 prompt reuse the computed prefix, outputs are the same as without the cache, memory is bounded."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import torch
 from transformers import DynamicCache
 
 from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
-from agent.engine.local import LocalEngine
-from agent.engine.prefix_cache import MIN_MATCH, PrefixCache
+from agent.engine.local.engine import LocalEngine
+from agent.engine.local.prefix_cache import MIN_MATCH, PrefixCache
 from tests.engine.test_speculative_equivalence import code_prompts
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from agent.engine.model_runner import LoadedModel
-from agent.engine.proposers import DraftModelProposer, MTPProposer, NgramProposer
+from agent.engine.local.model_runner import LoadedModel
+from agent.engine.local.proposers import DraftModelProposer, MTPProposer, NgramProposer
+from agent.engine.local.sampling import make_generator
 from agent.engine.request import SamplingParams
-from agent.engine.sampling import make_generator
 
 
 def test_ngram_worked_example_from_the_docstring():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from agent.engine.rejection_sampler import verify_greedy, verify_sampled
+from agent.engine.local.rejection_sampler import verify_greedy, verify_sampled
 
 
 def test_greedy_accepts_the_matching_prefix_then_recovers():

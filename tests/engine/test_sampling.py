@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agent.engine.local.sampling import make_generator, next_tokens, target_probs
 from agent.engine.request import BadRequest, SamplingParams
-from agent.engine.sampling import make_generator, next_tokens, target_probs
 
 
 def test_temperature_scales_logits():

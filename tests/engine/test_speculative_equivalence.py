@@ -17,12 +17,13 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig, proposers
-from agent.engine.batched import takes_trees
-from agent.engine.kv_cache import KVCache
-from agent.engine.local import LocalEngine
-from agent.engine.model_runner import LoadedModel
-from agent.engine.sampling import target_probs
+from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
+from agent.engine.local import proposers
+from agent.engine.local.batched import takes_trees
+from agent.engine.local.engine import LocalEngine
+from agent.engine.local.kv_cache import KVCache
+from agent.engine.local.model_runner import LoadedModel
+from agent.engine.local.sampling import target_probs
 from agent.model import Checkpoint, build_trunk
 from agent.mtp import MTPConfig, MTPHeads
 

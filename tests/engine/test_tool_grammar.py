@@ -6,8 +6,8 @@ import torch
 
 from agent.chat_format import ARG, END, TOOL_CALL, TOOL_CALL_END, parse_assistant, render_chat
 from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig, open_engine
-from agent.engine.model_runner import LoadedModel
-from agent.engine.tool_grammar import ToolGrammar
+from agent.engine.local.model_runner import LoadedModel
+from agent.engine.local.tool_grammar import ToolGrammar
 from agent.harness.prompts import tool_schemas
 
 TOOLS = tool_schemas()

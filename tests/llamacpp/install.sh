@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build llama-cpp-python into its own virtual environment: the llama.cpp peer of
-# `flywheel bench engine --peers llamacpp` (agent/engine/bench_peers.py).
+# `flywheel bench engine --peers llamacpp` (benchmarks/engine/peers.py).
 #
 # llama-cpp-python compiles llama.cpp from its source distribution (several minutes on 2 cores).
 # The default native build (-march=native) crashed in decode on one of this project's machines

@@ -70,9 +70,9 @@ def test_the_prompt_is_bounded_edits_cut_then_dropped_oldest_first():
 
 
 def test_a_next_edit_decodes_behind_inline_completions():
-    """Within one lane the first request runs to its end (agent/engine/loop.py); a next edit has
+    """Within one lane the first request runs to its end (agent/engine/scheduler.py); a next edit has
     its own lane, behind the inline completion of the next keystroke."""
-    from agent.engine.priority import LANES
+    from agent.engine.request import LANES
 
     assert LANES.index("interactive") < LANES.index("prefetch") < LANES.index("normal")
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.bench_prompts import APPLY_FILE
 from training import code_apply
 from training.code_apply import EDITS, CodeApplyConfig, build, example
 
@@ -75,7 +76,7 @@ def test_build_splits_by_file_and_never_uses_the_benchmarks_files(tmp_path):
     src.mkdir()
     for i in range(6):
         (src / f"m{i}.py").write_text(SOURCE.replace("LIMIT", f"LIMIT_{i}"))
-    (src / code_apply.APPLY_FILE).write_text(SOURCE)  # the engine benchmark's file
+    (src / APPLY_FILE).write_text(SOURCE)  # the engine benchmark's file
     (src / "tiny.py").write_text("x = 1\n")  # too small to teach copying
     out = tmp_path / "apply.jsonl"
     config = CodeApplyConfig([str(src)], count=30, min_chars=100, heldout_fraction=0.3)
@@ -83,7 +84,7 @@ def test_build_splits_by_file_and_never_uses_the_benchmarks_files(tmp_path):
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert counts["examples"] == len(rows) == 30 and counts["files"] == 6
     paths = {r["messages"][1]["content"].split('"')[1] for r in rows}
-    assert code_apply.APPLY_FILE not in paths and "tiny.py" not in paths
+    assert APPLY_FILE not in paths and "tiny.py" not in paths
     split_of = {}
     for r in rows:
         path = r["messages"][1]["content"].split('"')[1]

@@ -37,7 +37,7 @@ BLOCKED_IMPORTS = textwrap.dedent(
     sys.meta_path.insert(0, Block())
     import matplotlib.pyplot, peft
     import training.rl.measured_run, training.rl.environments, training.rl.trainer
-    import agent.harness, agent.harness.scratch, agent.engine.local, telemetry.rewards
+    import agent.harness, agent.harness.scratch, agent.engine.local.engine, telemetry.rewards
     import training.tasks.generation, training.real_tasks, training.tasks.oracle
     print("imports ok")
     """

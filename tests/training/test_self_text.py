@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 
-from agent.engine.bench import APPLY_FILE, FREE_PROMPTS, STDLIB
+from agent.bench_prompts import STDLIB, benched_files
 from training import self_text
 
 
 def test_windows_are_reproducible_and_never_from_the_benchmarked_files():
     files = {p.relative_to(STDLIB).as_posix() for p in self_text.stdlib_files()}
-    assert files and not files & {APPLY_FILE, *(name for name, _ in FREE_PROMPTS)}
+    assert files and not files & benched_files()
     assert not any(f.startswith(("test/", "idlelib/")) for f in files)
     first = self_text.windows(5, seed=0)
     assert first == self_text.windows(5, seed=0) != self_text.windows(5, seed=1)

@@ -7,7 +7,7 @@ JOB.json holds {"checkpoint": folder, "repeating": folder, "prompts": [...], "ma
 "vllm-ngram"), the greedy token ids of every prompt and the metrics, plus the chat completion,
 a streaming check and n=3 sampling; and under "repeating" the same comparison with ngram only on
 the second checkpoint (a model whose greedy output repeats, so drafts get accepted). The reference is the
-local backend (`agent.engine.local.LocalEngine`) when it imports, else Hugging Face `generate`.
+local backend (`agent.engine.local.engine.LocalEngine`) when it imports, else Hugging Face `generate`.
 vLLM spawns its engine core, hence the `__main__` guard.
 """
 
@@ -23,7 +23,7 @@ def reference(checkpoint: str, prompts: list[str], max_tokens: int, chat: dict) 
 
     greedy = SamplingParams(temperature=0, max_tokens=max_tokens)
     try:
-        from agent.engine.local import LocalEngine
+        from agent.engine.local.engine import LocalEngine
     except ImportError:
         LocalEngine = None  # noqa: N806
     if LocalEngine is not None:
@@ -69,7 +69,7 @@ def with_vllm(
     swap_to: str | None = None,
 ) -> dict:
     from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
-    from agent.engine.vllm_backend import VLLMEngine
+    from agent.engine.backends.vllm import VLLMEngine
 
     started = time.perf_counter()
     engine = VLLMEngine(

@@ -79,16 +79,16 @@ import torch
 import transformers
 import vllm
 
-import agent.engine.vllm_backend  # noqa: F401
+import agent.engine.backends.vllm  # noqa: F401
 import agent.model  # noqa: F401
 import agent.tokenizer  # noqa: F401
 
-mods = ["agent.engine.local"] if importlib.util.find_spec("agent.engine.local") else []
+mods = ["agent.engine.local.engine"] if importlib.util.find_spec("agent.engine.local.engine") else []
 for name in mods:
     importlib.import_module(name)
 print(
     f"[install-vllm] ok: vllm {vllm.__version__}, torch {torch.__version__}, "
-    f"transformers {transformers.__version__}; imports agent.model, agent.engine.vllm_backend"
+    f"transformers {transformers.__version__}; imports agent.model, agent.engine.backends.vllm"
     + "".join(f", {m}" for m in mods)
 )
 EOF

@@ -243,7 +243,7 @@ def test_missing_vllm_is_a_clear_error(tmp_path):
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed in this environment")
-    from agent.engine.vllm_backend import VLLMEngine
+    from agent.engine.backends.vllm import VLLMEngine
 
     with pytest.raises(EngineError, match=r"make test-vllm.*flywheel\[vllm\]"):
         VLLMEngine(EngineConfig(model=str(tmp_path), backend="vllm"))

@@ -1,4 +1,4 @@
-"""Our MTP heads as vLLM's draft: exported (agent/engine/vllm_draft.py), loaded, and measured.
+"""Our MTP heads as vLLM's draft: exported (agent/engine/backends/vllm_draft.py), loaded, and measured.
 
 The `vllm`-marked test runs vLLM in its own environment (see tests/vllm/test_vllm.py for why and
 how): `make test-vllm`, or by hand
@@ -89,7 +89,7 @@ def distil_heads(folder: Path, tokenizer, steps: int = DISTIL_STEPS) -> Path:
 def local_mtp(checkpoint: Path) -> dict:
     """Greedy tokens and draft counters of our local engine with MTP speculation (defaults)."""
     from agent.engine import Request, SamplingParams
-    from agent.engine.local import LocalEngine
+    from agent.engine.local.engine import LocalEngine
 
     engine = LocalEngine(
         EngineConfig(model=str(checkpoint), backend="local", speculative=SpeculativeConfig("mtp"))
@@ -179,7 +179,7 @@ def test_vllm_serves_the_default_with_its_heads_as_draft(vllm_python, tmp_path):
     here, where peft is) and its first MTP head as the `mtp` draft. Greedy output is the local
     engine's on the same float32 weights, and vLLM accepts some of the heads' drafts."""
     from agent.engine import Request, SamplingParams
-    from agent.engine.local import LocalEngine
+    from agent.engine.local.engine import LocalEngine
     from agent.model import checkpoint_folder, merged_folder
 
     folder = merged_folder(checkpoint_folder("default"))
@@ -204,7 +204,7 @@ def test_export_writes_the_first_head_under_vllm_names(tiny_checkpoint, tmp_path
     import torch
     from safetensors.torch import load_file
 
-    from agent.engine.vllm_draft import export_vllm_draft
+    from agent.engine.backends.vllm_draft import export_vllm_draft
 
     out = export_vllm_draft(tiny_checkpoint, tmp_path / "draft")
     config = json.loads((out / "config.json").read_text())
@@ -231,8 +231,8 @@ def test_export_writes_the_first_head_under_vllm_names(tiny_checkpoint, tmp_path
 
 
 def test_export_without_heads_is_a_clear_error(tmp_path, tokenizer):
-    from agent.engine.vllm_backend import VLLMEngine
-    from agent.engine.vllm_draft import export_vllm_draft
+    from agent.engine.backends.vllm import VLLMEngine
+    from agent.engine.backends.vllm_draft import export_vllm_draft
     from tests.conftest import make_checkpoint
 
     folder = make_checkpoint(tmp_path / "plain", tokenizer, seed=0, mtp_depth=0)

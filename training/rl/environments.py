@@ -294,7 +294,7 @@ class HarnessEnv:
     wall_s: float = 120.0  # the harness's running-time limit per rollout
     limit: int = 0  # at most this many training tasks
     # A group's samples run at once (each its own thread): an engine on its own thread batches
-    # their steps (agent/engine/loop.py). Off: one after another.
+    # their steps (agent/engine/scheduler.py). Off: one after another.
     concurrent: bool = True
     test_workers: int = 0  # verifier runs at once in this process; 0 = one per CPU core
     unconfined: bool = False  # without a working sandbox: commands unconfined, approval off

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 
-from agent.engine.bench import main
-from tests.engine.test_bench_peers import make_fake_python
+from benchmarks.engine.decoding import main
+from tests.bench.test_engine_peers import make_fake_python
 
 
 def test_bench_engine_writes_rows_for_both_workloads(tmp_path, tiny_checkpoint, capsys):
@@ -63,7 +63,8 @@ def test_bench_engine_writes_rows_for_both_workloads(tmp_path, tiny_checkpoint, 
 
 
 def test_apply_expects_the_file_with_its_definition_renamed(tokenizer):
-    from agent.engine.bench import similarity, workloads
+    from benchmarks.engine.report import similarity
+    from benchmarks.engine.workloads import workloads
 
     apply = next(item for item in workloads(tokenizer) if item["workload"] == "apply")
     assert apply["expected"] != apply["speculation"]

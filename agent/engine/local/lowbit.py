@@ -36,12 +36,12 @@ import torch
 from torch import nn
 
 from agent.engine.config import LOWBIT_DTYPES
-from agent.engine.cpu_kernels import K_MULTIPLE as INT8_KERNEL_K_MULTIPLE
-from agent.engine.cpu_kernels import int8_mm, pack_int8
-from agent.engine.cpu_kernels import quantize_int8 as kernel_quantize_int8
-from agent.engine.cpu_kernels import unavailable as int8_kernel_unavailable
-from agent.engine.few_rows import FewRowsLinear
-from agent.engine.loop import BATCH_ROWS
+from agent.engine.local.cpu_kernels import K_MULTIPLE as INT8_KERNEL_K_MULTIPLE
+from agent.engine.local.cpu_kernels import int8_mm, pack_int8
+from agent.engine.local.cpu_kernels import quantize_int8 as kernel_quantize_int8
+from agent.engine.local.cpu_kernels import unavailable as int8_kernel_unavailable
+from agent.engine.local.few_rows import FewRowsLinear
+from agent.engine.scheduler import BATCH_ROWS
 
 # A batched step (loop.BATCH_ROWS rows at most) takes the path its steps take alone. int8 stays
 # ahead of float32 well past this on a CPU (benchmarks/int8.py measures the rows); torch's int4
@@ -308,14 +308,9 @@ def int8_unavailable() -> str | None:
     weight = torch.linspace(-1, 1, 24 * 48).reshape(24, 48)
     x = torch.linspace(-2, 2, 2 * 48).reshape(2, 48)
     q, scales = quantize_int8(weight)
-    try:
-        y = op(x.to(torch.bfloat16), q, scales).float()
-    except (RuntimeError, NotImplementedError) as exc:
-        return f"torch {torch.__version__}'s _weight_int8pack_mm fails on the CPU ({exc})"
-    reference = x @ weight.T
-    if not (y - reference).norm() <= 0.02 * reference.norm():
-        return f"torch {torch.__version__}'s _weight_int8pack_mm gives wrong results on this CPU"
-    return None
+    return _wrong_product(
+        "_weight_int8pack_mm", lambda: op(x.to(torch.bfloat16), q, scales), x, weight, 0.02
+    )
 
 
 @functools.cache
@@ -327,14 +322,24 @@ def int4_unavailable() -> str | None:
         return f"torch {torch.__version__} has no {missing[0]} (int4 needs torch 2.6 or later)"
     weight = torch.linspace(-1, 1, 32 * 64).reshape(32, 64).sin()
     x = torch.linspace(-2, 2, 2 * 64).reshape(2, 64)
-    try:
+
+    def product() -> torch.Tensor:
         packed, scales_zeros = pack_int4(*quantize_int4(weight, 32))
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(
             x.to(torch.bfloat16), packed, 32, scales_zeros
-        ).float()
+        )
+
+    return _wrong_product("int4 CPU kernel", product, x, weight, 0.05)
+
+
+def _wrong_product(name: str, product, x: torch.Tensor, weight: torch.Tensor, tolerance: float):
+    """Why `product()`, the kernel `name` computing `x @ weight.T`, cannot serve on this CPU: it
+    fails, or misses by more than `tolerance` (relative norm). None: it serves."""
+    try:
+        y = product().float()
     except (RuntimeError, NotImplementedError) as exc:
-        return f"torch {torch.__version__}'s int4 CPU kernel fails here ({exc})"
+        return f"torch {torch.__version__}'s {name} fails on this CPU ({exc})"
     reference = x @ weight.T
-    if not (y - reference).norm() <= 0.05 * reference.norm():
-        return f"torch {torch.__version__}'s int4 CPU kernel gives wrong results on this CPU"
+    if not (y - reference).norm() <= tolerance * reference.norm():
+        return f"torch {torch.__version__}'s {name} gives wrong results on this CPU"
     return None

@@ -46,9 +46,9 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from agent.engine.model_runner import LoadedModel
+from agent.engine.local.model_runner import LoadedModel
+from agent.engine.local.sampling import sample, target_probs
 from agent.engine.request import SamplingParams
-from agent.engine.sampling import sample, target_probs
 
 
 @dataclass

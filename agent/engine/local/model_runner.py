@@ -29,13 +29,13 @@ from typing import Any
 
 import torch
 
-from agent.engine.batched import Part, forward_parts, rows_alone, supports_ragged
 from agent.engine.config import LOWBIT_DTYPES
-from agent.engine.few_rows import use_few_rows_linear
-from agent.engine.kv_cache import KVCache
-from agent.engine.lowbit import unavailable as lowbit_unavailable
-from agent.engine.lowbit import use_lowbit_linear
-from agent.engine.prefix_cache import PrefixCache
+from agent.engine.local.batched import Part, forward_parts, rows_alone, supports_ragged
+from agent.engine.local.few_rows import use_few_rows_linear
+from agent.engine.local.kv_cache import KVCache
+from agent.engine.local.lowbit import unavailable as lowbit_unavailable
+from agent.engine.local.lowbit import use_lowbit_linear
+from agent.engine.local.prefix_cache import PrefixCache
 from agent.model import Checkpoint, load_apply_checkpoint, load_checkpoint
 from agent.tokenizer import CHAR_TO_BYTE
 

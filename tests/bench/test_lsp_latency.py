@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from lsp import bench
+from benchmarks import lsp_latency as bench
 
 
 def test_typed_file_requests_share_their_start_and_never_extend_each_other():

@@ -17,7 +17,7 @@ Peers and their methods (the names the table and the JSON use):
   that matches. With lookup, llama-cpp-python scores every prompt position (its speculative
   path keeps all logits), which makes its prefill slower than plain's.
 
-Each method runs in a subprocess of its environment's Python (`bench_peer_runner.py`, which
+Each method runs in a subprocess of its environment's Python (`peer_runner.py`, which
 imports nothing from Flywheel): this process writes the job (token-id prompts, max tokens, stop
 ids, draft lengths, threads, repeats) and reads back output token ids and wall times per prompt.
 All runs are greedy, on `--threads` threads (torch's count when 0), after the in-process methods
@@ -41,7 +41,7 @@ INSTALL = {
     "vllm": "make bench-peers-setup (or: bash tests/vllm/install.sh)",
     "llamacpp": "make bench-peers-setup (or: bash tests/llamacpp/install.sh)",
 }
-RUNNER = Path(__file__).resolve().parent / "bench_peer_runner.py"
+RUNNER = Path(__file__).resolve().parent / "peer_runner.py"
 TIMEOUT_S = 3600  # one method's whole run: engine start-up, warm-up, every repeat
 QUANT = "Q4_1"  # what a checkpoint is quantized to for llama.cpp (the base's own GGUF type)
 
@@ -158,13 +158,13 @@ def peer_job(run: PeerRun, items: list[dict], stop_ids: list[int], settings: dic
 
 
 def run_runner(python: Path, job: dict, stem: Path, timeout: float = TIMEOUT_S) -> dict:
-    """Run `bench_peer_runner.py` with `python` on `job`; its answer, or PeerUnavailable with the
+    """Run `peer_runner.py` with `python` on `job`; its answer, or PeerUnavailable with the
     last line it printed (the whole output stays in STEM.log while the benchmark runs)."""
     stem.parent.mkdir(parents=True, exist_ok=True)
     job_file, out_file, log_file = (stem.with_suffix(s) for s in (".job.json", ".out.json", ".log"))
     job_file.write_text(json.dumps(job))
     out_file.unlink(missing_ok=True)
-    # -I: the runner's folder (agent/engine: config.py, request.py, ...) must not shadow modules
+    # -I: the runner's folder (benchmarks/engine: serving.py, steps.py, ...) must not shadow modules
     command = [str(python), "-I", str(RUNNER), str(job_file), str(out_file)]
     with log_file.open("w") as log:
         try:

@@ -4,7 +4,7 @@
     vllm serve runs/ckpt --hf-overrides '{"num_nextn_predict_layers": 1}' --speculative-config \\
         '{"method": "mtp", "model": "runs/ckpt-vllm-draft", "num_speculative_tokens": 1}'
 
-The `vllm` backend does this by itself for `--speculative mtp` (agent/engine/vllm_backend.py).
+The `vllm` backend does this by itself for `--speculative mtp` (agent/engine/backends/vllm.py).
 
 Which vLLM layout, and why. Our head (agent/mtp.py) is DeepSeek-V3's MTP module with a Llama
 block: `norm_out(Block(proj([norm_hidden(h); norm_embed(emb(t))])))` then the shared lm_head.

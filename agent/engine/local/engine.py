@@ -27,12 +27,13 @@ How a request runs:
 4. Each sample's `SampleOutput` turns tokens into text and applies stop tokens, stop strings and
    max tokens; streaming yields its deltas.
 
-Concurrency: requests may run from several threads. With `EngineConfig.own_thread` (servers)
-every request's generator runs on the engine's own thread (loop.py), which takes the next step
-from the most urgent lane: torch then uses one thread, as it is fastest on a CPU. Without it,
-requests run on their callers' threads and one priority lock (priority.py) serialises the
-forward calls (a CPU has no spare capacity for parallel forwards anyway); it is never held
-across a `yield`. Either way, between two steps of an agent turn a waiting editor completion
+Concurrency: requests may run from several threads, under one of the two schedulers of
+agent/engine/scheduler.py. With `EngineConfig.own_thread` (servers) every request's generator
+runs on the engine's own thread (`EngineThread`), which takes the next step from the most urgent
+lane: torch then uses one thread, as it is fastest on a CPU. Without it, requests run on their
+callers' threads and one priority lock (`PriorityLock`) serialises the forward calls (a CPU has
+no spare capacity for parallel forwards anyway); it is never held across a `yield`. Either way,
+between two steps of an agent turn a waiting editor completion
 (`Request.priority="interactive"`) goes first, and while an editor is active an agent's prompt
 is prefilled in short chunks, so that a completion waits for little. A request holds a
 reference to the weights it started on, so `swap` never disturbs it.
@@ -40,9 +41,10 @@ Cancellation (`Request.cancel`) is checked before every forward pass: the reques
 decode or verify step with finish reason "cancelled" (no exception).
 
 Batching across requests: every trunk forward pass is a `Forward` step that the request's
-generator yields. On the engine's thread the loop runs the waiting decode and verify steps of a
-lane's requests (on the same weights) in one pass (batched.py: their tokens concatenated through
-the linear layers, attention per request on its own cache); on callers' threads each runs alone.
+generator yields. On the engine's thread the scheduler runs the waiting decode and verify steps
+of a lane's requests (on the same weights) in one pass (batched.py: their tokens concatenated
+through the linear layers, attention per request on its own cache); on callers' threads each
+runs alone.
 
 Not here: paged attention, CUDA graphs.
 """
@@ -55,23 +57,19 @@ import logging
 import threading
 import time
 from collections.abc import Generator
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 
 from agent.chat_format import parse_assistant
 from agent.engine import Stream
-from agent.engine.batched import Admission, Forward, takes_trees
 from agent.engine.config import EngineConfig
-from agent.engine.copy_bias import CopyBias
-from agent.engine.kv_cache import reuse_freed_memory
-from agent.engine.loop import BATCH_ROWS, EngineLoop, Step
-from agent.engine.model_runner import LoadedModel
-from agent.engine.prefix_cache import PrefixCache, restore
-from agent.engine.priority import PriorityLock
-from agent.engine.prompt import prepare_prompt
-from agent.engine.proposers import (
+from agent.engine.local.batched import Admission, Forward, takes_trees
+from agent.engine.local.copy_bias import CopyBias
+from agent.engine.local.kv_cache import reuse_freed_memory
+from agent.engine.local.model_runner import LoadedModel
+from agent.engine.local.prefix_cache import PrefixCache, restore
+from agent.engine.local.proposers import (
     HYBRID_MIN_MATCH,
     MTP_WINDOW,
     Draft,
@@ -81,17 +79,19 @@ from agent.engine.proposers import (
     NgramThenMTPProposer,
     Proposer,
 )
-from agent.engine.rejection_sampler import verify_greedy, verify_sampled
-from agent.engine.request import Delta, EngineError, Request, RequestMetrics, Result, SamplingParams
-from agent.engine.sample_output import SampleOutput
-from agent.engine.sampling import (
+from agent.engine.local.rejection_sampler import verify_greedy, verify_sampled
+from agent.engine.local.sampling import (
     make_generator,
     next_tokens,
     sample,
     target_probs,
     token_logprobs,
 )
-from agent.engine.tool_grammar import ToolGrammar
+from agent.engine.local.tool_grammar import ToolGrammar
+from agent.engine.prompt import prepare_prompt
+from agent.engine.request import Delta, EngineError, Request, RequestMetrics, Result, SamplingParams
+from agent.engine.sample_output import SampleOutput
+from agent.engine.scheduler import BATCH_ROWS, EngineThread, PriorityLock, Scheduler
 
 log = logging.getLogger("flywheel.engine")
 MAX_GRAMMARS = 32  # tool sets whose grammar stays built, per loaded model
@@ -134,10 +134,9 @@ class LocalEngine:
         self.config = config
         self.spec = config.speculative
         # the thread every torch operation runs on, or else a lock around every forward call
-        self._loop = EngineLoop() if config.own_thread else None
+        self._scheduler: Scheduler = EngineThread() if config.own_thread else PriorityLock()
         if config.own_thread:  # a server: requests come and go all day
             reuse_freed_memory()
-        self._lock = PriorityLock() if self._loop is None else None
         self._swap_lock = threading.Lock()  # one swap at a time
         self._draft: LoadedModel | None = None
         try:
@@ -154,8 +153,7 @@ class LocalEngine:
                 self._draft = draft or self._call(self._load, self.spec.draft_model)
             self._check(model)
         except BaseException:
-            if self._loop is not None:  # no engine: its thread (and torch's team on it) ends
-                self._loop.close()
+            self._scheduler.close()  # no engine: its thread (and torch's team on it) ends
             raise
         self._model = model
 
@@ -178,9 +176,7 @@ class LocalEngine:
             model = self._call(model.for_apply)
             self._with_prefix_cache(model)
         job = self._prepare(request, model)  # bad input raises here, before any output
-        if self._loop is not None:
-            return Stream(self._loop.stream(self._run(job), request.priority))
-        return Stream(_on_callers_thread(self._run(job), self._hold, request.priority))
+        return Stream(self._scheduler.stream(self._run(job), request.priority))
 
     def swap(self, model: str) -> str:
         with self._swap_lock:
@@ -191,8 +187,7 @@ class LocalEngine:
         return new.checkpoint.version
 
     def close(self) -> None:
-        if self._loop is not None:
-            self._loop.close()  # open requests finish, then its thread ends
+        self._scheduler.close()  # open requests finish, then its thread (if any) ends
         self._draft = None
         if self._model.prefix_cache is not None:
             self._model.prefix_cache.clear()
@@ -206,19 +201,14 @@ class LocalEngine:
 
     def _call(self, fn, *args):
         """`fn(*args)` on the engine's thread, or here without one."""
-        return self._loop.call(fn, *args) if self._loop is not None else fn(*args)
-
-    def _session(self, lane: str):
-        """Around a request: its steps run back to back (the loop does that by itself)."""
-        return nullcontext() if self._loop is not None else self._lock.session(lane)
+        return self._scheduler.call(fn, *args)
 
     def _hold(self, lane: str):
-        """Around a forward pass (on the loop, nothing else runs anyway)."""
-        return nullcontext() if self._loop is not None else self._lock.hold(lane)
+        """Around model work between steps (on the engine's thread nothing else runs anyway)."""
+        return self._scheduler.hold(lane)
 
     def _urgent(self, lane: str) -> bool:
-        scheduler = self._loop or self._lock
-        return scheduler.urgent_within(lane, URGENT_WINDOW_S)
+        return self._scheduler.urgent_within(lane, URGENT_WINDOW_S)
 
     # -- set-up --------------------------------------------------------------------------
 
@@ -310,7 +300,7 @@ class LocalEngine:
 
     def _run(self, job: Job) -> Generator[Delta, None, Result]:
         """The request's deltas, and the trunk forward passes it needs (`Forward` steps) for
-        whoever drives it to run: the loop batches them across requests."""
+        the scheduler to run: on the engine's thread it batches them across requests."""
         params, model = job.params, job.model
         metrics = RequestMetrics(prompt_tokens=len(job.prompt_ids))
         outputs = [
@@ -321,13 +311,12 @@ class LocalEngine:
         ]
         started = time.perf_counter()
         try:
-            with self._session(job.request.priority):
-                # built on the thread that runs the model (its masks are vocabulary-sized)
-                job.rule = self._rule(job)
-                if self.spec.method == "none":
-                    yield from self._decode_plain(job, outputs, metrics, started)
-                else:
-                    yield from self._decode_speculative(job, outputs, metrics, started)
+            # built on the thread that runs the model (its masks are vocabulary-sized)
+            job.rule = self._rule(job)
+            if self.spec.method == "none":
+                yield from self._decode_plain(job, outputs, metrics, started)
+            else:
+                yield from self._decode_speculative(job, outputs, metrics, started)
         except EngineError:
             raise
         except Exception as exc:
@@ -610,23 +599,6 @@ def _grammar(request: Request, model: LoadedModel) -> ToolGrammar | None:
             model.grammars.pop(next(iter(model.grammars)))
         model.grammars[key] = ToolGrammar.build(model.tokenizer, model.token_bytes, request.tools)
     return model.grammars[key]
-
-
-def _on_callers_thread(run: Generator, hold, lane: str) -> Generator[Delta, None, Result]:
-    """A request's deltas, run on the caller's thread (no loop): each of its steps runs alone,
-    under the priority lock."""
-    try:
-        while True:
-            item = next(run)
-            if isinstance(item, Step):
-                with hold(lane):
-                    type(item).run_batch([item])
-            else:
-                yield item
-    except StopIteration as stop:
-        return stop.value
-    finally:
-        run.close()
 
 
 def _deltas(outputs) -> Generator[Delta, None, None]:

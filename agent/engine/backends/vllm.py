@@ -24,7 +24,7 @@ Speculative decoding (`SpeculativeConfig.method`), passed to vLLM as `speculativ
 - `draft` -> {"method": "draft_model", "model": draft folder, "num_speculative_tokens": k};
 - `mtp` -> {"method": "mtp", "model": exported draft, "num_speculative_tokens": 1}: the
   checkpoint's first MTP head, exported in vLLM's MiMo MTP layout into a temporary folder per
-  loaded model (`agent.engine.vllm_draft`, which says what is exact and what is not), plus
+  loaded model (`agent.engine.backends.vllm_draft`, which says what is exact and what is not), plus
   `hf_overrides` on the target; a checkpoint without heads is an EngineError.
 vLLM keeps the draft length fixed (`num_draft_tokens`, 1 for mtp; `adaptive` is ignored) and
 does not use a request's `speculation` text, nor a model folder's fast-apply adapter (an `apply`
@@ -191,7 +191,7 @@ class VLLMEngine:
         return {"method": "mtp"}  # the draft is exported per loaded model, in _start
 
     def _start(self, model: str) -> _Runner:
-        from agent.engine.model_runner import decode_table
+        from agent.engine.local.model_runner import decode_table
         from agent.model import checkpoint_folder, checkpoint_version, merged_folder
 
         if model.startswith(("http://", "https://")):
@@ -221,7 +221,7 @@ class VLLMEngine:
             kwargs["per_request_spec_decode_metrics"] = "summary"
         draft_dir = None  # the exported MTP draft of this model; removed when its runner ends
         if self.config.speculative.method == "mtp":
-            from agent.engine.vllm_draft import export_vllm_draft, vllm_kwargs
+            from agent.engine.backends.vllm_draft import export_vllm_draft, vllm_kwargs
 
             draft_dir = tempfile.TemporaryDirectory(prefix="flywheel-vllm-draft-")
             try:

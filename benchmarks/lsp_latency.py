@@ -108,178 +108,223 @@ def latency_summary(values: list[float]) -> dict[str, float]:
 
 
 async def _run(args: argparse.Namespace) -> dict:
-    from pygls.lsp.client import LanguageClient
-
-    from agent.demo import INSTRUCTION, SAMPLE
-    from agent.engine import Request, SamplingParams, open_engine
-    from lsp.completion import build_prompt, stop_strings
+    """Time the same completions directly and through the server, then (with `--during-agent`)
+    through the server while it runs agent tasks; the report."""
+    from agent.engine import open_engine
     from lsp.model_host import engine_config
-    from lsp.protocol import TASK_STEP
     from lsp.settings import CompletionSettings, ModelSettings
 
     settings = CompletionSettings(
         debounce_ms=0, max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed
     )
     engine = open_engine(engine_config(ModelSettings(name=args.model)))  # what the server opens
-    max_prompt = engine.context_length - settings.max_tokens - 8
-    prompt_tokens: list[int] = []
+    direct = Direct(engine, settings, args)
+    document = _documents(args, direct)
+    editor = await Editor.start(args)
+    times: dict[str, list[float]] = {"direct": [], "lsp": [], "lsp_during_agent": []}
+    agent = {"running": False, "started": 0, "finished": 0, "stop": False}
+    try:
+        for i in range(-args.warmup, args.iterations):
+            text, pos = document(i + 10_000)  # the same documents both ways, never seen before
+            d = direct(text, _offset(text, pos))
+            s = await editor.complete(text, pos)
+            if i >= 0:
+                times["direct"].append(d)
+                times["lsp"].append(s)
+        if args.during_agent:
+            await _time_during_agent(args, document, editor, agent, times["lsp_during_agent"])
+    finally:
+        await editor.stop()
+        engine.close()
+    # An empty suggestion (the model ended at once) is a real answer and costs the same on both
+    # paths; many of them mean the server is failing, and then the figures mean nothing.
+    if editor.answered < 0.9 * editor.requests:
+        raise RuntimeError(
+            f"the server answered only {editor.answered} of {editor.requests} requests with a "
+            "suggestion; the comparison would be meaningless (see the server log above)"
+        )
+    return _report(args, engine.model_version, direct.prompt_tokens, editor, times, agent)
 
-    def direct(text: str, offset: int) -> float:
-        prompt = build_prompt(text[:offset], text[offset:], "python", [], settings, max_prompt)
+
+class Direct:
+    """The engine call the server makes for a completion (same prompt, sampling and seed), in
+    this process; calling it returns the milliseconds it took."""
+
+    def __init__(self, engine, settings, args: argparse.Namespace) -> None:
+        self.engine, self.settings, self.args = engine, settings, args
+        self.max_prompt = engine.context_length - settings.max_tokens - 8
+        self.prompt_tokens: list[int] = []  # of each request
+
+    def __call__(self, text: str, offset: int) -> float:
+        from agent.engine import Request, SamplingParams
+        from lsp.completion import build_prompt, stop_strings
+
+        settings = self.settings
+        before, after = text[:offset], text[offset:]
+        prompt = build_prompt(before, after, "python", [], settings, self.max_prompt)
         request = Request(
             prompt=prompt,
             params=SamplingParams(
                 max_tokens=settings.max_tokens,
-                temperature=args.temperature,
-                seed=args.seed,
-                stop=stop_strings(text[:offset], settings),
+                temperature=self.args.temperature,
+                seed=self.args.seed,
+                stop=stop_strings(before, settings),
                 logprobs=False,
             ),
         )
         started = time.perf_counter()
-        result = engine.generate(request)
-        prompt_tokens.append(result.metrics.prompt_tokens)
+        result = self.engine.generate(request)
+        self.prompt_tokens.append(result.metrics.prompt_tokens)
         return (time.perf_counter() - started) * 1000
 
-    document = _document
-    if args.file_tokens:
-        # ~3.5 characters per token for Python; corrected once with the model's own count
-        typed = TypedFile(source_text(int(args.file_tokens * 3.5)))
-        text, pos = typed(0)
-        direct(text, _offset(text, pos))
-        chars = int(args.file_tokens * 3.5 * args.file_tokens / max(1, prompt_tokens.pop()))
-        document = TypedFile(source_text(chars))
 
-    tmp = Path(tempfile.mkdtemp(prefix="flywheel-bench-lsp-"))
-    shutil.copytree(SAMPLE, tmp, dirs_exist_ok=True)  # what the agent tasks work on
-    client = LanguageClient("flywheel-bench", "1")
-    client.feature("flywheel/status")(lambda ls, params: None)
-    task_ids: list[str] = []  # agent tasks, in the order their first step was seen
+def _documents(args: argparse.Namespace, direct: Direct):
+    """i -> (text, cursor) of request i: a tiny new function, or with `--file-tokens` a real
+    file of about that many of the model's tokens (sized with one direct call)."""
+    if not args.file_tokens:
+        return _document
+    # ~3.5 characters per token for Python; corrected once with the model's own count
+    typed = TypedFile(source_text(int(args.file_tokens * 3.5)))
+    text, pos = typed(0)
+    direct(text, _offset(text, pos))
+    chars = int(args.file_tokens * 3.5 * args.file_tokens / max(1, direct.prompt_tokens.pop()))
+    return TypedFile(source_text(chars))
 
-    @client.feature(TASK_STEP)
-    def _step(ls, params) -> None:
-        task = getattr(params, "taskId", None)
-        if task and task not in task_ids:
-            task_ids.append(task)
 
-    answered = 0
-    await client.start_io(
-        sys.executable, "-m", "lsp.cli", "--model", args.model, "--db", str(tmp / "t.db")
-    )
-    await client.initialize_async(
-        types.InitializeParams(
-            capabilities=types.ClientCapabilities(),
-            root_uri=tmp.as_uri(),
-            initialization_options={
-                "completion": {
-                    "debounceMs": 0,
-                    "maxTokens": args.max_tokens,
-                    "temperature": args.temperature,
-                    "seed": args.seed,
+class Editor:
+    """A real LSP client (pygls) driving `flywheel lsp` over stdio, on one document of a copy of
+    the demo's sample project (what the agent tasks work on)."""
+
+    def __init__(self, client, folder: Path) -> None:
+        self.client, self.folder = client, folder
+        self.uri = (folder / "bench.py").as_uri()
+        self.version = 0
+        self.requests = self.answered = 0  # answered: with a suggestion
+        self.task_ids: list[str] = []  # agent tasks, in the order their first step was seen
+
+    @classmethod
+    async def start(cls, args: argparse.Namespace) -> Editor:
+        from pygls.lsp.client import LanguageClient
+
+        from agent.demo import SAMPLE
+        from lsp.protocol import TASK_STEP
+
+        folder = Path(tempfile.mkdtemp(prefix="flywheel-bench-lsp-"))
+        shutil.copytree(SAMPLE, folder, dirs_exist_ok=True)
+        client = LanguageClient("flywheel-bench", "1")
+        client.feature("flywheel/status")(lambda ls, params: None)
+        editor = cls(client, folder)
+
+        @client.feature(TASK_STEP)
+        def task_step(ls, params) -> None:
+            task = getattr(params, "taskId", None)
+            if task and task not in editor.task_ids:
+                editor.task_ids.append(task)
+
+        await client.start_io(
+            sys.executable, "-m", "lsp.cli", "--model", args.model, "--db", str(folder / "t.db")
+        )
+        await client.initialize_async(
+            types.InitializeParams(
+                capabilities=types.ClientCapabilities(),
+                root_uri=folder.as_uri(),
+                initialization_options={
+                    "completion": {
+                        "debounceMs": 0,
+                        "maxTokens": args.max_tokens,
+                        "temperature": args.temperature,
+                        "seed": args.seed,
+                    },
+                    "agent": {"approval": "never", "maxSteps": 12},
                 },
-                "agent": {"approval": "never", "maxSteps": 12},
-            },
+            )
         )
-    )
-    client.initialized(types.InitializedParams())
-    uri = (tmp / "bench.py").as_uri()
-    client.text_document_did_open(
-        types.DidOpenTextDocumentParams(
-            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=0, text="")
+        client.initialized(types.InitializedParams())
+        client.text_document_did_open(
+            types.DidOpenTextDocumentParams(
+                text_document=types.TextDocumentItem(
+                    uri=editor.uri, language_id="python", version=0, text=""
+                )
+            )
         )
-    )
-    version = 0
+        return editor
 
-    async def via_lsp(text: str, pos: types.Position) -> tuple[float, bool]:
-        nonlocal answered, version
-        version += 1
-        client.text_document_did_change(
+    async def complete(self, text: str, pos: types.Position) -> float:
+        """The document becomes `text`; an inline completion at `pos`, timed from request to
+        response in milliseconds."""
+        self.version += 1
+        self.client.text_document_did_change(
             types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                text_document=types.VersionedTextDocumentIdentifier(
+                    uri=self.uri, version=self.version
+                ),
                 content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)],
             )
         )
         params = types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=uri),
+            text_document=types.TextDocumentIdentifier(uri=self.uri),
             position=pos,
             context=types.InlineCompletionContext(
                 trigger_kind=types.InlineCompletionTriggerKind.Invoked
             ),
         )
         started = time.perf_counter()
-        result = await client.text_document_inline_completion_async(params)
+        result = await self.client.text_document_inline_completion_async(params)
         elapsed = (time.perf_counter() - started) * 1000
-        answered += bool(result and result.items)
-        return elapsed, bool(result and result.items)
+        self.requests += 1
+        self.answered += bool(result and result.items)
+        return elapsed
 
-    agent = {"running": False, "started": 0, "finished": 0, "stop": False}
+    async def command(self, command: str, argument) -> None:
+        await self.client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command=command, arguments=[argument])
+        )
+
+    async def stop(self) -> None:
+        await self.client.shutdown_async(None)
+        self.client.exit(None)
+        await self.client.stop()
+
+
+async def _time_during_agent(args, document, editor: Editor, agent: dict, times: list) -> None:
+    """Completions sent while the server runs agent tasks, one after another, until `times`
+    holds `--iterations` of them (only those that began and ended while a task ran)."""
+    from agent.demo import INSTRUCTION
 
     async def agent_tasks() -> None:
-        """Agent tasks on the sample project, one after another, until told to stop."""
         while not agent["stop"]:
             agent["running"], agent["started"] = True, agent["started"] + 1
             try:
-                await client.workspace_execute_command_async(
-                    types.ExecuteCommandParams(
-                        command="flywheel.ask",
-                        arguments=[{"question": INSTRUCTION}],
-                    )
-                )
+                await editor.command("flywheel.ask", {"question": INSTRUCTION})
             finally:
                 agent["running"] = False
                 agent["finished"] += 1
 
-    times: dict[str, list[float]] = {"direct": [], "lsp": [], "lsp_during_agent": []}
-    requests = 0
-    try:
-        for i in range(-args.warmup, args.iterations):
-            text, pos = document(i + 10_000)  # the same documents both ways, never seen before
-            d = direct(text, _offset(text, pos))
-            s, _ = await via_lsp(text, pos)
-            requests += 1
-            if i >= 0:
-                times["direct"].append(d)
-                times["lsp"].append(s)
-        if args.during_agent:
-            runner = asyncio.create_task(agent_tasks())
-            i = 20_000
-            while len(times["lsp_during_agent"]) < args.iterations:
-                if runner.done():
-                    runner.result()  # the task loop failed: say why
-                i += 1
-                text, pos = document(i)
-                busy = agent["running"]
-                s, _ = await via_lsp(text, pos)
-                requests += 1
-                if busy and agent["running"]:
-                    times["lsp_during_agent"].append(s)
-                await asyncio.sleep(0.1)  # a keystroke's gap: the agent's turn goes on meanwhile
-            agent["stop"] = True
-            if task_ids:  # the task still running: stop it rather than wait for its end
-                await client.workspace_execute_command_async(
-                    types.ExecuteCommandParams(
-                        command="flywheel.cancelTask", arguments=[task_ids[-1]]
-                    )
-                )
-            await asyncio.wait_for(runner, timeout=600)
-    finally:
-        await client.shutdown_async(None)
-        client.exit(None)
-        await client.stop()
-        engine.close()
-    # An empty suggestion (the model ended at once) is a real answer and costs the same on both
-    # paths; many of them mean the server is failing, and then the figures mean nothing.
-    if answered < 0.9 * requests:
-        raise RuntimeError(
-            f"the server answered only {answered} of {requests} requests with a suggestion; the "
-            "comparison would be meaningless (see the server log above)"
-        )
+    runner = asyncio.create_task(agent_tasks())
+    i = 20_000
+    while len(times) < args.iterations:
+        if runner.done():
+            runner.result()  # the task loop failed: say why
+        i += 1
+        text, pos = document(i)
+        busy = agent["running"]
+        s = await editor.complete(text, pos)
+        if busy and agent["running"]:
+            times.append(s)
+        await asyncio.sleep(0.1)  # a keystroke's gap: the agent's turn goes on meanwhile
+    agent["stop"] = True
+    if editor.task_ids:  # the task still running: stop it rather than wait for its end
+        await editor.command("flywheel.cancelTask", editor.task_ids[-1])
+    await asyncio.wait_for(runner, timeout=600)
+
+
+def _report(args, model_version: str, prompt_tokens, editor: Editor, times, agent) -> dict:
     direct_s, lsp_s = latency_summary(times["direct"]), latency_summary(times["lsp"])
     report = {
-        "answered_with_suggestion": answered,
-        "requests": requests,
+        "answered_with_suggestion": editor.answered,
+        "requests": editor.requests,
         "model": args.model,
-        "model_version": engine.model_version,
+        "model_version": model_version,
         "iterations": args.iterations,
         "max_tokens": args.max_tokens,
         "prompt_tokens_p50": _percentile(prompt_tokens, 0.5),

@@ -1,6 +1,10 @@
 """`flywheel bench engine`'s step-level figures: one decode step, one verify step over 4 drafts,
 one MTP head's drafting step, each timed many times on a warm KV cache, and the targets they are
-held to (the engine issue's (b) and (f), the base-model issue's (g))."""
+held to. The report names them (b) a verify step against a decode step, (f) a head's step
+against a decode step and (g) free text with the heads' drafts against plain decoding.
+
+Speculation pays off only where a verify step over k drafts costs little more than one decode
+step, and drafting from MTP heads only where a head's step costs a small fraction of one."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import time
 
 VERIFY_VS_DECODE = 1.3
 HEAD_VS_DECODE = 0.1  # one MTP head's drafting step against a trunk decode step
-MTP_FREE_VS_PLAIN = 1.3  # the base-model issue's: free text with 2 heads' drafts ...
+MTP_FREE_VS_PLAIN = 1.3  # free text with 2 heads' drafts against plain ...
 MTP_ACCEPTANCE = 1.8  # ... at this mean acceptance length
 
 
@@ -22,8 +26,8 @@ def step_costs(model, prompt_ids: list[int], args) -> tuple[float, float]:
     """
     import torch
 
-    from agent.engine.batched import Part
-    from agent.engine.rejection_sampler import verify_greedy
+    from agent.engine.local.batched import Part
+    from agent.engine.local.rejection_sampler import verify_greedy
 
     cache = model.new_cache()
     decode_s: list[float] = []
@@ -54,7 +58,7 @@ def mtp_targets(model, rows: list[dict], prompt_ids: list[int], decode_ms: float
     text decoded with the heads' drafts against plain, with its mean acceptance length."""
     import torch
 
-    from agent.engine.proposers import MTPProposer
+    from agent.engine.local.proposers import MTPProposer
 
     proposer = MTPProposer(model)
     start = max(3, len(prompt_ids) - args.step_samples - 6)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from training.passkey import FILLER, QUESTION, main, passkey_prompt
+from benchmarks.passkey import FILLER, QUESTION, main, passkey_prompt
 
 
 def test_the_prompt_has_the_key_once_at_its_depth_and_about_its_length(tokenizer):

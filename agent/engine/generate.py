@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="float32",
         choices=DTYPES,
         help="weights; int8, int4: low-bit copies for decoding on the CPU, lossy "
-        "(agent/engine/lowbit.py; default: %(default)s)",
+        "(agent/engine/local/lowbit.py; default: %(default)s)",
     )
     model.add_argument(
         "--exact",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from agent.engine.loop import BATCH_ROWS
+from agent.engine.scheduler import BATCH_ROWS
 
 
 class FewRowsLinear(nn.Linear):

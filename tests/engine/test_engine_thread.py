@@ -1,4 +1,5 @@
-"""The engine loop (agent/engine/loop.py): one thread steps every request, most urgent first."""
+"""The engine's own thread (agent/engine/scheduler.py `EngineThread`): one thread steps every
+request, most urgent first."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import threading
 import pytest
 
 from agent.engine import EngineConfig, EngineError, Request, SamplingParams, SpeculativeConfig
-from agent.engine.local import LocalEngine
-from agent.engine.loop import STEP, EngineLoop
-from agent.engine.model_runner import LoadedModel
+from agent.engine.local.engine import LocalEngine
+from agent.engine.local.model_runner import LoadedModel
+from agent.engine.scheduler import STEP, EngineThread
 
 
 def _steps(name: str, count: int, events: list, then=None):
@@ -30,17 +31,17 @@ def _drain(relay) -> object:
 
 
 def test_a_more_urgent_request_takes_the_next_step_then_the_first_one_resumes():
-    loop = EngineLoop()
+    scheduler = EngineThread()
     events: list = []
     relays = {}
 
     def arrive():  # an editor's completion arrives while the agent turn runs
-        relays["interactive"] = loop.stream(_steps("interactive", 3, events), "interactive")
+        relays["interactive"] = scheduler.stream(_steps("interactive", 3, events), "interactive")
 
-    relays["normal"] = loop.stream(_steps("normal", 4, events, then=arrive), "normal")
+    relays["normal"] = scheduler.stream(_steps("normal", 4, events, then=arrive), "normal")
     assert _drain(relays["normal"]) == "normal"
     assert _drain(relays["interactive"]) == "interactive"
-    loop.close()
+    scheduler.close()
     assert events == [
         ("normal", 0),
         ("normal", 1),
@@ -51,28 +52,28 @@ def test_a_more_urgent_request_takes_the_next_step_then_the_first_one_resumes():
 
 
 def test_within_a_lane_the_first_request_runs_to_its_end_before_the_next():
-    loop = EngineLoop()
+    scheduler = EngineThread()
     events: list = []
     started = threading.Event()
     gate = threading.Event()
 
     def first():
         started.set()
-        gate.wait()  # holds the loop until the second request is queued
+        gate.wait()  # holds the scheduler until the second request is queued
         yield from _steps("first", 3, events)
         return "first"
 
-    relay_a = loop.stream(first(), "normal")
+    relay_a = scheduler.stream(first(), "normal")
     started.wait()
-    relay_b = loop.stream(_steps("second", 3, events), "normal")
+    relay_b = scheduler.stream(_steps("second", 3, events), "normal")
     gate.set()
     assert _drain(relay_a) == "first" and _drain(relay_b) == "second"
-    loop.close()
+    scheduler.close()
     assert [name for name, _ in events] == ["first"] * 3 + ["second"] * 3
 
 
 def test_outputs_errors_and_calls_come_back_to_the_caller():
-    loop = EngineLoop()
+    scheduler = EngineThread()
 
     def deltas():
         yield "a"
@@ -80,7 +81,7 @@ def test_outputs_errors_and_calls_come_back_to_the_caller():
         yield "b"
         return "done"
 
-    relay = loop.stream(deltas())
+    relay = scheduler.stream(deltas())
     assert list(relay) == ["a", "b"]
 
     def broken():
@@ -88,14 +89,14 @@ def test_outputs_errors_and_calls_come_back_to_the_caller():
         raise ValueError("bad request")
 
     with pytest.raises(ValueError, match="bad request"):
-        list(loop.stream(broken()))
-    assert loop.call(lambda: threading.current_thread().name) == "flywheel-engine-loop"
-    assert loop.call(lambda: loop.call(lambda: 7)) == 7  # from the loop's thread: inline
-    loop.close()
+        list(scheduler.stream(broken()))
+    assert scheduler.call(lambda: threading.current_thread().name) == "flywheel-engine"
+    assert scheduler.call(lambda: scheduler.call(lambda: 7)) == 7  # from its own thread: inline
+    scheduler.close()
 
 
-def test_a_caller_that_stops_reading_cancels_its_request_on_the_loop():
-    loop = EngineLoop()
+def test_a_caller_that_stops_reading_cancels_its_request_on_the_engine_thread():
+    scheduler = EngineThread()
     cleaned = threading.Event()
     where: list[str] = []
 
@@ -107,17 +108,17 @@ def test_a_caller_that_stops_reading_cancels_its_request_on_the_loop():
             where.append(threading.current_thread().name)
             cleaned.set()
 
-    relay = loop.stream(endless())
+    relay = scheduler.stream(endless())
     assert next(relay) == "token"
     relay.close()
     assert cleaned.wait(60)
-    assert where == ["flywheel-engine-loop"]  # its cleanup ran on the loop, not the caller
-    loop.close()
-    assert loop.pending() == 0
+    assert where == ["flywheel-engine"]  # its cleanup ran on the engine's thread, not the caller
+    scheduler.close()
+    assert scheduler.pending() == 0
 
 
 def test_close_lets_open_requests_finish_refuses_new_ones_and_ends_the_thread():
-    loop = EngineLoop()
+    scheduler = EngineThread()
     gate = threading.Event()
 
     def open_request():
@@ -125,14 +126,14 @@ def test_close_lets_open_requests_finish_refuses_new_ones_and_ends_the_thread():
         yield "token"
         return "finished"
 
-    relay = loop.stream(open_request())
-    loop.close()
+    relay = scheduler.stream(open_request())
+    scheduler.close()
     with pytest.raises(EngineError, match="closed"):
-        loop.stream(_steps("late", 1, []))
+        scheduler.stream(_steps("late", 1, []))
     gate.set()
     assert next(relay) == "token" and _drain(relay) == "finished"
-    loop._thread.join(60)
-    assert not loop._thread.is_alive()
+    scheduler._thread.join(60)
+    assert not scheduler._thread.is_alive()
 
 
 def test_an_own_thread_engine_loads_and_runs_the_model_only_on_its_thread(
@@ -174,21 +175,21 @@ def test_an_own_thread_engine_loads_and_runs_the_model_only_on_its_thread(
             for caller in callers:
                 caller.join()
             if own:
-                assert set(threads) == {"flywheel-engine-loop"}, threads
+                assert set(threads) == {"flywheel-engine"}, threads
                 engine.swap(str(tiny_checkpoint))
-                assert threads[-1] == "flywheel-engine-loop"  # the new weights load there too
+                assert threads[-1] == "flywheel-engine"  # the new weights load there too
             engine.close()
             outputs[own] = results
         assert outputs[True] == outputs[False]
 
 
 def test_an_engine_that_fails_to_load_leaves_no_thread_behind(tmp_path):
-    def loops() -> set[threading.Thread]:
-        return {t for t in threading.enumerate() if t.name == "flywheel-engine-loop"}
+    def engine_threads() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "flywheel-engine"}
 
-    before = loops()
+    before = engine_threads()
     with pytest.raises(EngineError):
         LocalEngine(EngineConfig(model=str(tmp_path / "missing"), own_thread=True))
-    for thread in loops() - before:
+    for thread in engine_threads() - before:
         thread.join(60)
-    assert loops() <= before
+    assert engine_threads() <= before

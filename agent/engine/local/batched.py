@@ -30,10 +30,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from agent.engine import cpu_kernels
-from agent.engine.kv_cache import KVCache
-from agent.engine.loop import BATCH_ROWS, Step
-from agent.engine.lowbit import is_lowbit
+from agent.engine.local import cpu_kernels
+from agent.engine.local.kv_cache import KVCache
+from agent.engine.local.lowbit import is_lowbit
+from agent.engine.scheduler import BATCH_ROWS, Step
 
 RAGGED_MODEL_TYPES = ("llama", "qwen2")
 

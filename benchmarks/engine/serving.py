@@ -1,6 +1,6 @@
 """`flywheel bench engine`'s serving workloads: what a running server does besides one request.
 
-Three workloads, each on the engine's own loaded weights, each with the engine issue's target:
+Three workloads, each on the engine's own loaded weights, each with its target:
 
 - *RL group*: the n samples of one prompt (temperature 1, as a rollout group) decoded in one
   batch (`SamplingParams(n=...)`) against the same n requests one after another: output tokens
@@ -200,7 +200,7 @@ def concurrent_completions_fresh(
     or, with `own_thread=False`, each request on its caller's thread."""
     job = dict(model=model, dtype=dtype, prompt_ids=prompt_ids, k=k, repeats=repeats)
     job.update(threads=threads, own_thread=own_thread, exact=exact)
-    command = [sys.executable, "-m", "agent.engine.bench_serving"]
+    command = [sys.executable, "-m", "benchmarks.engine.serving"]
     done = subprocess.run(
         command, input=json.dumps(job), capture_output=True, text=True, check=False
     )
@@ -216,7 +216,7 @@ def _fresh_process() -> None:
     import torch
 
     from agent.engine import EngineConfig
-    from agent.engine.local import LocalEngine
+    from agent.engine.local.engine import LocalEngine
 
     job = json.loads(sys.stdin.read())
     if job["threads"]:

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 import pytest
 
 from agent.engine import BadRequest, Request
-from agent.engine.priority import PriorityLock
+from agent.engine.scheduler import PriorityLock
 
 
 class RecordingLock(PriorityLock):
@@ -127,11 +127,11 @@ def test_the_local_engine_serves_a_waiting_completion_before_a_waiting_agent_tur
 
     engine = open_engine(EngineConfig(model=str(tiny_checkpoint), backend="local"))
     lanes: list[str] = []
-    engine._lock = RecordingLock(lanes, grace_s=60)  # a waiting turn waits for the completion
+    engine._scheduler = RecordingLock(lanes, grace_s=60)  # a waiting turn waits for the completion
     busy, release = threading.Event(), threading.Event()
 
     def model_busy():
-        with engine._lock.hold("background"):
+        with engine._scheduler.hold("background"):
             busy.set()
             release.wait()
 
@@ -150,7 +150,7 @@ def test_the_local_engine_serves_a_waiting_completion_before_a_waiting_agent_tur
     for priority in ("normal", "interactive"):
         threads.append(threading.Thread(target=ask, args=(priority,)))
         threads[-1].start()
-        _wait_until(lambda n=len(threads) - 1: engine._lock.waiting() == n)
+        _wait_until(lambda n=len(threads) - 1: engine._scheduler.waiting() == n)
     release.set()
     for thread in threads:
         thread.join()
@@ -185,14 +185,14 @@ def _recording_engine(checkpoint):
 
     engine = open_engine(EngineConfig(model=str(checkpoint), backend="local", prefix_cache_mb=0))
     holds: list[str] = []
-    engine._lock = RecordingLock(holds)
+    engine._scheduler = RecordingLock(holds)
     return engine, holds
 
 
 def test_a_long_prompt_is_prefilled_in_chunks_with_the_same_output(tiny_checkpoint, monkeypatch):
     """Each chunk is a hold of its own (a waiting completion goes between two chunks); the
     output is the one the whole prompt in one pass gives."""
-    import agent.engine.local as local
+    import agent.engine.local.engine as local
     from agent.engine import SamplingParams
 
     def run(chunk: int) -> tuple[list[int], int]:
@@ -227,7 +227,7 @@ def test_an_agent_prefill_runs_in_short_chunks_while_an_editor_is_active(
 ):
     """After an editor's completion, an agent turn's prompt is prefilled YIELDING_CHUNK tokens
     at a time (a next completion waits for less); the output is the same."""
-    import agent.engine.local as local
+    import agent.engine.local.engine as local
     from agent.engine import SamplingParams
 
     monkeypatch.setattr(local, "URGENT_WINDOW_S", 3600.0)  # however slow this machine is now

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from agent.engine.proposers import occurrences
+from agent.engine.local.proposers import occurrences
 
 if TYPE_CHECKING:
     import torch

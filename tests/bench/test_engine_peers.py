@@ -1,12 +1,12 @@
-"""External peers of `flywheel bench engine` (agent/engine/bench_peers.py).
+"""External peers of `flywheel bench engine` (benchmarks/engine/peers.py).
 
 The fast tests drive the real subprocess protocol with a fake peer: a real executable standing in
 for a peer environment's Python, which runs a tiny script that answers the job the way
-`bench_peer_runner.py` does (or fails, or crashes). The `slow` test runs the real vLLM and
+`peer_runner.py` does (or fails, or crashes). The `slow` test runs the real vLLM and
 llama.cpp peers on the base model when their environments exist (make bench-peers-setup) and
 skips, naming the command, when they do not:
 
-    .venv/bin/pytest -m slow tests/engine/test_bench_peers.py
+    .venv/bin/pytest -m slow tests/bench/test_engine_peers.py
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.engine.bench import summarize
-from agent.engine.bench_peers import (
+from benchmarks.engine.peers import (
     EXTERNAL,
     default_python,
     merge_runs,
@@ -28,6 +27,7 @@ from agent.engine.bench_peers import (
     run_external,
     same_share,
 )
+from benchmarks.engine.report import summarize
 
 SETTINGS = dict(threads=1, repeats=2, num_draft=4, apply_max_draft=16, ngram_max=4, ngram_min=1)
 ITEMS = [
@@ -38,14 +38,14 @@ ITEMS = [
 FAKE_PEER = """
 import json, os, signal, sys
 flag, runner, job_file, out_file = sys.argv[1:]
-assert flag == "-I", flag  # isolated: agent/engine's modules cannot shadow the peer's
+assert flag == "-I", flag  # isolated: benchmarks/engine's modules cannot shadow the peer's
 job = json.load(open(job_file))
 if os.environ.get("FAKE_PEER") == "fail":
     print("some log line\\npeer-runner: cannot import vllm: no module", file=sys.stderr)
     sys.exit(3)
 if os.environ.get("FAKE_PEER") == "crash":
     os.kill(os.getpid(), signal.SIGSEGV)
-assert runner.endswith("bench_peer_runner.py"), runner
+assert runner.endswith("peer_runner.py"), runner
 results = [
     dict(token_ids=p["prompt_ids"][: p["max_tokens"]], seconds=[0.5, 0.25][: job["repeats"]],
          verify_steps=2 if job["lookup"] else None, drafts_accepted=3 if job["lookup"] else None,
@@ -147,8 +147,8 @@ def test_real_peers_decode_the_base_model(tmp_path):
     """vLLM (float32, the converted base) gives plain's tokens; llama.cpp (the base's own Q4_1
     GGUF) decodes the same prompts, its tokens reported as a share."""
     from agent.engine import EngineConfig, Request, SamplingParams
-    from agent.engine.local import LocalEngine
-    from agent.engine.model_runner import LoadedModel
+    from agent.engine.local.engine import LocalEngine
+    from agent.engine.local.model_runner import LoadedModel
 
     have = [peer for peer in EXTERNAL if default_python(peer).exists()]
     if not have:
