@@ -497,7 +497,7 @@ def _repo(args: argparse.Namespace) -> int:
 
 
 def _stage(args: argparse.Namespace) -> int:
-    from training.loop import train
+    from training.trainer import train
 
     recipe = load_recipe(args.recipe, parse_overrides(args.set))
     if recipe.stage != args.stage:

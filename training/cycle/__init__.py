@@ -295,7 +295,7 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def _train(stage: str, init: str, out: Path, config: CycleConfig, **data: Any) -> tuple[Path, dict]:
-    from training.loop import train
+    from training.trainer import train
 
     name = f"{out.parent.name}-{stage}"
     recipe = config.recipe(

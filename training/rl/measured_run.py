@@ -252,9 +252,9 @@ def summary_lines(result: dict, k: int) -> list[str]:
 def measured_run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
     import torch
 
-    from training.loop import TrainingError
     from training.recipe import RecipeError, parse_overrides
     from training.rl import load_rl_recipe, train_rl
+    from training.trainer import TrainingError
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise MeasuredRunError(

@@ -10,8 +10,8 @@ import sys
 
 import httpx
 
+from tests.cycle.conftest import record_sessions
 from tests.flywheel_server import running_server
-from tests.loop.conftest import record_sessions
 from training import cycle
 from training.cycle import CycleBusy, cycle_lock, due
 

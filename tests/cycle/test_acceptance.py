@@ -1,7 +1,7 @@
 """The acceptance test of issue 8, end to end through real processes and a real LSP client:
 scripted editor sessions produce telemetry; `flywheel cycle` trains a candidate, benchmarks it and
 promotes it; the running language server serves the new version in the next request; a rollback
-restores the old one. (tests/loop/test_cycle.py is its shorter variant, with `flywheel serve` and
+restores the old one. (tests/cycle/test_cycle.py is its shorter variant, with `flywheel serve` and
 sessions recorded directly.)"""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import asyncio
 import pytest
 from lsprotocol import types
 
+from tests.cycle.test_cycle import flywheel
 from tests.harness.replay import call
-from tests.loop.test_cycle import flywheel
 from tests.lsp.conftest import SAMPLING_OPTIONS, start_editor, stop_editor
 
 # ~35 s, in the default suite: CI runs the acceptance itself
