@@ -38,7 +38,7 @@ BLOCKED_IMPORTS = textwrap.dedent(
     import matplotlib.pyplot, peft
     import training.rl.measured_run, training.rl.environments, training.rl.policy
     import agent.harness, agent.harness.scratch, agent.engine.local, telemetry.rewards
-    import training.tasks.generation, training.real_tasks, training.tasks.oracle
+    import training.tasks.generation, training.tasks.real, training.tasks.oracle
     print("imports ok")
     """
 )

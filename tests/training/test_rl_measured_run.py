@@ -37,7 +37,7 @@ TINY = [  # the recipe shrunk to seconds; everything else (bfloat16, LoRA, budge
 @pytest.fixture(scope="module")
 def real_code_set(tmp_path_factory) -> Path:
     """The real-code tasks of two standard-library functions, one per split."""
-    from training.real_tasks import build, write_set
+    from training.tasks.real import build, write_set
 
     rows, manifest = build(only=[("colorsys", "hls_to_rgb"), ("calendar", "leapdays")])
     assert {r["split"] for r in rows} == {"heldout", "train"}, manifest
