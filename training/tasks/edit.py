@@ -25,12 +25,31 @@ def _sub_word(text: str, old: str, new: str) -> str:
 
 
 def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[Task]:
-    """Instruction-explicit edits. The workspace tests already describe the target."""
-    tasks = []
-    mod_file = f"{p.module}.py"
+    """Instruction-explicit edits, one per family (add_parameter only where the function's
+    returns can be scaled). The workspace tests already describe the target."""
     before = project_files(p)
+    makers = (_rename, _change_constant, _add_parameter, _add_import, _remove_function)
+    made = [make(p, rng, before, heldout_fraction) for make in makers]
+    return [task for task in made if task is not None]
 
-    # rename a function everywhere it is used
+
+def _edit_task(
+    family: str,
+    p: Project,
+    instruction: str,
+    before: dict[str, str],
+    tests: str,
+    solution: dict[str, str],
+    heldout_fraction: float,
+    **notes,
+) -> Task:
+    """A task whose workspace is the project with its test file already rewritten for the change."""
+    files = {**before, f"test_{p.module}.py": tests}
+    return make_task(family, p, instruction, files, solution, heldout_fraction, **notes)
+
+
+def _rename(p: Project, rng: random.Random, before: dict, heldout_fraction: float) -> Task:
+    """Rename a function everywhere it is used."""
     funcs = [v for k, v in p.names.items() if k not in ("cls", "legacy")]
     old = rng.choice(funcs)
     new = function_name(rng, set(funcs) | {old})
@@ -43,20 +62,15 @@ def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[
             "Please rename `{o}` to `{n}`. It is defined in {f} and used elsewhere.",
         ]
     )
-    tasks.append(
-        make_task(
-            "edit/rename",
-            p,
-            phr.format(o=old, n=new, f=mod_file),
-            {**before, f"test_{p.module}.py": after[f"test_{p.module}.py"]},
-            after,
-            heldout_fraction,
-            old=old,
-            new=new,
-        )
+    instruction = phr.format(o=old, n=new, f=f"{p.module}.py")
+    tests = after[f"test_{p.module}.py"]
+    return _edit_task(
+        "edit/rename", p, instruction, before, tests, after, heldout_fraction, old=old, new=new
     )
 
-    # change a constant
+
+def _change_constant(p: Project, rng: random.Random, before: dict, heldout_fraction: float) -> Task:
+    """Change the value of a module constant."""
     name, value = rng.choice(list(p.constants.items()))
     if isinstance(value, str):
         new_value: object = rng.choice([v for v in ["-", "_", ".", "...", "~", ":"] if v != value])
@@ -73,52 +87,60 @@ def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[
             "The {c} constant should be {n!r} instead of {o!r}; update {f}.",
         ]
     )
-    tasks.append(
-        make_task(
-            "edit/constant",
-            p,
-            phr.format(c=name, f=mod_file, o=value, n=new_value),
-            {**before, f"test_{p.module}.py": after[f"test_{p.module}.py"]},
-            {mod_file: src},
-            heldout_fraction,
-            constant=name,
-            old=value,
-            new=new_value,
-        )
+    mod_file = f"{p.module}.py"
+    return _edit_task(
+        "edit/constant",
+        p,
+        phr.format(c=name, f=mod_file, o=value, n=new_value),
+        before,
+        after[f"test_{p.module}.py"],
+        {mod_file: src},
+        heldout_fraction,
+        constant=name,
+        old=value,
+        new=new_value,
     )
 
-    # add a keyword parameter that scales a numeric result
+
+def _add_parameter(
+    p: Project, rng: random.Random, before: dict, heldout_fraction: float
+) -> Task | None:
+    """Add a keyword parameter that scales a numeric result (None where the returns cannot be
+    rewritten)."""
     func = rng.choice(p.numeric_functions)
     param = rng.choice(["scale", "factor", "multiplier", "weight"])
     src = _add_scale_parameter(p.source, func, param)
-    if src is not None:
-        example = next((c for c in p.calls if c.startswith(f"mod.{func}(")), None)
-        calls = list(p.calls)
-        if example:
-            calls.append(example[:-1] + f", {param}=3)")
-        after = project_files(p, src, calls=calls)
-        phr = rng.choice(
-            [
-                "Add a keyword parameter `{p}` (default 1) to `{fn}` in {f}; the "
-                "function should return its result multiplied by `{p}`.",
-                "{fn} needs an optional `{p}=1` argument that multiplies what it returns",
-                "Give `{fn}` a `{p}` parameter, default 1, scaling the returned value.",
-            ]
-        )
-        tasks.append(
-            make_task(
-                "edit/add_parameter",
-                p,
-                phr.format(p=param, fn=func, f=mod_file),
-                {**before, f"test_{p.module}.py": after[f"test_{p.module}.py"]},
-                {mod_file: src},
-                heldout_fraction,
-                function=func,
-                parameter=param,
-            )
-        )
+    if src is None:
+        return None
+    example = next((c for c in p.calls if c.startswith(f"mod.{func}(")), None)
+    calls = list(p.calls)
+    if example:
+        calls.append(example[:-1] + f", {param}=3)")
+    after = project_files(p, src, calls=calls)
+    phr = rng.choice(
+        [
+            "Add a keyword parameter `{p}` (default 1) to `{fn}` in {f}; the "
+            "function should return its result multiplied by `{p}`.",
+            "{fn} needs an optional `{p}=1` argument that multiplies what it returns",
+            "Give `{fn}` a `{p}` parameter, default 1, scaling the returned value.",
+        ]
+    )
+    mod_file = f"{p.module}.py"
+    return _edit_task(
+        "edit/add_parameter",
+        p,
+        phr.format(p=param, fn=func, f=mod_file),
+        before,
+        after[f"test_{p.module}.py"],
+        {mod_file: src},
+        heldout_fraction,
+        function=func,
+        parameter=param,
+    )
 
-    # add an import (and the one line that uses it)
+
+def _add_import(p: Project, rng: random.Random, before: dict, heldout_fraction: float) -> Task:
+    """Add an import and the one line that uses it."""
     variant = rng.choice(["logging", "pathlib"])
     if variant == "logging":
         addition = "import logging\n\nlogger = logging.getLogger(__name__)\n"
@@ -159,35 +181,28 @@ def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[
     doc_end = p.source.index('"""', 3) + 4
     src = p.source[:doc_end] + "\n" + addition + p.source[doc_end:]
     tests = write_tests(p.module, p.helper, src, p.helper_source, p.calls, extra, p.test_style)
-    tasks.append(
-        make_task(
-            "edit/add_import",
-            p,
-            phr.format(f=mod_file),
-            {**before, f"test_{p.module}.py": tests},
-            {mod_file: src},
-            heldout_fraction,
-            variant=variant,
-        )
+    mod_file = f"{p.module}.py"
+    return _edit_task(
+        "edit/add_import",
+        p,
+        phr.format(f=mod_file),
+        before,
+        tests,
+        {mod_file: src},
+        heldout_fraction,
+        variant=variant,
     )
 
-    # remove the unused legacy function
+
+def _remove_function(p: Project, rng: random.Random, before: dict, heldout_fraction: float) -> Task:
+    """Remove the unused legacy function."""
     legacy = p.names["legacy"]
     src = re.sub(rf"\n\n\ndef {legacy}\(.*?(?=\n\n\n|\Z)", "", p.source, flags=re.S)
     src = src.rstrip("\n") + "\n"
-    tests = write_tests(
-        p.module,
-        p.helper,
-        src,
-        p.helper_source,
-        p.calls,
-        _style(
-            p,
-            [f'self.assertFalse(hasattr(mod, "{legacy}"))'],
-            [f'assert not hasattr(mod, "{legacy}")'],
-        ),
-        p.test_style,
+    gone = _style(
+        p, [f'self.assertFalse(hasattr(mod, "{legacy}"))'], [f'assert not hasattr(mod, "{legacy}")']
     )
+    tests = write_tests(p.module, p.helper, src, p.helper_source, p.calls, gone, p.test_style)
     phr = rng.choice(
         [
             "Remove the unused function `{l}` from {f}.",
@@ -195,18 +210,17 @@ def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[
             "`{l}` in {f} is dead code; remove it.",
         ]
     )
-    tasks.append(
-        make_task(
-            "edit/remove_function",
-            p,
-            phr.format(l=legacy, f=mod_file),
-            {**before, f"test_{p.module}.py": tests},
-            {mod_file: src},
-            heldout_fraction,
-            function=legacy,
-        )
+    mod_file = f"{p.module}.py"
+    return _edit_task(
+        "edit/remove_function",
+        p,
+        phr.format(l=legacy, f=mod_file),
+        before,
+        tests,
+        {mod_file: src},
+        heldout_fraction,
+        function=legacy,
     )
-    return tasks
 
 
 def _add_scale_parameter(source: str, func: str, param: str) -> str | None:
