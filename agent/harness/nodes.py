@@ -241,31 +241,8 @@ def model_node(state: AgentState, runtime: Runtime[GraphContext]) -> dict[str, A
     )
     content, pending, errors = _read_turn(comp, deps.schemas)
     messages = [*messages, _assistant_message(content, pending)]
-    upd.update(
-        deps.log.step(
-            {**state, **upd},
-            "assistant",
-            content=content,
-            tool_calls=[{**c, "arguments": _shown_arguments(c["arguments"])} for c in pending]
-            or None,
-            token_ids=list(comp.token_ids),
-            logprobs=list(comp.logprobs) if comp.logprobs is not None else None,
-            policy_version=comp.model_version or engine.model_version,
-            duration_ms=duration * 1000,
-            prompt_tokens=m.prompt_tokens,
-            output_tokens=m.output_tokens,
-        )
-    )
-    deps.emit(
-        {
-            "kind": "assistant",
-            "step": steps + 1,
-            "content": content,
-            "calls": pending,
-            "errors": errors,
-            "duration_s": duration,
-        }
-    )
+    turn = {"content": content, "calls": pending, "errors": errors, "duration_s": duration}
+    upd.update(_record_turn(deps, {**state, **upd}, result, turn))
     if comp.finish_reason == "cancelled" or timed_out:
         return {**upd, "messages": messages, **_cut_short(deps)}
     if comp.finish_reason == "error":
@@ -280,6 +257,29 @@ def model_node(state: AgentState, runtime: Runtime[GraphContext]) -> dict[str, A
     upd["pending"] = pending
     if not pending and not errors:
         upd.update(final=content, **_stop("answered"))
+    return upd
+
+
+def _record_turn(
+    deps: GraphContext, state: AgentState, result: Result, turn: dict[str, Any]
+) -> dict[str, Any]:
+    """Log the model's turn in telemetry (with its sampled tokens, for RL) and as a progress
+    event; returns the log's state updates. `turn`: content, calls, errors, duration_s."""
+    comp, m = result.completions[0], result.metrics
+    calls = turn["calls"]
+    upd = deps.log.step(
+        state,
+        "assistant",
+        content=turn["content"],
+        tool_calls=[{**c, "arguments": _shown_arguments(c["arguments"])} for c in calls] or None,
+        token_ids=list(comp.token_ids),
+        logprobs=list(comp.logprobs) if comp.logprobs is not None else None,
+        policy_version=comp.model_version or deps.engine.model_version,
+        duration_ms=turn["duration_s"] * 1000,
+        prompt_tokens=m.prompt_tokens,
+        output_tokens=m.output_tokens,
+    )
+    deps.emit({"kind": "assistant", "step": state.get("steps", 0), **turn})
     return upd
 
 
