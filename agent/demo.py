@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from rich.console import Console
 
-    from agent.run import _telemetry_path
     from telemetry import Recorder
+    from telemetry.folders import db_path
 
     console = Console(highlight=False, soft_wrap=True)
     folder = Path(args.workspace or tempfile.mkdtemp(prefix="flywheel-demo-"))
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     engine = _open_engine(args.model, console)
     if engine is None:
         return 2
-    db = _telemetry_path(args.telemetry_db)
+    db = str(db_path(args.telemetry_db))
     Path(db).parent.mkdir(parents=True, exist_ok=True)
     recorder = Recorder(db)
     cancel = threading.Event()

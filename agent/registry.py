@@ -79,14 +79,9 @@ class IntegrityError(RegistryError):
 def path_from_cli(flag: str | None, environ: Mapping[str, str] | None = None) -> Path:
     """For command-line entry points only: `--registry`, else $FLYWHEEL_REGISTRY, else
     $XDG_DATA_HOME/flywheel/models (~/.local/share when XDG_DATA_HOME is unset)."""
-    from telemetry.folders import data_home
+    from telemetry.folders import command_line_path
 
-    env = os.environ if environ is None else environ
-    if flag:
-        return Path(flag).expanduser()
-    if env.get("FLYWHEEL_REGISTRY"):
-        return Path(env["FLYWHEEL_REGISTRY"]).expanduser()
-    return data_home(env) / "models"
+    return command_line_path(flag, "FLYWHEEL_REGISTRY", "models", environ)
 
 
 def file_sha256(path: Path) -> str:

@@ -118,12 +118,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _telemetry_path(arg: str | None) -> str:
-    from telemetry.folders import db_path
-
-    return str(db_path(arg))
-
-
 def _short(text: str, limit: int = 300) -> str:
     text = text.strip()
     return text if len(text) <= limit else text[:limit] + f" … [{len(text) - limit} more chars]"
@@ -347,9 +341,10 @@ def _harness_config(args: argparse.Namespace) -> HarnessConfig:
 
 def _recorder(telemetry_db: str | None, err: Any) -> Recorder:
     """The telemetry recorder (a warning when it cannot record)."""
+    from telemetry.folders import db_path
     from telemetry.recorder import Recorder
 
-    path = _telemetry_path(telemetry_db)
+    path = db_path(telemetry_db)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     recorder = Recorder(path)
     if not recorder.enabled:
