@@ -91,6 +91,15 @@ def _recipe_arguments(p: argparse.ArgumentParser, recipe_help: str, progress_hel
     p.add_argument("--no-progress", action="store_true", help=progress_help)
 
 
+def _recipe_file_arguments(p: argparse.ArgumentParser, default: Path, what: str) -> None:
+    """The recipe flags of a stage with a default recipe: the file, its run folder, overrides."""
+    p.add_argument("--recipe", default=str(default), help=f"{what} (default: %(default)s)")
+    p.add_argument("--out", default="", help="run folder (default: the recipe's out)")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override"
+    )
+
+
 def _data_parser(sub) -> None:
     data = sub.add_parser("data", help="build a tokenized, deduplicated corpus")
     data.add_argument("--source", action="append", default=[], help="source folder (repeatable)")
@@ -222,11 +231,7 @@ def _repo_parser(sub) -> None:
     )
     p.add_argument("--workspace", required=True, help="the repository folder to learn")
     p.add_argument("--model", default="", help="model to start from (default: the recipe's init)")
-    p.add_argument("--recipe", default=str(REPO_RECIPE), help="recipe TOML (default: %(default)s)")
-    p.add_argument("--out", default="", help="run folder (default: the recipe's out)")
-    p.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override"
-    )
+    _recipe_file_arguments(p, REPO_RECIPE, "recipe TOML")
     p.add_argument(
         "--exclude",
         action="append",
@@ -375,11 +380,7 @@ def _tab_parser(sub) -> None:
     p.add_argument("--data", default="", help="RUN/data of `flywheel train repo`: simulated user")
     p.add_argument("--telemetry-db", default="", help="train on logged suggestion outcomes")
     p.add_argument("--model", default="", help="model to start from (default: the recipe's init)")
-    p.add_argument("--recipe", default=str(TAB_RECIPE), help="RL recipe (default: %(default)s)")
-    p.add_argument("--out", default="", help="run folder (default: the recipe's out)")
-    p.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override"
-    )
+    _recipe_file_arguments(p, TAB_RECIPE, "RL recipe")
     p.add_argument(
         "--min-prefix-chars",
         type=int,
