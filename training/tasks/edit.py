@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 import random
 import re
+from dataclasses import dataclass
+from typing import Any
 
 from training.tasks.names import function_name
 from training.tasks.projects import Project, project_files, write_tests
@@ -28,27 +30,38 @@ def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[
     """Instruction-explicit edits, one per family (add_parameter only where the function's
     returns can be scaled). The workspace tests already describe the target."""
     before = project_files(p)
-    makers = (_rename, _change_constant, _add_parameter, _add_import, _remove_function)
-    made = [make(p, rng, before, heldout_fraction) for make in makers]
-    return [task for task in made if task is not None]
+    tasks = []
+    for make in (_rename, _change_constant, _add_parameter, _add_import, _remove_function):
+        edit = make(p, rng)
+        if edit is not None:
+            files = {**before, f"test_{p.module}.py": edit.tests}
+            tasks.append(
+                make_task(
+                    edit.family,
+                    p,
+                    edit.instruction,
+                    files,
+                    edit.solution,
+                    heldout_fraction,
+                    **edit.notes,
+                )
+            )
+    return tasks
 
 
-def _edit_task(
-    family: str,
-    p: Project,
-    instruction: str,
-    before: dict[str, str],
-    tests: str,
-    solution: dict[str, str],
-    heldout_fraction: float,
-    **notes,
-) -> Task:
-    """A task whose workspace is the project with its test file already rewritten for the change."""
-    files = {**before, f"test_{p.module}.py": tests}
-    return make_task(family, p, instruction, files, solution, heldout_fraction, **notes)
+@dataclass
+class _Edit:
+    """One requested change: the workspace is the project with its test file already rewritten
+    for it."""
+
+    family: str
+    instruction: str
+    tests: str  # the project's test file, rewritten for the change
+    solution: dict[str, str]  # the files as the change leaves them
+    notes: dict[str, Any]  # what the oracle's answer names (Task.notes)
 
 
-def _rename(p: Project, rng: random.Random, before: dict, heldout_fraction: float) -> Task:
+def _rename(p: Project, rng: random.Random) -> _Edit:
     """Rename a function everywhere it is used."""
     funcs = [v for k, v in p.names.items() if k not in ("cls", "legacy")]
     old = rng.choice(funcs)
@@ -64,12 +77,10 @@ def _rename(p: Project, rng: random.Random, before: dict, heldout_fraction: floa
     )
     instruction = phr.format(o=old, n=new, f=f"{p.module}.py")
     tests = after[f"test_{p.module}.py"]
-    return _edit_task(
-        "edit/rename", p, instruction, before, tests, after, heldout_fraction, old=old, new=new
-    )
+    return _Edit("edit/rename", instruction, tests, after, {"old": old, "new": new})
 
 
-def _change_constant(p: Project, rng: random.Random, before: dict, heldout_fraction: float) -> Task:
+def _change_constant(p: Project, rng: random.Random) -> _Edit:
     """Change the value of a module constant."""
     name, value = rng.choice(list(p.constants.items()))
     if isinstance(value, str):
@@ -88,23 +99,12 @@ def _change_constant(p: Project, rng: random.Random, before: dict, heldout_fract
         ]
     )
     mod_file = f"{p.module}.py"
-    return _edit_task(
-        "edit/constant",
-        p,
-        phr.format(c=name, f=mod_file, o=value, n=new_value),
-        before,
-        after[f"test_{p.module}.py"],
-        {mod_file: src},
-        heldout_fraction,
-        constant=name,
-        old=value,
-        new=new_value,
-    )
+    instruction = phr.format(c=name, f=mod_file, o=value, n=new_value)
+    notes = {"constant": name, "old": value, "new": new_value}
+    return _Edit("edit/constant", instruction, after[f"test_{p.module}.py"], {mod_file: src}, notes)
 
 
-def _add_parameter(
-    p: Project, rng: random.Random, before: dict, heldout_fraction: float
-) -> Task | None:
+def _add_parameter(p: Project, rng: random.Random) -> _Edit | None:
     """Add a keyword parameter that scales a numeric result (None where the returns cannot be
     rewritten)."""
     func = rng.choice(p.numeric_functions)
@@ -126,20 +126,13 @@ def _add_parameter(
         ]
     )
     mod_file = f"{p.module}.py"
-    return _edit_task(
-        "edit/add_parameter",
-        p,
-        phr.format(p=param, fn=func, f=mod_file),
-        before,
-        after[f"test_{p.module}.py"],
-        {mod_file: src},
-        heldout_fraction,
-        function=func,
-        parameter=param,
-    )
+    instruction = phr.format(p=param, fn=func, f=mod_file)
+    notes = {"function": func, "parameter": param}
+    tests = after[f"test_{p.module}.py"]
+    return _Edit("edit/add_parameter", instruction, tests, {mod_file: src}, notes)
 
 
-def _add_import(p: Project, rng: random.Random, before: dict, heldout_fraction: float) -> Task:
+def _add_import(p: Project, rng: random.Random) -> _Edit:
     """Add an import and the one line that uses it."""
     variant = rng.choice(["logging", "pathlib"])
     if variant == "logging":
@@ -182,19 +175,11 @@ def _add_import(p: Project, rng: random.Random, before: dict, heldout_fraction: 
     src = p.source[:doc_end] + "\n" + addition + p.source[doc_end:]
     tests = write_tests(p.module, p.helper, src, p.helper_source, p.calls, extra, p.test_style)
     mod_file = f"{p.module}.py"
-    return _edit_task(
-        "edit/add_import",
-        p,
-        phr.format(f=mod_file),
-        before,
-        tests,
-        {mod_file: src},
-        heldout_fraction,
-        variant=variant,
-    )
+    notes = {"variant": variant}
+    return _Edit("edit/add_import", phr.format(f=mod_file), tests, {mod_file: src}, notes)
 
 
-def _remove_function(p: Project, rng: random.Random, before: dict, heldout_fraction: float) -> Task:
+def _remove_function(p: Project, rng: random.Random) -> _Edit:
     """Remove the unused legacy function."""
     legacy = p.names["legacy"]
     src = re.sub(rf"\n\n\ndef {legacy}\(.*?(?=\n\n\n|\Z)", "", p.source, flags=re.S)
@@ -211,16 +196,8 @@ def _remove_function(p: Project, rng: random.Random, before: dict, heldout_fract
         ]
     )
     mod_file = f"{p.module}.py"
-    return _edit_task(
-        "edit/remove_function",
-        p,
-        phr.format(l=legacy, f=mod_file),
-        before,
-        tests,
-        {mod_file: src},
-        heldout_fraction,
-        function=legacy,
-    )
+    instruction = phr.format(l=legacy, f=mod_file)
+    return _Edit("edit/remove_function", instruction, tests, {mod_file: src}, {"function": legacy})
 
 
 def _add_scale_parameter(source: str, func: str, param: str) -> str | None:
