@@ -11,7 +11,7 @@ import asyncio
 import pytest
 from lsprotocol import types
 
-from tests.cycle.test_cycle import flywheel
+from tests.cycle.test_cycle import flywheel, quick_cycle
 from tests.harness.replay import call
 from tests.lsp.conftest import SAMPLING_OPTIONS, start_editor, stop_editor
 
@@ -95,23 +95,12 @@ async def test_sessions_cycle_promotion_reaches_the_editor_and_rollback(tmp_path
         assert await suggestion_version(ed, uri) == v1
         seen = len(ed.notes["flywheel/status"])
         done = await asyncio.to_thread(
-            flywheel,
-            "cycle",
-            "--quick",
-            "--registry",
-            str(registry.root),
-            "--telemetry-db",
-            str(tmp_path / "telemetry.db"),
-            "--work",
-            str(tmp_path / "work"),
-            "--held-out-percent",
-            "0",
+            quick_cycle,
+            registry.root,
+            tmp_path / "telemetry.db",
+            tmp_path / "work",
             "--min-reward",
             "0",
-            "--bench-projects",
-            "1",
-            "--bench-tasks",
-            "4",
         )
         assert done.returncode == 0, done.stdout + done.stderr
         candidate = registry.promoted()
