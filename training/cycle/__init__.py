@@ -158,16 +158,8 @@ class CycleConfig:
     progress: bool = False  # progress lines from the stages
 
     def __post_init__(self) -> None:
-        if (
-            min(
-                self.min_sessions,
-                self.min_trajectories,
-                self.min_code_chars,
-                self.min_rl_tasks,
-                self.min_repo_chars,
-            )
-            < 1
-        ):
+        least = (self.min_sessions, self.min_trajectories, self.min_code_chars, self.min_rl_tasks)
+        if min(*least, self.min_repo_chars) < 1:
             raise CycleError(
                 "min_sessions, min_trajectories, min_code_chars, min_rl_tasks and "
                 "min_repo_chars must be >= 1"
