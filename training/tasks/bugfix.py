@@ -37,9 +37,21 @@ def mutations(source: str) -> list[Mutation]:
     found: list[Mutation] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.BinOp) and node.left.end_lineno == node.right.lineno:
-            found += _operator_swap(node, lines)
+            found += _swap_operator(
+                "bugfix/operator_swap",
+                node.lineno,
+                node.left,
+                node.right,
+                _OPERATOR_SWAPS,
+                lines,
+                brackets=True,
+            )
         elif isinstance(node, ast.Compare) and len(node.ops) == 1:
-            found += _comparison_swap(node, lines)
+            right = node.comparators[0]
+            if node.left.end_lineno == right.lineno:
+                found += _swap_operator(
+                    "bugfix/comparison", node.lineno, node.left, right, _COMPARISON_SWAPS, lines
+                )
         elif (
             isinstance(node, ast.Constant)
             and type(node.value) is int
@@ -63,29 +75,24 @@ def _replace(
     return Mutation(family, lineno, line, line[:start] + text + line[end:])
 
 
-def _operator_swap(node: ast.BinOp, lines: list[str]) -> list[Mutation]:
-    line = lines[node.lineno - 1]
-    gap = line[node.left.end_col_offset : node.right.col_offset]
-    op = gap.strip().strip("()").strip()
-    if op not in _OPERATOR_SWAPS:
+def _swap_operator(
+    family: str,
+    lineno: int,
+    left: ast.expr,
+    right: ast.expr,
+    table: dict[str, str],
+    lines: list[str],
+    brackets: bool = False,
+) -> list[Mutation]:
+    """The operator written between `left` and `right`, swapped for its partner in `table`;
+    none when it has none. `brackets`: the operands' brackets may stand in the gap too."""
+    line = lines[lineno - 1]
+    gap = line[left.end_col_offset : right.col_offset]
+    op = gap.strip().strip("()").strip() if brackets else gap.strip()
+    if op not in table:
         return []
-    start = node.left.end_col_offset + gap.index(op)
-    swapped = _OPERATOR_SWAPS[op]
-    return [_replace("bugfix/operator_swap", lines, node.lineno, start, start + len(op), swapped)]
-
-
-def _comparison_swap(node: ast.Compare, lines: list[str]) -> list[Mutation]:
-    right = node.comparators[0]
-    if node.left.end_lineno != right.lineno:
-        return []
-    line = lines[node.lineno - 1]
-    gap = line[node.left.end_col_offset : right.col_offset]
-    op = gap.strip()
-    if op not in _COMPARISON_SWAPS:
-        return []
-    start = node.left.end_col_offset + gap.index(op)
-    swapped = _COMPARISON_SWAPS[op]
-    return [_replace("bugfix/comparison", lines, node.lineno, start, start + len(op), swapped)]
+    start = left.end_col_offset + gap.index(op)
+    return [_replace(family, lines, lineno, start, start + len(op), table[op])]
 
 
 def _off_by_one(node: ast.Constant, lines: list[str]) -> list[Mutation]:
