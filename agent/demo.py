@@ -23,7 +23,9 @@ import shutil
 import sys
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agent.model import add_model_argument
 
@@ -52,15 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from rich.console import Console
-    from rich.table import Table
 
-    from agent.engine import EngineConfig, EngineError, SpeculativeConfig, open_engine
-    from agent.engine.config import default_dtype, default_speculative
-    from agent.harness import Harness, HarnessConfig, Sandbox, Workspace
-    from agent.harness.project import detect_test_command
-    from agent.run import _progress, _telemetry_path, ctrl_c_cancels
-    from telemetry import Recorder, open_db, queries, recompute
-    from telemetry.rewards import latest
+    from telemetry import Recorder
+    from telemetry.folders import db_path
 
     console = Console(highlight=False, soft_wrap=True)
     folder = Path(args.workspace or tempfile.mkdtemp(prefix="flywheel-demo-"))
@@ -72,29 +68,80 @@ def main(argv: list[str] | None = None) -> int:
     )
     console.rule("[bold]Flywheel demo")
     console.print(f"sample project copied to [bold]{folder}[/]")
-    try:
-        speculative = SpeculativeConfig(default_speculative(args.model))
-        engine = open_engine(
-            EngineConfig(model=args.model, dtype=default_dtype(args.model), speculative=speculative)
-        )
-    except EngineError as exc:
-        console.print(f"flywheel demo: cannot open model {args.model!r}: {exc}")
+    engine = _open_engine(args.model, console)
+    if engine is None:
         return 2
-    db = _telemetry_path(args.telemetry_db)
+    db = str(db_path(args.telemetry_db))
     Path(db).parent.mkdir(parents=True, exist_ok=True)
     recorder = Recorder(db)
+    cancel = threading.Event()
+    run = _run_task(engine, folder, recorder, args.max_steps, console, cancel)
+    passed, failed = run.after
+    solved = failed == 0 and passed > 0
+    console.print(
+        f"\n[bold]tests:[/] before {run.before[0]} passed, {run.before[1]} failed; after "
+        f"{passed} passed, {failed} failed — "
+        + (
+            "[green]solved[/]"
+            if solved
+            else f"[yellow]not solved[/] (stopped: {run.outcome.stop_reason})"
+        )
+    )
+    if not _score(db, recorder, run, console):
+        return 1
+    _where_next(console, folder, db, args.model, solved)
+    return 130 if cancel.is_set() else 0
+
+
+def _open_engine(model: str, console: Any) -> Any:
+    """The engine for `model` with its default weights and drafting; None (said) when it cannot
+    be opened."""
+    from agent.engine import EngineConfig, EngineError, SpeculativeConfig, open_engine
+    from agent.engine.config import default_dtype, default_speculative
+
+    try:
+        speculative = SpeculativeConfig(default_speculative(model))
+        return open_engine(
+            EngineConfig(model=model, dtype=default_dtype(model), speculative=speculative)
+        )
+    except EngineError as exc:
+        console.print(f"flywheel demo: cannot open model {model!r}: {exc}")
+        return None
+
+
+@dataclass
+class _DemoRun:
+    outcome: Any  # the harness's Outcome
+    session_id: str  # the telemetry session the task was logged in
+    before: tuple[int, int]  # (passed, failed) tests before the task
+    after: tuple[int, int]  # and after it
+
+
+def _run_task(
+    engine: Any,
+    folder: Path,
+    recorder: Any,
+    max_steps: int,
+    console: Any,
+    cancel: threading.Event,
+) -> _DemoRun:
+    """The task through the harness, with the project's tests run in the sandbox before and
+    after; closes the engine."""
+    from agent.harness import Harness, HarnessConfig, Sandbox, Workspace
+    from agent.harness.project import detect_test_command
+    from agent.run import _progress, ctrl_c_cancels
+
     workspace = Workspace(folder)
     test_command = detect_test_command(workspace).command
     harness = Harness(
         engine,
         workspace,
-        HarnessConfig(max_steps=args.max_steps, editor="demo"),
+        HarnessConfig(max_steps=max_steps, editor="demo"),
         recorder=recorder,
         on_event=_progress(console),
     )
     console.print(f"model [bold]{engine.model_version}[/]; task: {INSTRUCTION}\n")
     before = _count(Sandbox(folder, harness.config.sandbox).run(test_command).output)
-    cancel = threading.Event()
     try:
         with ctrl_c_cancels(cancel, lambda line: console.print(f"flywheel demo: {line}")):
             outcome = harness.start(INSTRUCTION, verify_command=test_command, cancel=cancel)
@@ -105,32 +152,32 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         harness.close()
         engine.close()
-    passed, failed = _count(check.output)
-    solved = failed == 0 and passed > 0
-    console.print(
-        f"\n[bold]tests:[/] before {before[0]} passed, {before[1]} failed; after {passed} passed, "
-        f"{failed} failed — "
-        + (
-            "[green]solved[/]"
-            if solved
-            else f"[yellow]not solved[/] (stopped: {outcome.stop_reason})"
-        )
-    )
+    return _DemoRun(outcome, session_id, before, _count(check.output))
+
+
+def _score(db: str, recorder: Any, run: _DemoRun, console: Any) -> bool:
+    """Record the task's test outcome, compute its rewards and show them; closes the recorder.
+    False (said) when the task was not recorded."""
+    from rich.table import Table
+
+    from telemetry import open_db, queries, recompute
+    from telemetry.rewards import latest
+
     recorder.flush()
     telemetry_db = open_db(db)
-    task_id = queries.latest_task_id(telemetry_db, session_id)
+    task_id = queries.latest_task_id(telemetry_db, run.session_id)
     if task_id is None:
         console.print("flywheel demo: the task was not recorded (is telemetry consent off?)")
         recorder.close()
-        return 1
+        return False
     recorder.record(
         "outcome",
-        session_id=session_id,
+        session_id=run.session_id,
         task_id=task_id,
-        tests_before_passed=before[0],
-        tests_before_failed=before[1],
-        tests_after_passed=passed,
-        tests_after_failed=failed,
+        tests_before_passed=run.before[0],
+        tests_before_failed=run.before[1],
+        tests_after_passed=run.after[0],
+        tests_after_failed=run.after[1],
     )
     recorder.flush()
     recorder.close()
@@ -142,22 +189,25 @@ def main(argv: list[str] | None = None) -> int:
         value = r["value"]
         table.add_row(f"{r['function']}@{r['version']}", "-" if value is None else f"{value:+.2f}")
     console.print(table)
+    return True
+
+
+def _where_next(console: Any, folder: Path, db: str, model: str, solved: bool) -> None:
     console.print(
         f"""
 [bold]Where to look next[/]
   the change:      cd {folder} && git diff --no-index {SAMPLE} .
   what was logged: flywheel telemetry stats --db {db}
-  serve the model: flywheel serve --model {args.model}   (OpenAI-compatible, 127.0.0.1:8000)
+  serve the model: flywheel serve --model {model}   (OpenAI-compatible, 127.0.0.1:8000)
   in your editor:  flywheel lsp --setup (Neovim and VS Code; README.md says more)
   a real model:    flywheel run "..." --workspace DIR --model http://HOST:PORT/v1"""
     )
-    if not solved and args.model == "default":
+    if not solved and model == "default":
         console.print(
             "\nThe default is a 0.5B base with a small adapter trained on a CPU"
             ": it solves some small edits and bug fixes, and fails many (agent/starter/README.md"
             " says how it was made). Try a bigger model (--model base-1.5b) or a server."
         )
-    return 130 if cancel.is_set() else 0
 
 
 def _count(output: str) -> tuple[int, int]:

@@ -167,7 +167,7 @@ def main(argv: list[str]) -> int:
         return _base(args.which, install=args.command == "install")
     registry = Registry(path_from_cli(args.registry))
     try:
-        return _run(registry, args)
+        return _COMMANDS[args.command](registry, args)
     except RegistryError as exc:
         print(f"flywheel models {args.command}: {exc}", file=sys.stderr)
         return 1 if exc.__class__.__name__ == "IntegrityError" else 2
@@ -188,103 +188,125 @@ def _base(which: str, install: bool = False) -> int:
     return 0
 
 
-def _run(registry: Registry, args: argparse.Namespace) -> int:
-    if args.command == "list":
-        versions = registry.versions()
-        if args.json:
-            print(json.dumps(versions, indent=2))
-            return 0
-        print("built in:")
-        for line in builtins():
-            print(f"  {line}")
-        if not versions:
-            print(f"the registry {registry.root} has no versions yet (flywheel models add PATH)")
-            return 0
-        rows = [("version", "status", "added", "parent", "stage", "score", "gate")]
-        for r in versions:
-            rows.append(
-                (
-                    r["id"],
-                    r["status"],
-                    _when(r["created_at"]),
-                    r["parent"] or "-",
-                    r.get("stage") or "-",
-                    _score(r),
-                    _gate(r),
-                )
-            )
-        widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
-        for row in rows:
-            print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-        print(f"registry: {registry.root}")
+def _list(registry: Registry, args: argparse.Namespace) -> int:
+    versions = registry.versions()
+    if args.json:
+        print(json.dumps(versions, indent=2))
         return 0
-    if args.command == "show":
-        record = registry.get(args.version)
-        try:
-            registry.verify(record["id"])
-            integrity = "verified"
-        except RegistryError as exc:
-            integrity = f"NOT VERIFIED: {exc}"
-        if args.json:
-            print(json.dumps({**record, "integrity": integrity}, indent=2))
-            return 0
-        print(f"{record['id']}  ({record['status']})  {registry.root / 'versions' / record['id']}")
-        for key in ("created_at", "promoted_at"):
-            if record.get(key):
-                print(f"  {key:<12} {_when(record[key])}")
-        for key in ("parent", "stage", "trained_as", "source", "reward", "note"):
-            if record.get(key):
-                print(f"  {key:<12} {record[key]}")
-        for key in ("data", "recipe"):
-            if record.get(key):
-                print(f"  {key:<12} {json.dumps(record[key], sort_keys=True)[:300]}")
-        for bench in record.get("benchmarks", []):
-            print(
-                f"  benchmark    {bench['name']} task set {bench.get('task_set')}: {_score({'benchmarks': [bench]})}"
-            )
-        for decision in record.get("gate", []):
-            print(f"  gate         {_when(decision.get('at'))}")
-            for line in decision.get("reasons", []):
-                print(f"                 {line}")
-        print(f"  files        {integrity}")
+    print("built in:")
+    for line in builtins():
+        print(f"  {line}")
+    if not versions:
+        print(f"the registry {registry.root} has no versions yet (flywheel models add PATH)")
         return 0
-    if args.command == "add":
-        vid = registry.add(
-            args.path,
-            parent=args.parent,
-            data=_read_json(args.data, "data description") if args.data else None,
-            recipe=_recipe(args.recipe) if args.recipe else None,
-            reward=args.reward,
-            note=args.note,
-            link=args.link,
+    rows = [("version", "status", "added", "parent", "stage", "score", "gate")]
+    for r in versions:
+        rows.append(
+            (
+                r["id"],
+                r["status"],
+                _when(r["created_at"]),
+                r["parent"] or "-",
+                r.get("stage") or "-",
+                _score(r),
+                _gate(r),
+            )
         )
-        print(f"added {vid}")
-        if args.bench:
-            registry.attach_benchmark(vid, _read_json(args.bench, "benchmark result"))
-        if args.promote:
-            return promote(registry, vid, args.force)
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    print(f"registry: {registry.root}")
+    return 0
+
+
+def _show(registry: Registry, args: argparse.Namespace) -> int:
+    record = registry.get(args.version)
+    try:
+        registry.verify(record["id"])
+        integrity = "verified"
+    except RegistryError as exc:
+        integrity = f"NOT VERIFIED: {exc}"
+    if args.json:
+        print(json.dumps({**record, "integrity": integrity}, indent=2))
         return 0
-    if args.command == "attach":
-        summary = registry.attach_benchmark(args.version, _read_json(args.result, "benchmark"))
-        print(f"attached {summary['name']} to {registry.resolve(args.version)}")
+    print(f"{record['id']}  ({record['status']})  {registry.root / 'versions' / record['id']}")
+    for key in ("created_at", "promoted_at"):
+        if record.get(key):
+            print(f"  {key:<12} {_when(record[key])}")
+    for key in ("parent", "stage", "trained_as", "source", "reward", "note"):
+        if record.get(key):
+            print(f"  {key:<12} {record[key]}")
+    for key in ("data", "recipe"):
+        if record.get(key):
+            print(f"  {key:<12} {json.dumps(record[key], sort_keys=True)[:300]}")
+    for bench in record.get("benchmarks", []):
+        print(
+            f"  benchmark    {bench['name']} task set {bench.get('task_set')}: {_score({'benchmarks': [bench]})}"
+        )
+    for decision in record.get("gate", []):
+        print(f"  gate         {_when(decision.get('at'))}")
+        for line in decision.get("reasons", []):
+            print(f"                 {line}")
+    print(f"  files        {integrity}")
+    return 0
+
+
+def _add(registry: Registry, args: argparse.Namespace) -> int:
+    vid = registry.add(
+        args.path,
+        parent=args.parent,
+        data=_read_json(args.data, "data description") if args.data else None,
+        recipe=_recipe(args.recipe) if args.recipe else None,
+        reward=args.reward,
+        note=args.note,
+        link=args.link,
+    )
+    print(f"added {vid}")
+    if args.bench:
+        registry.attach_benchmark(vid, _read_json(args.bench, "benchmark result"))
+    if args.promote:
+        return promote(registry, vid, args.force)
+    return 0
+
+
+def _attach(registry: Registry, args: argparse.Namespace) -> int:
+    summary = registry.attach_benchmark(args.version, _read_json(args.result, "benchmark"))
+    print(f"attached {summary['name']} to {registry.resolve(args.version)}")
+    return 0
+
+
+def _promote(registry: Registry, args: argparse.Namespace) -> int:
+    return promote(registry, args.version, args.force, args.reason)
+
+
+def _rollback(registry: Registry, args: argparse.Namespace) -> int:
+    old, new = registry.rollback(args.to, args.reason)
+    print(f"rolled back: {new} is promoted again ({old} retired)")
+    return 0
+
+
+def _verify(registry: Registry, args: argparse.Namespace) -> int:
+    if args.version:
+        print(f"{registry.resolve(args.version)}: verified ({registry.verify(args.version)})")
         return 0
-    if args.command == "promote":
-        return promote(registry, args.version, args.force, args.reason)
-    if args.command == "rollback":
-        old, new = registry.rollback(args.to, args.reason)
-        print(f"rolled back: {new} is promoted again ({old} retired)")
-        return 0
-    if args.command == "verify":
-        if args.version:
-            print(f"{registry.resolve(args.version)}: verified ({registry.verify(args.version)})")
-            return 0
-        problems = registry.check()
-        for problem in problems:
-            print(problem, file=sys.stderr)
-        if not problems:
-            print(f"{len(registry.versions())} version(s) in {registry.root}: all verified")
-        return 1 if problems else 0
-    raise AssertionError(args.command)
+    problems = registry.check()
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if not problems:
+        print(f"{len(registry.versions())} version(s) in {registry.root}: all verified")
+    return 1 if problems else 0
+
+
+# command -> what runs it
+_COMMANDS = {
+    "list": _list,
+    "show": _show,
+    "add": _add,
+    "attach": _attach,
+    "promote": _promote,
+    "rollback": _rollback,
+    "verify": _verify,
+}
 
 
 if __name__ == "__main__":

@@ -79,14 +79,48 @@ class IntegrityError(RegistryError):
 def path_from_cli(flag: str | None, environ: Mapping[str, str] | None = None) -> Path:
     """For command-line entry points only: `--registry`, else $FLYWHEEL_REGISTRY, else
     $XDG_DATA_HOME/flywheel/models (~/.local/share when XDG_DATA_HOME is unset)."""
-    from telemetry.folders import data_home
+    from telemetry.folders import command_line_path
 
-    env = os.environ if environ is None else environ
-    if flag:
-        return Path(flag).expanduser()
-    if env.get("FLYWHEEL_REGISTRY"):
-        return Path(env["FLYWHEEL_REGISTRY"]).expanduser()
-    return data_home(env) / "models"
+    return command_line_path(flag, "FLYWHEEL_REGISTRY", "models", environ)
+
+
+def _copy_in(source: Path, staging: Path, link: bool) -> dict[str, dict[str, Any]]:
+    """Copy (or hard-link, where the filesystem allows) a checkpoint's files into `staging`,
+    all but its metadata and manifest; returns relative path -> sha256 and size."""
+    files: dict[str, dict[str, Any]] = {}
+    for path in _files(source):
+        rel = path.relative_to(source).as_posix()
+        if rel in (META, MANIFEST):
+            continue
+        target = staging / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if link:
+            try:
+                os.link(path, target)
+            except OSError:
+                shutil.copy2(path, target)
+        else:
+            shutil.copy2(path, target)
+        files[rel] = {"sha256": file_sha256(target), "size": target.stat().st_size}
+    return files
+
+
+def _seal(
+    staging: Path, vid: str, files: dict[str, Any], trained_meta: dict[str, Any], link: bool
+) -> str:
+    """Write the version's metadata (META, naming it `vid`) and its manifest of `files` into
+    `staging`, flush every file to disk and make copies read-only; returns the manifest text."""
+    meta = {**trained_meta, "version": vid, "trained_as": trained_meta.get("version")}
+    (staging / META).write_text(json.dumps(meta, indent=2) + "\n")
+    files[META] = {"sha256": file_sha256(staging / META), "size": (staging / META).stat().st_size}
+    manifest = json.dumps({"version": vid, "files": files}, indent=2, sort_keys=True) + "\n"
+    (staging / MANIFEST).write_text(manifest)
+    for path in _files(staging):
+        with path.open("rb") as handle:
+            os.fsync(handle.fileno())
+        if not link:
+            path.chmod(0o444)
+    return manifest
 
 
 def file_sha256(path: Path) -> str:
@@ -328,21 +362,7 @@ class Registry:
         staging = self.root / ".staging" / f"add-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         staging.mkdir(parents=True)
         try:
-            files: dict[str, dict[str, Any]] = {}
-            for path in _files(source):
-                rel = path.relative_to(source).as_posix()
-                if rel in (META, MANIFEST):
-                    continue
-                target = staging / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                if link:
-                    try:
-                        os.link(path, target)
-                    except OSError:
-                        shutil.copy2(path, target)
-                else:
-                    shutil.copy2(path, target)
-                files[rel] = {"sha256": file_sha256(target), "size": target.stat().st_size}
+            files = _copy_in(source, staging, link)
             if not files:
                 raise RegistryError(f"{source} holds no files to add")
             weights = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
@@ -353,19 +373,7 @@ class Registry:
             with self._locked() as index:
                 number = 1 + max((r["number"] for r in index["versions"].values()), default=0)
                 vid = f"v{number}-{weights[:8]}"
-                meta = {**trained_meta, "version": vid, "trained_as": trained_meta.get("version")}
-                (staging / META).write_text(json.dumps(meta, indent=2) + "\n")
-                files[META] = {
-                    "sha256": file_sha256(staging / META),
-                    "size": (staging / META).stat().st_size,
-                }
-                raw = json.dumps({"version": vid, "files": files}, indent=2, sort_keys=True)
-                (staging / MANIFEST).write_text(raw + "\n")
-                for path in _files(staging):
-                    with path.open("rb") as handle:
-                        os.fsync(handle.fileno())
-                    if not link:
-                        path.chmod(0o444)
+                manifest = _seal(staging, vid, files, trained_meta, link)
                 (self.root / "versions").mkdir(exist_ok=True)
                 os.rename(staging, self.root / "versions" / vid)
                 index["versions"][vid] = {
@@ -381,7 +389,7 @@ class Registry:
                     "recipe": recipe or {},
                     "reward": reward,
                     "note": note,
-                    "manifest_sha256": hashlib.sha256((raw + "\n").encode()).hexdigest(),
+                    "manifest_sha256": hashlib.sha256(manifest.encode()).hexdigest(),
                     "benchmarks": [],
                     "gate": [],
                 }

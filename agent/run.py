@@ -34,7 +34,12 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent.engine import Engine
+    from agent.harness import Harness, HarnessConfig, Outcome, Workspace
+    from telemetry.recorder import Recorder
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,12 +113,6 @@ def build_parser() -> argparse.ArgumentParser:
     tel.add_argument("--no-telemetry", action="store_true", help="record nothing")
     p.add_argument("--quiet", "-q", action="store_true", help="no live progress")
     return p
-
-
-def _telemetry_path(arg: str | None) -> str:
-    from telemetry.folders import db_path
-
-    return str(db_path(arg))
 
 
 def _short(text: str, limit: int = 300) -> str:
@@ -218,83 +217,24 @@ def main(argv: list[str] | None = None) -> int:
         logger.removeHandler(handler)
 
 
+class _Refused(Exception):
+    """`flywheel run` cannot go on: the message is its one line on stderr, `code` its exit status."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
-    if not args.instruction and not args.resume:
-        err.print("flywheel run: give an instruction, or --resume THREAD to continue a task")
-        return 2
-    if args.resume and not args.checkpoint_db:
-        err.print("flywheel run: --resume needs --checkpoint-db, the file the task was saved in")
-        return 2
-
-    from agent.engine import EngineConfig, EngineError, SpeculativeConfig, open_engine
-    from agent.engine.config import default_dtype, default_speculative
-    from agent.harness import (
-        Harness,
-        HarnessConfig,
-        SandboxConfig,
-        ToolsConfig,
-        Workspace,
-        WorkspaceError,
-    )
+    from agent.engine import EngineError
+    from agent.harness import Harness
 
     try:
-        workspace = Workspace(args.workspace)
-    except WorkspaceError as exc:
+        workspace, config, engine = _open(args)
+    except _Refused as exc:
         err.print(f"flywheel run: {exc}")
-        return 2
-    try:
-        config = HarnessConfig(
-            max_steps=args.max_steps,
-            max_tokens=args.max_tokens,
-            max_wall_s=args.time_limit,
-            turn_max_tokens=args.turn_tokens,
-            temperature=args.temperature,
-            seed=args.seed,
-            tools=ToolsConfig(
-                test_command=args.test_command, command_timeout_s=args.command_timeout
-            ),
-            sandbox=SandboxConfig(
-                timeout_s=max(args.command_timeout, 300.0),
-                read_only_paths=tuple(args.read_only),
-                allow_unconfined=args.allow_unconfined,
-            ),
-        )
-        engine_config = EngineConfig(
-            model=args.model,
-            served_model_name=args.served_model_name,
-            dtype=args.dtype or default_dtype(args.model),
-            speculative=SpeculativeConfig(args.speculative or default_speculative(args.model)),
-        )
-    except ValueError as exc:
-        err.print(f"flywheel run: {exc}")
-        return 2
-    if args.context_length is not None and engine_config.backend != "openai":
-        err.print(
-            "flywheel run: --context-length is for an OpenAI-compatible server (--model "
-            "http://...); a checkpoint states its own"
-        )
-        return 2
-    try:
-        if engine_config.backend == "openai":
-            from agent.engine.backends.openai import OpenAIEngine
-
-            engine = OpenAIEngine(engine_config, context_length=args.context_length)
-        else:
-            engine = open_engine(engine_config)
-    except (EngineError, OSError, ValueError) as exc:
-        err.print(f"flywheel run: cannot open model {args.model!r}: {_one_line(exc)}")
-        return 2
-
-    recorder = None
-    if not args.no_telemetry:
-        from telemetry.recorder import Recorder
-
-        path = _telemetry_path(args.telemetry_db)
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        recorder = Recorder(path)
-        if not recorder.enabled:
-            err.print(_line(("warning:", "yellow"), f" {recorder.error}"))
-
+        return exc.code
+    recorder = None if args.no_telemetry else _recorder(args.telemetry_db, err)
     harness = None
     cancel = threading.Event()
     try:
@@ -306,29 +246,10 @@ def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
             checkpoint_db=args.checkpoint_db,
             on_event=None if args.quiet else _progress(console),
         )  # the sandbox warns here, once, when bubblewrap is missing
-        if args.resume:
-            outcome = harness.status(args.resume)
-            if not outcome.messages:
-                err.print(f"flywheel run: no task {args.resume!r} in {args.checkpoint_db}")
-                return 2
-        else:
-            with ctrl_c_cancels(cancel, lambda line: err.print(f"flywheel run: {line}")):
-                outcome = harness.start(args.instruction, thread_id=args.thread, cancel=cancel)
-        while outcome.approval is not None:
-            if args.approve == "no-wait":
-                console.print(
-                    _line(
-                        ("waiting for approval", "bold yellow"),
-                        f": {outcome.approval.get('calls')}\n"
-                        f"resume with: flywheel run --resume {outcome.thread_id} "
-                        f"--checkpoint-db {args.checkpoint_db or '(needs --checkpoint-db)'} "
-                        f"--workspace {args.workspace} --approve yes",
-                    )
-                )
-                return 3
-            decision = _decide(outcome.approval, args.approve, console)
-            with ctrl_c_cancels(cancel, lambda line: err.print(f"flywheel run: {line}")):
-                outcome = harness.resume(outcome.thread_id, decision, cancel=cancel)
+        outcome = _drive(harness, args, console, err, cancel)
+    except _Refused as exc:
+        err.print(f"flywheel run: {exc}")
+        return exc.code
     except EngineError as exc:
         err.print(f"flywheel run: the model failed: {_one_line(exc)}")
         return 1
@@ -344,7 +265,126 @@ def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
         if recorder is not None:
             recorder.close()
         engine.close()
+    if outcome is None:
+        return 3
+    _show(outcome, console)
+    if cancel.is_set():
+        return 130
+    return 0 if outcome.ok else 1
 
+
+def _open(args: argparse.Namespace) -> tuple[Workspace, HarnessConfig, Engine]:
+    """The workspace, the harness settings and the engine the flags name; _Refused (exit 2)
+    when the flags do not make sense or any of them cannot be had."""
+    if not args.instruction and not args.resume:
+        raise _Refused(2, "give an instruction, or --resume THREAD to continue a task")
+    if args.resume and not args.checkpoint_db:
+        raise _Refused(2, "--resume needs --checkpoint-db, the file the task was saved in")
+
+    from agent.engine import EngineConfig, EngineError, SpeculativeConfig, open_engine
+    from agent.engine.config import default_dtype, default_speculative
+    from agent.harness import Workspace, WorkspaceError
+
+    try:
+        workspace = Workspace(args.workspace)
+    except WorkspaceError as exc:
+        raise _Refused(2, str(exc)) from None
+    try:
+        config = _harness_config(args)
+        engine_config = EngineConfig(
+            model=args.model,
+            served_model_name=args.served_model_name,
+            dtype=args.dtype or default_dtype(args.model),
+            speculative=SpeculativeConfig(args.speculative or default_speculative(args.model)),
+        )
+    except ValueError as exc:
+        raise _Refused(2, str(exc)) from None
+    if args.context_length is not None and engine_config.backend != "openai":
+        raise _Refused(
+            2,
+            "--context-length is for an OpenAI-compatible server (--model "
+            "http://...); a checkpoint states its own",
+        )
+    try:
+        if engine_config.backend == "openai":
+            from agent.engine.backends.openai import OpenAIEngine
+
+            engine = OpenAIEngine(engine_config, context_length=args.context_length)
+        else:
+            engine = open_engine(engine_config)
+    except (EngineError, OSError, ValueError) as exc:
+        raise _Refused(2, f"cannot open model {args.model!r}: {_one_line(exc)}") from None
+    return workspace, config, engine
+
+
+def _harness_config(args: argparse.Namespace) -> HarnessConfig:
+    from agent.harness import HarnessConfig, SandboxConfig, ToolsConfig
+
+    return HarnessConfig(
+        max_steps=args.max_steps,
+        max_tokens=args.max_tokens,
+        max_wall_s=args.time_limit,
+        turn_max_tokens=args.turn_tokens,
+        temperature=args.temperature,
+        seed=args.seed,
+        tools=ToolsConfig(test_command=args.test_command, command_timeout_s=args.command_timeout),
+        sandbox=SandboxConfig(
+            timeout_s=max(args.command_timeout, 300.0),
+            read_only_paths=tuple(args.read_only),
+            allow_unconfined=args.allow_unconfined,
+        ),
+    )
+
+
+def _recorder(telemetry_db: str | None, err: Any) -> Recorder:
+    """The telemetry recorder (a warning when it cannot record)."""
+    from telemetry.folders import db_path
+    from telemetry.recorder import Recorder
+
+    path = db_path(telemetry_db)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    recorder = Recorder(path)
+    if not recorder.enabled:
+        err.print(_line(("warning:", "yellow"), f" {recorder.error}"))
+    return recorder
+
+
+def _drive(
+    harness: Harness, args: argparse.Namespace, console: Any, err: Any, cancel: threading.Event
+) -> Outcome | None:
+    """Start the task (or take up the one `--resume` names) and answer its approval requests;
+    returns its outcome, or None when it is left waiting for an approval (`--approve no-wait`)."""
+
+    def say(line: str) -> None:
+        err.print(f"flywheel run: {line}")
+
+    if args.resume:
+        outcome = harness.status(args.resume)
+        if not outcome.messages:
+            raise _Refused(2, f"no task {args.resume!r} in {args.checkpoint_db}")
+    else:
+        with ctrl_c_cancels(cancel, say):
+            outcome = harness.start(args.instruction, thread_id=args.thread, cancel=cancel)
+    while outcome.approval is not None:
+        if args.approve == "no-wait":
+            console.print(
+                _line(
+                    ("waiting for approval", "bold yellow"),
+                    f": {outcome.approval.get('calls')}\n"
+                    f"resume with: flywheel run --resume {outcome.thread_id} "
+                    f"--checkpoint-db {args.checkpoint_db or '(needs --checkpoint-db)'} "
+                    f"--workspace {args.workspace} --approve yes",
+                )
+            )
+            return None
+        decision = _decide(outcome.approval, args.approve, console)
+        with ctrl_c_cancels(cancel, say):
+            outcome = harness.resume(outcome.thread_id, decision, cancel=cancel)
+    return outcome
+
+
+def _show(outcome: Outcome, console: Any) -> None:
+    """The final answer, the diff and one line of totals."""
     from rich.panel import Panel
     from rich.syntax import Syntax
     from rich.text import Text
@@ -360,9 +400,6 @@ def _run(args: argparse.Namespace, console: Any, err: Any) -> int:
         f"{status}{': ' + outcome.detail if outcome.detail else ''} — {outcome.steps} steps, "
         f"{outcome.tokens} tokens, {outcome.tool_errors} tool errors, thread {outcome.thread_id}"
     )
-    if cancel.is_set():
-        return 130
-    return 0 if outcome.ok else 1
 
 
 @contextmanager

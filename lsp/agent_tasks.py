@@ -299,72 +299,18 @@ class TaskRunner:
         previous = self.last_task.get(uri or "")
         if previous and ls.now() - previous[1] <= ls.settings.agent.followup_window_s:
             ls.record("outcome", task_id=previous[0], dissatisfied_followup=1)
-        cancel = threading.Event()
-        running = RunningTask(cancel)
-        self.running[task_id] = running
-        token = PROGRESS_PREFIX + task_id
-        await self._progress(token, "begin", instruction[:80])
-        loop = asyncio.get_running_loop()
-        index = 1
-        self._step(task_id, 0, "user", instruction, kind="instruction")
-
-        def submit(fn: Any, *fn_args: Any) -> asyncio.Future:
-            running.work = self.pool.submit(fn, *fn_args)
-            return asyncio.wrap_future(running.work)
-
-        def send(event: dict[str, Any]) -> None:  # on the event loop
-            nonlocal index
-            role, note, extra = step_note(event)
-            self._step(task_id, index, role, note, **extra)
-            index += 1
-            asyncio.ensure_future(self._progress(token, "report", f"step {index - 1}: {note[:60]}"))
-
-        def on_event(event: dict[str, Any]) -> None:  # in the task's worker thread
-            with contextlib.suppress(RuntimeError):  # the loop is gone: the client went away
-                loop.call_soon_threadsafe(send, event)
-
+        task = _TaskSteps(self, task_id, RunningTask(threading.Event()))
+        self.running[task_id] = task.running
+        await self._progress(task.token, "begin", instruction[:80])
+        task.step("user", instruction, kind="instruction")
         status, answer, stop_reason = "failed", "", None
         proposals: list[Proposal] = []
         skipped: list[str] = []
         try:
-            engine = await ls.host.get(ls.settings.model)
-            config = self._config()
-            recorder = TaskRecorder(ls.recorder, task_id) if ls.session_id else None
-            overlay = {r: b.text for r, b in buffers.items()}
-
-            def start() -> tuple[Harness, Outcome]:
-                harness = Harness(
-                    engine,
-                    Workspace(root, buffers=overlay),
-                    config,
-                    recorder=recorder,
-                    on_event=on_event,
-                    session_id=ls.session_id,
-                )
-                outcome = harness.start(
-                    instruction, editor=context, thread_id=task_id, cancel=cancel
-                )
-                return harness, outcome
-
-            harness, outcome = await submit(start)
-            running.harness = harness
-            while outcome.approval is not None:
-                self._step(
-                    task_id,
-                    index,
-                    "system",
-                    "waiting for approval",
-                    kind="approval_request",
-                    calls=outcome.approval.get("calls", []),
-                )
-                index += 1
-                running.waiting = outcome.thread_id
-                decision = await self._ask_approval(task_id, outcome.approval)
-                running.waiting = None
-                outcome = await submit(harness.resume, outcome.thread_id, decision)
+            outcome = await self._harness_task(task, instruction, context, root, buffers)
             stop_reason = outcome.stop_reason
             answer = outcome.final or outcome.detail
-            if cancel.is_set() or stop_reason == "denied":
+            if task.running.cancel.is_set() or stop_reason == "denied":
                 status = "cancelled"
             else:
                 status = STATUS_OF_STOP.get(stop_reason or "", "failed")
@@ -373,8 +319,8 @@ class TaskRunner:
             if status != "cancelled":
                 proposals, skipped = self._propose(outcome.proposals, buffers, root, task_id)
         except asyncio.CancelledError:  # the request was cancelled, or the transport ended
-            cancel.set()
-            self.abandoned.append(running)
+            task.running.cancel.set()
+            self.abandoned.append(task.running)
             raise
         except EngineError as exc:
             ls.host.error_once(str(exc))
@@ -387,7 +333,7 @@ class TaskRunner:
             self.running.pop(task_id, None)
             if uri:
                 self.last_task[uri] = (task_id, ls.now())
-            await self._progress(token, "end", status)
+            await self._progress(task.token, "end", status)
         return {
             "taskId": task_id,
             "status": status,
@@ -396,6 +342,52 @@ class TaskRunner:
             "proposals": [p.as_json() for p in proposals],
             "skipped": skipped,
         }
+
+    async def _harness_task(
+        self,
+        task: _TaskSteps,
+        instruction: str,
+        context: EditorContext,
+        root: Path,
+        buffers: dict[str, Buffer],
+    ) -> Outcome:
+        """The harness run of `instruction` over the open buffers, in a worker thread, with the
+        user asked about each approval it waits for; returns its outcome."""
+        ls = self.ls
+        engine = await ls.host.get(ls.settings.model)
+        config = self._config()
+        recorder = TaskRecorder(ls.recorder, task.task_id) if ls.session_id else None
+        overlay = {r: b.text for r, b in buffers.items()}
+        running = task.running
+
+        def start() -> tuple[Harness, Outcome]:
+            harness = Harness(
+                engine,
+                Workspace(root, buffers=overlay),
+                config,
+                recorder=recorder,
+                on_event=task.on_event,
+                session_id=ls.session_id,
+            )
+            outcome = harness.start(
+                instruction, editor=context, thread_id=task.task_id, cancel=running.cancel
+            )
+            return harness, outcome
+
+        harness, outcome = await task.submit(start)
+        running.harness = harness
+        while outcome.approval is not None:
+            task.step(
+                "system",
+                "waiting for approval",
+                kind="approval_request",
+                calls=outcome.approval.get("calls", []),
+            )
+            running.waiting = outcome.thread_id
+            decision = await self._ask_approval(task.task_id, outcome.approval)
+            running.waiting = None
+            outcome = await task.submit(harness.resume, outcome.thread_id, decision)
+        return outcome
 
     def cancel(self, task_id: Any) -> bool:
         """Stop a running task: its model turn, its next turn, and an approval it waits for."""
@@ -528,3 +520,33 @@ class TaskRunner:
         if title == STOP:
             return {"stop": True}
         return title == APPROVE
+
+
+class _TaskSteps:
+    """One running task's link to the client: its numbered steps (`flywheel/taskStep`) and
+    progress reports, and its harness calls in the runner's worker threads."""
+
+    def __init__(self, runner: TaskRunner, task_id: str, running: RunningTask) -> None:
+        self.runner, self.task_id, self.running = runner, task_id, running
+        self.token = PROGRESS_PREFIX + task_id  # its work-done progress
+        self.loop = asyncio.get_running_loop()
+        self.index = 0  # the next step's number
+
+    def step(self, role: str, text: str, **extra: Any) -> None:
+        self.runner._step(self.task_id, self.index, role, text, **extra)
+        self.index += 1
+
+    def submit(self, fn: Any, *fn_args: Any) -> asyncio.Future:
+        """Run `fn` in a worker thread; the running task keeps its future (to wait on it)."""
+        self.running.work = self.runner.pool.submit(fn, *fn_args)
+        return asyncio.wrap_future(self.running.work)
+
+    def on_event(self, event: dict[str, Any]) -> None:  # in the task's worker thread
+        with contextlib.suppress(RuntimeError):  # the loop is gone: the client went away
+            self.loop.call_soon_threadsafe(self._send, event)
+
+    def _send(self, event: dict[str, Any]) -> None:  # on the event loop
+        role, note, extra = step_note(event)
+        self.step(role, note, **extra)
+        report = f"step {self.index - 1}: {note[:60]}"
+        asyncio.ensure_future(self.runner._progress(self.token, "report", report))

@@ -22,12 +22,6 @@ from typing import BinaryIO
 from agent.model import add_model_argument
 
 
-def _default_db() -> str:
-    from telemetry.folders import db_path
-
-    return str(db_path())
-
-
 class _OnceFilter(logging.Filter):
     """Let the first record with this message through; pygls logs every malformed message."""
 
@@ -184,11 +178,13 @@ def main(argv: list[str]) -> int:
         except (RegistryError, ValueError) as exc:
             print(f"flywheel lsp: {exc}", file=sys.stderr)
             return 2
+    from telemetry.folders import db_path
+
     try:
         server = configure(
             model=model,
             consent=args.consent,
-            db_path=args.db or _default_db(),
+            db_path=str(db_path(args.db)),
             manual_clock=args.manual_clock,
         )
     except ValueError as exc:

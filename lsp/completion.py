@@ -51,7 +51,7 @@ from typing import Any
 from agent.chat_format import END, EOS, SPECIAL_TOKENS, render_repo_fim
 from agent.engine import Cancelled, EngineError, Request, SamplingParams
 from lsp.model_host import ModelHost
-from lsp.settings import CompletionSettings, ModelSettings
+from lsp.settings import CompletionSettings, ModelSettings, NextEditSettings
 
 log = logging.getLogger("flywheel.lsp")
 
@@ -72,6 +72,31 @@ def stop_strings(prefix: str, settings: CompletionSettings) -> list[str]:
         return list(STOP)
     opens = words[-1].endswith(BLOCK_OPENERS) or words[-1] in BLOCK_WORDS
     return list(STOP) if opens else ["\n", *STOP]
+
+
+def suggestion_request(
+    prompt: str,
+    settings: CompletionSettings | NextEditSettings,
+    stop: list[str],
+    cancel: threading.Event,
+    sid: str,
+    priority: str,
+) -> Request:
+    """The engine request of a suggestion (inline or next edit): the settings' token budget,
+    temperature and seed (negative: none), no logprobs, the suggestion's id as its request id."""
+    return Request(
+        prompt=prompt,
+        params=SamplingParams(
+            max_tokens=settings.max_tokens,
+            temperature=settings.temperature,
+            seed=settings.seed if settings.seed >= 0 else None,
+            stop=stop,
+            logprobs=False,
+        ),
+        cancel=cancel,
+        request_id=sid,
+        priority=priority,
+    )
 
 
 @dataclass
@@ -267,15 +292,9 @@ class CompletionService:
             prefix, suffix = text[:offset], text[offset:]
             # Typed-through: the user typed the start of the open suggestion, which goes on
             # under its id (one ghost text, kept in part). A closed one is never offered again.
-            if (
-                same
-                and last is not None
-                and prefix.startswith(last.prefix)
-                and len(prefix) > len(last.prefix)
-            ):
-                typed = prefix[len(last.prefix) :]
-                if last.text.startswith(typed) and len(typed) < len(last.text):
-                    return self._continue(last, version, offset, prefix, typed)
+            typed = _typed_into(last, prefix) if same and last is not None else ""
+            if typed:
+                return self._continue(last, version, offset, prefix, typed)
             self._supersede_last(uri, prefix)
             key = Cache.key(
                 uri,
@@ -283,7 +302,6 @@ class CompletionService:
                 prefix[-settings.max_prefix_chars :],
                 suffix[: settings.max_suffix_chars],
             )
-            assert self.cache is not None
             cached = self.cache.get(key)
             if cached is not None:
                 return self._remember(uri, version, offset, prefix, cached, None, key)
@@ -291,20 +309,7 @@ class CompletionService:
                 await asyncio.sleep(settings.debounce_ms / 1000)
                 if me.cancel.is_set():
                     return None
-            try:
-                engine = await self.host.get(model)
-            except EngineError:
-                return None  # the host has logged it and sent the status once
-            if me.cancel.is_set():  # superseded while the model loaded
-                return None
-            max_prompt = engine.context_length - settings.max_tokens - 8
-            prompt = build_prompt(
-                prefix, suffix, language, neighbours, settings, max_prompt, uri=uri
-            )
-            sid = uuid.uuid4().hex
-            me.suggestion_id = sid
-            me.row = {
-                "sid": sid,
+            row = {
                 "uri": uri,
                 "version": version,
                 "language": language,
@@ -312,56 +317,76 @@ class CompletionService:
                 "prefix": prefix,
                 "suffix": suffix,
             }
-            request = Request(
-                prompt=prompt,
-                params=SamplingParams(
-                    max_tokens=settings.max_tokens,
-                    temperature=settings.temperature,
-                    seed=settings.seed if settings.seed >= 0 else None,
-                    stop=stop_strings(prefix, settings),
-                    logprobs=False,
-                ),
-                cancel=me.cancel,
-                request_id=sid,
-                priority="interactive",  # ahead of a running agent turn's next step
-            )
-            started = time.perf_counter()
-            try:
-                result = await self.host.call(engine.generate, request)
-            except (Cancelled, asyncio.CancelledError) as exc:
-                self._record_cancelled(**me.row)
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                return None
-            except EngineError as exc:
-                log.error("inline completion failed: %s", exc)
-                self.host.error_once(str(exc))
-                return None
-            latency_ms = (time.perf_counter() - started) * 1000
-            sample = result.completions[0]
-            if sample.finish_reason == "cancelled" or me.cancel.is_set():
-                self._record_cancelled(**me.row)
-                return None
-            output = clean_output(sample.text, suffix, prefix)
-            m = result.metrics
-            self.record(
-                "suggestion",
-                **self._suggestion_fields(**me.row, neighbours=neighbours),
-                output=output,
-                latency_ms=latency_ms,
-                ttft_ms=m.ttft_s * 1000,
-                prompt_tokens=m.prompt_tokens,
-                output_tokens=m.output_tokens,
-                drafts_proposed=m.drafts_proposed,
-                drafts_accepted=m.drafts_accepted,
-                mean_acceptance_length=m.mean_acceptance_length,
-                model_version=sample.model_version or engine.model_version,
-            )
-            if not output:
-                self.record("suggestion_event", suggestion_id=sid, event="ignored")
+            output = await self._generate(me, row, neighbours, settings, model)
+            if output is None:
                 return None
             self.cache.put(key, output)
-            return self._remember(uri, version, offset, prefix, output, sid, key)
+            return self._remember(uri, version, offset, prefix, output, me.suggestion_id, key)
+
+    async def _generate(
+        self,
+        me: Inflight,
+        row: dict[str, Any],
+        neighbours: list[Neighbour],
+        settings: CompletionSettings,
+        model: ModelSettings,
+    ) -> str | None:
+        """The model's text for the place `row` describes, recorded as a `suggestion` row; None
+        when there is nothing to offer: the model failed, wrote nothing usable (recorded
+        `ignored`), or a newer request superseded this one (recorded `cancelled`)."""
+        try:
+            engine = await self.host.get(model)
+        except EngineError:
+            return None  # the host has logged it and sent the status once
+        if me.cancel.is_set():  # superseded while the model loaded
+            return None
+        prefix, suffix = row["prefix"], row["suffix"]
+        max_prompt = engine.context_length - settings.max_tokens - 8
+        prompt = build_prompt(
+            prefix, suffix, row["language"], neighbours, settings, max_prompt, uri=row["uri"]
+        )
+        sid = uuid.uuid4().hex
+        me.suggestion_id = sid
+        me.row = {"sid": sid, **row}
+        stop = stop_strings(prefix, settings)
+        # ahead of a running agent turn's next step
+        request = suggestion_request(prompt, settings, stop, me.cancel, sid, "interactive")
+        started = time.perf_counter()
+        try:
+            result = await self.host.call(engine.generate, request)
+        except (Cancelled, asyncio.CancelledError) as exc:
+            self._record_cancelled(**me.row)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return None
+        except EngineError as exc:
+            log.error("inline completion failed: %s", exc)
+            self.host.error_once(str(exc))
+            return None
+        latency_ms = (time.perf_counter() - started) * 1000
+        sample = result.completions[0]
+        if sample.finish_reason == "cancelled" or me.cancel.is_set():
+            self._record_cancelled(**me.row)
+            return None
+        output = clean_output(sample.text, suffix, prefix)
+        m = result.metrics
+        self.record(
+            "suggestion",
+            **self._suggestion_fields(**me.row, neighbours=neighbours),
+            output=output,
+            latency_ms=latency_ms,
+            ttft_ms=m.ttft_s * 1000,
+            prompt_tokens=m.prompt_tokens,
+            output_tokens=m.output_tokens,
+            drafts_proposed=m.drafts_proposed,
+            drafts_accepted=m.drafts_accepted,
+            mean_acceptance_length=m.mean_acceptance_length,
+            model_version=sample.model_version or engine.model_version,
+        )
+        if not output:
+            self.record("suggestion_event", suggestion_id=sid, event="ignored")
+            return None
+        return output
 
     @contextlib.contextmanager
     def _claim(self, uri: str) -> Iterator[Inflight]:
@@ -498,6 +523,15 @@ class CompletionService:
             fields["accepted_chars"] = max(0, min(int(accepted_chars), whole))
         self.record("suggestion_event", suggestion_id=sid, event=event, **fields)
         return s
+
+
+def _typed_into(last: Suggestion, prefix: str) -> str:
+    """What the user typed of the open suggestion `last` since it was offered: "" unless the
+    text before the cursor goes on from where it was made into a start of it."""
+    if not prefix.startswith(last.prefix) or len(prefix) <= len(last.prefix):
+        return ""
+    typed = prefix[len(last.prefix) :]
+    return typed if last.text.startswith(typed) and len(typed) < len(last.text) else ""
 
 
 def _context(prefix: str, suffix: str, neighbours: list[Neighbour]) -> dict[str, Any]:

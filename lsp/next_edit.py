@@ -43,8 +43,8 @@ from typing import Any
 
 from lsprotocol import types
 
-from agent.engine import Cancelled, EngineError, Request, SamplingParams
-from lsp.completion import CompletionService, Suggestion
+from agent.engine import Cancelled, EngineError, Request, Result
+from lsp.completion import CompletionService, Suggestion, suggestion_request
 from lsp.documents import apply_change, offset_at, range_of
 from lsp.model_host import ModelHost
 from lsp.proposals import hunks_between
@@ -261,19 +261,8 @@ class NextEditService:
         except EngineError:
             return None
         sid = uuid.uuid4().hex
-        request = Request(
-            prompt=prompt,
-            params=SamplingParams(
-                max_tokens=settings.max_tokens,
-                temperature=settings.temperature,
-                seed=settings.seed if settings.seed >= 0 else None,
-                stop=[REGION_CLOSE],
-                logprobs=False,
-            ),
-            cancel=cancel,
-            request_id=sid,
-            priority="prefetch",  # behind the inline completion of the next keystroke
-        )
+        # behind the inline completion of the next keystroke
+        request = suggestion_request(prompt, settings, [REGION_CLOSE], cancel, sid, "prefetch")
         row = {
             "id": sid,
             "kind": "next_edit",
@@ -284,7 +273,43 @@ class NextEditService:
             "context": {"region": region.text, "recent_edits": len(edits)},
         }
         started = time.perf_counter()
-        deadline = asyncio.get_running_loop().call_later(settings.max_wall_ms / 1000, cancel.set)
+        result = await self._generate(engine, request, row, settings.max_wall_ms)
+        if result is None:
+            return None
+        sample = result.completions[0]
+        rewrite = parse_rewrite(sample.text, stopped=sample.finish_reason == "stop")
+        found = next_edit(region, rewrite) if rewrite is not None else None
+        m = result.metrics
+        self.record(
+            "suggestion",
+            **row,
+            output=found[2] if found else "",
+            latency_ms=(time.perf_counter() - started) * 1000,
+            prompt_tokens=m.prompt_tokens,
+            output_tokens=m.output_tokens,
+            model_version=sample.model_version or engine.model_version,
+        )
+        moved = self._moved(uri, version)
+        if moved is not None:
+            self.record("suggestion_event", suggestion_id=sid, event="superseded")
+            raise moved
+        if found is None:
+            self.record("suggestion_event", suggestion_id=sid, event="ignored")
+            return None
+        start, end, new_text = found
+        self.completions.offer(
+            Suggestion(sid, uri, version, start, text[:start], new_text, self.now())
+        )
+        return NextEdit(sid, version, range_of(text, start, end), new_text)
+
+    async def _generate(
+        self, engine: Any, request: Request, row: dict[str, Any], max_wall_ms: float
+    ) -> Result | None:
+        """The model's answer within `max_wall_ms`; None when it failed (reported once) or was
+        cut short by a newer request or the time limit (recorded cancelled). Raises
+        VersionMoved when a change of the document cut it short."""
+        uri, cancel = row["document_uri"], request.cancel
+        deadline = asyncio.get_running_loop().call_later(max_wall_ms / 1000, cancel.set)
         try:
             result = await self.host.call(engine.generate, request)
         except (Cancelled, asyncio.CancelledError) as exc:
@@ -301,35 +326,18 @@ class NextEditService:
                 del self.running[uri]
         if result is None or result.completions[0].finish_reason == "cancelled" or cancel.is_set():
             self._cancelled(row)
-            now = self.document(uri)
-            if now is None or (now.version or 0) != version:  # stopped by a change
-                raise VersionMoved(version, now.version if now else "closed")
+            moved = self._moved(uri, row["document_version"])
+            if moved is not None:  # stopped by a change
+                raise moved
             return None  # superseded by a newer request, or out of time
-        sample = result.completions[0]
-        rewrite = parse_rewrite(sample.text, stopped=sample.finish_reason == "stop")
-        found = next_edit(region, rewrite) if rewrite is not None else None
-        m = result.metrics
-        self.record(
-            "suggestion",
-            **row,
-            output=found[2] if found else "",
-            latency_ms=(time.perf_counter() - started) * 1000,
-            prompt_tokens=m.prompt_tokens,
-            output_tokens=m.output_tokens,
-            model_version=sample.model_version or engine.model_version,
-        )
+        return result
+
+    def _moved(self, uri: str, version: int) -> VersionMoved | None:
+        """VersionMoved when the document is no longer at `version` (or closed), else None."""
         now = self.document(uri)
         if now is None or (now.version or 0) != version:
-            self.record("suggestion_event", suggestion_id=sid, event="superseded")
-            raise VersionMoved(version, now.version if now else "closed")
-        if found is None:
-            self.record("suggestion_event", suggestion_id=sid, event="ignored")
-            return None
-        start, end, new_text = found
-        self.completions.offer(
-            Suggestion(sid, uri, version, start, text[:start], new_text, self.now())
-        )
-        return NextEdit(sid, version, range_of(text, start, end), new_text)
+            return VersionMoved(version, now.version if now else "closed")
+        return None
 
     def _cancelled(self, row: dict[str, Any]) -> None:
         self.record("suggestion", **row)

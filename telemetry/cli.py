@@ -25,11 +25,6 @@ from typing import Any
 from telemetry import exports, folders, privacy, rewards, store
 
 
-def resolve_db_path(flag: str | None, environ: Mapping[str, str]) -> Path:
-    """--db, else FLYWHEEL_DB, else the XDG data folder default."""
-    return folders.db_path(flag, environ)
-
-
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -151,7 +146,7 @@ def db_error(exc: sqlite3.Error, path: Path, flag: str | None, environ: Mapping[
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     flag = getattr(args, "db", None)
-    path = resolve_db_path(flag, os.environ)
+    path = folders.db_path(flag)
     try:
         return _COMMANDS[args.command](args, path)
     except (

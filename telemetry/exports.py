@@ -128,42 +128,7 @@ def export(
         with_code = {sid for sid, consent in sessions if consent == "code"}
         _export_rows(conn, writers["sessions.jsonl"])
         _export_pretrain(conn, writers["pretrain.jsonl"], with_code - held)
-        for task in _tasks(conn, with_code):
-            in_benchmark = task["session_id"] in held
-            if task["verify"] and task["workspace"] is not None:
-                target = "benchmark.jsonl" if in_benchmark else "rl_tasks.jsonl"
-                writers[target].write(
-                    {
-                        "id": task["id"],
-                        "instruction": task["instruction"],
-                        "workspace": task["workspace"],
-                        "verify": task["verify"],
-                        "stop_reason": task["stop_reason"],
-                        # what the recorded run changed, when it ended with an answer: a
-                        # reference to compare rollouts with, never part of the prompt
-                        "reference_diff": (task["diff"] or None)
-                        if task["status"] == "done"
-                        else None,
-                    }
-                )
-            if in_benchmark:
-                continue
-            value = function.fn(rewards.signals_for_task(conn, task["id"]))
-            if value is None or value < min_reward:
-                continue
-            messages = _messages(conn, task)
-            if len(messages) < 2:
-                continue
-            writers["sft.jsonl"].write(
-                {
-                    "id": task["id"],
-                    "messages": messages,
-                    "reward": value,
-                    "reward_function": function.key,
-                    "model_version": task["model_version"],
-                    "stop_reason": task["stop_reason"],
-                }
-            )
+        _export_tasks(conn, writers, _tasks(conn, with_code), held, function, min_reward)
         conn.execute("COMMIT")
     finally:
         if conn.in_transaction:
@@ -187,6 +152,53 @@ def export(
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return ExportReport(out, manifest)
+
+
+def _export_tasks(
+    conn: sqlite3.Connection,
+    writers: dict[str, _Writer],
+    tasks: list[dict[str, Any]],
+    held: set[str],
+    function: rewards.RewardFunction,
+    min_reward: float,
+) -> None:
+    """Each task with a workspace and a verify command as an RL task (benchmark.jsonl when its
+    session is held out, rl_tasks.jsonl otherwise); each task not held out whose reward is at
+    least `min_reward` as an SFT conversation (sft.jsonl)."""
+    for task in tasks:
+        in_benchmark = task["session_id"] in held
+        if task["verify"] and task["workspace"] is not None:
+            target = "benchmark.jsonl" if in_benchmark else "rl_tasks.jsonl"
+            writers[target].write(
+                {
+                    "id": task["id"],
+                    "instruction": task["instruction"],
+                    "workspace": task["workspace"],
+                    "verify": task["verify"],
+                    "stop_reason": task["stop_reason"],
+                    # what the recorded run changed, when it ended with an answer: a
+                    # reference to compare rollouts with, never part of the prompt
+                    "reference_diff": (task["diff"] or None) if task["status"] == "done" else None,
+                }
+            )
+        if in_benchmark:
+            continue
+        value = function.fn(rewards.signals_for_task(conn, task["id"]))
+        if value is None or value < min_reward:
+            continue
+        messages = _messages(conn, task)
+        if len(messages) < 2:
+            continue
+        writers["sft.jsonl"].write(
+            {
+                "id": task["id"],
+                "messages": messages,
+                "reward": value,
+                "reward_function": function.key,
+                "model_version": task["model_version"],
+                "stop_reason": task["stop_reason"],
+            }
+        )
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[str]:

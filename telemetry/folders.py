@@ -5,6 +5,7 @@
                   base models, generated task sets
     db_path()     the telemetry database a command line uses: --db, else $FLYWHEEL_DB, else
                   data_home()/telemetry.db
+    command_line_path()  the same rule for any such path (the model registry uses it)
 
 It lives in telemetry, the bottom layer, so that every package resolves these folders one way.
 Only command-line entry points call it; library code takes paths as arguments.
@@ -31,10 +32,18 @@ def cache_home(environ: Mapping[str, str] | None = None) -> Path:
     return Path(root).expanduser() / "flywheel"
 
 
-def db_path(flag: str | None = None, environ: Mapping[str, str] | None = None) -> Path:
+def command_line_path(
+    flag: str | None, variable: str, name: str, environ: Mapping[str, str] | None = None
+) -> Path:
+    """The path a command line uses: its flag, else the environment's `variable`, else
+    data_home()/`name`."""
     env = os.environ if environ is None else environ
     if flag:
         return Path(flag).expanduser()
-    if env.get("FLYWHEEL_DB"):
-        return Path(env["FLYWHEEL_DB"]).expanduser()
-    return data_home(env) / "telemetry.db"
+    if env.get(variable):
+        return Path(env[variable]).expanduser()
+    return data_home(env) / name
+
+
+def db_path(flag: str | None = None, environ: Mapping[str, str] | None = None) -> Path:
+    return command_line_path(flag, "FLYWHEEL_DB", "telemetry.db", environ)

@@ -325,7 +325,22 @@ class Recorder:
             new.add(event.id)
             return rows.add(event, "sessions", row)
         if kind in ("session_end", "session_model", "task_end", "hunk_outcome"):
-            rows.flush()  # the updates below must see the rows held so far
+            rows.flush()  # the updates must see the rows held so far
+            return self._update(conn, event, row, sid)
+        row["id"] = event.id
+        if not self._fill(conn, event, row, sid, rows):
+            return None  # a file with nothing to keep (consent or exclusion)
+        if spec.upsert:  # in order with the held rows: a later upsert of the same id wins
+            rows.flush()
+            return insert(conn, spec.table, row, upsert=True)
+        return rows.add(event, spec.table, row)
+
+    def _update(
+        self, conn: sqlite3.Connection, event: Event, row: dict[str, Any], sid: Any
+    ) -> str | None:
+        """An event that changes a row already written (a session's end or model, a task's end,
+        a hunk's outcome); a drop reason when that row is not there."""
+        kind = event.kind
         if kind == "session_end":
             conn.execute("UPDATE sessions SET ended_at = ? WHERE id = ?", (event.at, event.id))
             return None
@@ -355,13 +370,23 @@ class Recorder:
                 ),
             )
             return None if cur.rowcount else "unknown task"
-        if kind == "hunk_outcome":
-            cur = conn.execute(
-                "UPDATE hunks SET outcome = ? WHERE edit_id = ? AND idx = ? AND session_id = ?",
-                (row["outcome"], row["edit_id"], row["idx"], sid),
-            )
-            return None if cur.rowcount else "unknown hunk"
-        row["id"] = event.id
+        cur = conn.execute(  # hunk_outcome
+            "UPDATE hunks SET outcome = ? WHERE edit_id = ? AND idx = ? AND session_id = ?",
+            (row["outcome"], row["edit_id"], row["idx"], sid),
+        )
+        return None if cur.rowcount else "unknown hunk"
+
+    def _fill(
+        self,
+        conn: sqlite3.Connection,
+        event: Event,
+        row: dict[str, Any],
+        sid: Any,
+        rows: HeldRows,
+    ) -> bool:
+        """The columns a new row's kind adds (its time, blobs, an edit's hunks, held in `rows`);
+        False when there is nothing to keep."""
+        kind, fields = event.kind, event.fields
         if kind == "task_start":
             files = row.pop("workspace_files", None)
             row.update(created_at=event.at, status="running")
@@ -369,33 +394,15 @@ class Recorder:
                 data = files.encode("utf-8")
                 row["workspace_blob"] = store.put_blob(conn, data, sid, event.at)
         elif kind == "edit":
-            hunks = fields.get("hunks") or []
             row["created_at"] = event.at
             row["excluded"] = int(self._builder.excluded(fields.get("document_uri")))
-            store_code = self.policy.consent == "code" and not row["excluded"]
-            for i, hunk in enumerate(hunks if isinstance(hunks, list) else []):
-                hunk = hunk if isinstance(hunk, dict) else {}
-                rows.add(
-                    None,
-                    "hunks",
-                    {
-                        "id": f"{event.id}:{i}",
-                        "session_id": sid,
-                        "edit_id": event.id,
-                        "idx": i,
-                        "original": self._builder.code(hunk.get("original"))
-                        if store_code
-                        else None,
-                        "replacement": self._builder.code(hunk.get("replacement"))
-                        if store_code
-                        else None,
-                        "outcome": "pending",
-                    },
-                )
+            self._hold_hunks(
+                event, sid, rows, self.policy.consent == "code" and not row["excluded"]
+            )
         elif kind == "file":
             text = row.pop("text", None)
             if text is None:  # consent or exclusion: nothing to keep for a file
-                return None
+                return False
             row["at"] = event.at
             row["blob_id"] = store.put_blob(conn, text.encode("utf-8"), sid, event.at)
         elif kind == "survival":
@@ -410,10 +417,28 @@ class Recorder:
             row["created_at"] = event.at
         else:
             row["at"] = event.at
-        if spec.upsert:  # in order with the held rows: a later upsert of the same id wins
-            rows.flush()
-            return insert(conn, spec.table, row, upsert=True)
-        return rows.add(event, spec.table, row)
+        return True
+
+    def _hold_hunks(self, event: Event, sid: Any, rows: HeldRows, store_code: bool) -> None:
+        """An edit's hunks as `hunks` rows, outcome pending (their code only with `store_code`)."""
+        hunks = event.fields.get("hunks") or []
+        for i, hunk in enumerate(hunks if isinstance(hunks, list) else []):
+            hunk = hunk if isinstance(hunk, dict) else {}
+            rows.add(
+                None,
+                "hunks",
+                {
+                    "id": f"{event.id}:{i}",
+                    "session_id": sid,
+                    "edit_id": event.id,
+                    "idx": i,
+                    "original": self._builder.code(hunk.get("original")) if store_code else None,
+                    "replacement": self._builder.code(hunk.get("replacement"))
+                    if store_code
+                    else None,
+                    "outcome": "pending",
+                },
+            )
 
 
 def _open_for_writing(path: str) -> sqlite3.Connection:

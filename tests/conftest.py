@@ -15,6 +15,18 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 STDLIB = Path(sys.base_prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
 
 
+def rows(db: str | Path, sql: str, *args: object) -> list[dict]:
+    """The rows `sql` selects from the SQLite file `db`, as dicts."""
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute(sql, args)]
+    finally:
+        conn.close()
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     """A 1,024-token byte-level BPE trained on part of the Python standard library."""

@@ -63,9 +63,14 @@ def running_server(model: Path | str, *flags: str, deadline_s: float = 120.0) ->
                 time.sleep(0.1)  # poll interval while the server imports torch and loads weights
             yield url
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process, 20)
+
+
+def stop(process: subprocess.Popen, grace_s: float) -> None:
+    """Terminate a server process; kill it when it has not ended after `grace_s` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -9,8 +9,8 @@ from pathlib import Path
 def train_hello(tmp_path: Path, init: Path | str, **recipe: object) -> Path:
     """Train from `init` on "hi" -> "hello" (one step unless `recipe` says otherwise); returns
     the run's model folder."""
-    from training.loop import train
     from training.recipe import Recipe
+    from training.trainer import train
 
     rows = tmp_path / "sft.jsonl"
     conversation = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]

@@ -35,10 +35,73 @@ TAB_RECIPE = Path(__file__).resolve().parent / "recipes" / "tab.toml"
 
 
 def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.stage == "eval":
+            return _eval(args, argv)
+        return _RUNS.get(args.stage, _stage)(args)
+    except (RecipeError, ValueError, RuntimeError, FileNotFoundError, EngineError) as exc:
+        print(f"flywheel train {args.stage}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a full disk or an unwritable folder outside the trainer's own checks
+        print(
+            f"flywheel train {args.stage}: {exc.strerror or exc} ({exc.filename or 'writing'}): "
+            "free disk space or fix the folder, then run the same command again",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flywheel train", description=__doc__.split("\n")[0])
     parser.add_argument("--local_rank", type=int, default=0, help=argparse.SUPPRESS)  # deepspeed
     sub = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
+    _data_parser(sub)
+    _tasks_parser(sub)
+    _apply_parser(sub)
+    _starter_parser(sub)
+    _eval_parser(sub)
+    rl = sub.add_parser(
+        "rl", help="asynchronous RL (Dr. GRPO) in the agent's harness, from an RL recipe"
+    )
+    _recipe_arguments(
+        rl, "RL recipe TOML (training/recipes/rl.toml)", "no per-update progress lines"
+    )
+    _repo_parser(sub)
+    _tab_parser(sub)
+    for stage in STAGES:
+        if stage == "repo":
+            continue
+        p = sub.add_parser(stage, help=f"run the {stage} stage from a recipe")
+        _recipe_arguments(p, "recipe TOML file", "no progress bar")
+        p.add_argument("--local_rank", type=int, default=0, help=argparse.SUPPRESS)
+    return parser
 
+
+def _recipe_arguments(p: argparse.ArgumentParser, recipe_help: str, progress_help: str) -> None:
+    """The flags of a stage run from a recipe: the recipe, overrides, resuming, progress."""
+    p.add_argument("--recipe", required=True, help=recipe_help)
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe key (TOML value), repeatable",
+    )
+    p.add_argument("--no-resume", action="store_true", help="start over, ignoring checkpoints")
+    p.add_argument("--no-progress", action="store_true", help=progress_help)
+
+
+def _recipe_file_arguments(p: argparse.ArgumentParser, default: Path, what: str) -> None:
+    """The recipe flags of a stage with a default recipe: the file, its run folder, overrides."""
+    p.add_argument("--recipe", default=str(default), help=f"{what} (default: %(default)s)")
+    p.add_argument("--out", default="", help="run folder (default: the recipe's out)")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override"
+    )
+
+
+def _data_parser(sub) -> None:
     data = sub.add_parser("data", help="build a tokenized, deduplicated corpus")
     data.add_argument("--source", action="append", default=[], help="source folder (repeatable)")
     data.add_argument(
@@ -53,6 +116,8 @@ def main(argv: list[str]) -> int:
     data.add_argument("--max-mb", type=float, default=50.0, help="read at most this much text")
     data.add_argument("--heldout", type=float, default=0.02, help="held-out share of documents")
 
+
+def _tasks_parser(sub) -> None:
     tasks = sub.add_parser(
         "tasks", help="generate verified synthetic tasks and oracle trajectories"
     )
@@ -85,6 +150,8 @@ def main(argv: list[str]) -> int:
         "--workers", type=int, default=0, help="processes (0: twice the cores, at most 8)"
     )
 
+
+def _apply_parser(sub) -> None:
     apply = sub.add_parser(
         "apply", help="fast-apply examples from real source files (one edit each, via ast)"
     )
@@ -95,6 +162,8 @@ def main(argv: list[str]) -> int:
     apply.add_argument("--count", type=int, default=1200, help="examples to write")
     apply.add_argument("--seed", type=int, default=0)
 
+
+def _starter_parser(sub) -> None:
     starter = sub.add_parser(
         "starter", help="the built-in default: the base, tasks, a LoRA adapter (SFT), evaluation"
     )
@@ -112,6 +181,8 @@ def main(argv: list[str]) -> int:
     starter.add_argument("--samples", type=int, default=1, help="oracle trajectories per task")
     starter.add_argument("--eval-tasks", type=int, default=27, help="held-out tasks to evaluate")
 
+
+def _eval_parser(sub) -> None:
     ev = sub.add_parser("eval", help="run held-out tasks through the harness; pass@1, parse rate")
     add_model_argument(ev, required=True, repeat=True, servers=False)
     ev.add_argument("--tasks", required=True, help="tasks folder or tasks.jsonl")
@@ -141,75 +212,12 @@ def main(argv: list[str]) -> int:
         help="JSONL file: each finished task is appended; a rerun with the same model and "
         "settings takes those tasks from it (resume a killed evaluation)",
     )
-
     ev.add_argument(
         "--free-tool-calls",
         action="store_true",
         help="decode tool calls without their grammar (measures how often the model alone "
         "writes calls that parse)",
     )
-
-    rl = sub.add_parser(
-        "rl", help="asynchronous RL (Dr. GRPO) in the agent's harness, from an RL recipe"
-    )
-    rl.add_argument("--recipe", required=True, help="RL recipe TOML (training/recipes/rl.toml)")
-    rl.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a recipe key (TOML value), repeatable",
-    )
-    rl.add_argument("--no-resume", action="store_true", help="start over, ignoring checkpoints")
-    rl.add_argument("--no-progress", action="store_true", help="no per-update progress lines")
-
-    _repo_parser(sub)
-    _tab_parser(sub)
-    for stage in STAGES:
-        if stage == "repo":
-            continue
-        p = sub.add_parser(stage, help=f"run the {stage} stage from a recipe")
-        p.add_argument("--recipe", required=True, help="recipe TOML file")
-        p.add_argument(
-            "--set",
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="override a recipe key (TOML value), repeatable",
-        )
-        p.add_argument("--no-resume", action="store_true", help="start over, ignoring checkpoints")
-        p.add_argument("--no-progress", action="store_true", help="no progress bar")
-        p.add_argument("--local_rank", type=int, default=0, help=argparse.SUPPRESS)
-
-    args = parser.parse_args(argv)
-    try:
-        if args.stage == "data":
-            return _data(args)
-        if args.stage == "tasks":
-            return _tasks(args)
-        if args.stage == "apply":
-            return _apply(args)
-        if args.stage == "starter":
-            return _starter(args)
-        if args.stage == "rl":
-            return _rl(args)
-        if args.stage == "eval":
-            return _eval(args, argv)
-        if args.stage == "repo":
-            return _repo(args)
-        if args.stage == "tab":
-            return _tab(args)
-        return _stage(args)
-    except (RecipeError, ValueError, RuntimeError, FileNotFoundError, EngineError) as exc:
-        print(f"flywheel train {args.stage}: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:  # a full disk or an unwritable folder outside the loop's own checks
-        print(
-            f"flywheel train {args.stage}: {exc.strerror or exc} ({exc.filename or 'writing'}): "
-            "free disk space or fix the folder, then run the same command again",
-            file=sys.stderr,
-        )
-        return 1
 
 
 def _repo_parser(sub) -> None:
@@ -224,11 +232,7 @@ def _repo_parser(sub) -> None:
         servers=False,
         role="the model to start from",
     )
-    p.add_argument("--recipe", default=str(REPO_RECIPE), help="recipe TOML (default: %(default)s)")
-    p.add_argument("--out", default="", help="run folder (default: the recipe's out)")
-    p.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override"
-    )
+    _recipe_file_arguments(p, REPO_RECIPE, "recipe TOML")
     p.add_argument(
         "--exclude",
         action="append",
@@ -383,11 +387,7 @@ def _tab_parser(sub) -> None:
         servers=False,
         role="the model to start from",
     )
-    p.add_argument("--recipe", default=str(TAB_RECIPE), help="RL recipe (default: %(default)s)")
-    p.add_argument("--out", default="", help="run folder (default: the recipe's out)")
-    p.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override"
-    )
+    _recipe_file_arguments(p, TAB_RECIPE, "RL recipe")
     p.add_argument(
         "--min-prefix-chars",
         type=int,
@@ -504,7 +504,7 @@ def _repo(args: argparse.Namespace) -> int:
 
 
 def _stage(args: argparse.Namespace) -> int:
-    from training.loop import train
+    from training.trainer import train
 
     recipe = load_recipe(args.recipe, parse_overrides(args.set))
     if recipe.stage != args.stage:
@@ -515,6 +515,18 @@ def _stage(args: argparse.Namespace) -> int:
         print(summary.read_text())
     print(f"model written to {final}")
     return 0
+
+
+# stage -> what runs it (eval, which records its command line, and the recipe stages aside)
+_RUNS = {
+    "data": _data,
+    "tasks": _tasks,
+    "apply": _apply,
+    "starter": _starter,
+    "rl": _rl,
+    "repo": _repo,
+    "tab": _tab,
+}
 
 
 if __name__ == "__main__":

@@ -26,6 +26,13 @@ class RecipeError(ValueError):
     """A recipe file or override is wrong; the message names the key and the fix."""
 
 
+def at_least_one(settings: object, names: str) -> None:
+    """Raise RecipeError naming the first of the space-separated integer settings below 1."""
+    for key in names.split():
+        if getattr(settings, key) < 1:
+            raise RecipeError(f"{key} must be >= 1, not {getattr(settings, key)}")
+
+
 @dataclass
 class Recipe:
     name: str  # identifies the run; a checkpoint resumes only under the same name and stage
@@ -94,20 +101,11 @@ class Recipe:
             raise RecipeError(f"stage {self.stage!r} is unknown; use one of {', '.join(STAGES)}")
         if not self.name or not self.out:
             raise RecipeError("a recipe needs `name` and `out`")
-        for key in (
-            "seq_len",
-            "batch_size",
-            "grad_accum",
-            "steps",
-            "log_every",
-            "eval_every",
-            "eval_batches",
-            "save_every",
-            "keep_checkpoints",
-            "mtp_depth",
-        ):
-            if getattr(self, key) < 1:
-                raise RecipeError(f"{key} must be >= 1, not {getattr(self, key)}")
+        at_least_one(
+            self,
+            "seq_len batch_size grad_accum steps log_every eval_every eval_batches save_every "
+            "keep_checkpoints mtp_depth",
+        )
         if self.lr <= 0:
             raise RecipeError("lr must be > 0")
         if self.stage in ("long_context", "sft", "mtp", "repo") and not self.init:

@@ -4,7 +4,7 @@
 
 Steps: read the workspace (training/repo_files.py: privacy, .gitignore, size limits, redaction,
 the split by path) into RUN/data/ (`files.json` plus `split.json`, the split as recorded), run
-the `repo` stage of the one training loop (training/loop.py) from `--model`, score the result on
+the `repo` stage of the one training loop (training/trainer.py) from `--model`, score the result on
 the held-out files (training/repo_eval.py), and add it to the model registry as a candidate with
 its split, recipe and scores, so `--model registry:vN` and a running language server can use it.
 Started from a registry version (`--model registry:REF`), the result names it as its parent and
@@ -187,7 +187,7 @@ def masked_loss(trunk, b: dict) -> tuple[torch.Tensor, dict]:
 
 
 def build_job(recipe: Recipe, device: torch.device, rank: int):
-    """The `repo` stage for training/loop.py."""
+    """The `repo` stage for training/trainer.py."""
     from training.repo_eval import heldout_perplexity
     from training.stages import Job, _load_init, _rng
 
@@ -289,8 +289,8 @@ def train_repo(
     register (with `parent`, the registry version `recipe.init` is, as its lineage); returns
     the summary."""
     from agent.registry import Registry
-    from training.loop import train
     from training.repo_eval import RepoEvalConfig, evaluate_repo
+    from training.trainer import train
 
     manifest = prepare(recipe, repo, resume, log)
     model = train(recipe, resume=resume, progress=progress)

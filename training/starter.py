@@ -117,8 +117,8 @@ def stage_overrides(config: StarterConfig, stage: str) -> dict:
 def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
     """The whole chain; returns OUT/model. See the module docstring."""
     from agent.base import ensure_base
-    from training.loop import train
     from training.recipe import load_recipe
+    from training.trainer import train
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -179,8 +179,8 @@ def status(config: StarterConfig) -> list[tuple[str, str, str]]:
     for each step in order. A training step that has begun shows its last logged step and, from
     its time so far, about how long is left."""
     from agent.base import base_folder
-    from training.loop import clock
     from training.recipe import load_recipe
+    from training.trainer import clock
 
     out = Path(config.out)
     try:

@@ -88,6 +88,52 @@ def _minutes(timings: dict) -> str:
     return f"{timings.get('total', 0) / 60:.0f} minutes in all ({', '.join(parts)})"
 
 
+def _stage_lines(stages: dict) -> list[str]:
+    """One line per training stage: its steps, length and final held-out figures."""
+    lines = []
+    for stage, info in stages.items():
+        final = info.get("final_eval", {})
+        ev_loss = final.get("eval_loss")
+        shown = f"{ev_loss:.3f}" if isinstance(ev_loss, float) else "-"
+        agree = [f"{final[k]:.0%}" for k in sorted(final) if k.startswith("eval_top1_head")]
+        lines.append(
+            f"- {stage}: {info.get('steps')} steps at up to {info.get('seq_len')} tokens, "
+            + (
+                f"held-out KL to the trunk {shown}, top-1 agreement {' / '.join(agree)} (heads 1, 2)"
+                if agree
+                else f"held-out loss {shown}"
+            )
+        )
+    return lines
+
+
+def _measured_lines(ev: dict) -> list[str]:
+    """The evaluation: pass@1 and tool-call rates on held-out tasks, and fast apply."""
+    if not ev:
+        return ["Not evaluated."]
+    lines = [
+        f"On {ev.get('tasks')} held-out synthetic tasks run through the real harness (greedy,",
+        "`flywheel train eval`): "
+        f"pass@1 {ev.get('pass_at_1', 0):.0%}, tool calls that parse "
+        f"{ev.get('parse_rate', 0):.0%}, valid tool calls {ev.get('valid_rate', 0):.0%}"
+        + (
+            " (calls decoded under their grammar, as the harness does)."
+            if ev.get("constrain_tool_calls")
+            else " (calls decoded without their grammar)."
+        ),
+        f"Per family: {', '.join(f'{k} {v:.0%}' for k, v in ev.get('by_family', {}).items())}.",
+    ]
+    applied = ev.get("apply") or {}
+    if applied.get("examples"):
+        lines += [
+            "",
+            f"Fast apply (`apply/`) on {applied['examples']} held-out stdlib files, greedy: "
+            f"{applied['exact']} written exactly, mean similarity to the expected file "
+            f"{applied['mean_similarity']:.2f}.",
+        ]
+    return lines
+
+
 def model_card(model: Path) -> str:
     """agent/starter/README.md: what the starter is, how it was made, its scores, how to redo it."""
     meta = json.loads((Path(model) / "flywheel.json").read_text())
@@ -115,43 +161,9 @@ def model_card(model: Path) -> str:
         "## How it was trained (`flywheel train starter`, recipes in training/recipes/)",
         "",
     ]
-    for stage, info in st.items():
-        final = info.get("final_eval", {})
-        ev_loss = final.get("eval_loss")
-        shown = f"{ev_loss:.3f}" if isinstance(ev_loss, float) else "-"
-        agree = [f"{final[k]:.0%}" for k in sorted(final) if k.startswith("eval_top1_head")]
-        lines.append(
-            f"- {stage}: {info.get('steps')} steps at up to {info.get('seq_len')} tokens, "
-            + (
-                f"held-out KL to the trunk {shown}, top-1 agreement {' / '.join(agree)} (heads 1, 2)"
-                if agree
-                else f"held-out loss {shown}"
-            )
-        )
+    lines += _stage_lines(st)
     lines += ["", "## Measured", ""]
-    if ev:
-        lines += [
-            f"On {ev.get('tasks')} held-out synthetic tasks run through the real harness (greedy,",
-            "`flywheel train eval`): "
-            f"pass@1 {ev.get('pass_at_1', 0):.0%}, tool calls that parse "
-            f"{ev.get('parse_rate', 0):.0%}, valid tool calls {ev.get('valid_rate', 0):.0%}"
-            + (
-                " (calls decoded under their grammar, as the harness does)."
-                if ev.get("constrain_tool_calls")
-                else " (calls decoded without their grammar)."
-            ),
-            f"Per family: {', '.join(f'{k} {v:.0%}' for k, v in ev.get('by_family', {}).items())}.",
-        ]
-        applied = ev.get("apply") or {}
-        if applied.get("examples"):
-            lines += [
-                "",
-                f"Fast apply (`apply/`) on {applied['examples']} held-out stdlib files, greedy: "
-                f"{applied['exact']} written exactly, mean similarity to the expected file "
-                f"{applied['mean_similarity']:.2f}.",
-            ]
-    else:
-        lines.append("Not evaluated.")
+    lines += _measured_lines(ev)
     if ev and ev.get("pass_at_1", 0) < 0.3:
         lines += [
             "",

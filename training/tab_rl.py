@@ -4,7 +4,7 @@
     flywheel train tab --telemetry-db ~/.local/share/flywheel/telemetry.db --model registry:v3
 
 A policy gradient (Dr. GRPO, training/rl/grpo.py, and the RL trainer's `Policy` update,
-training/rl/trainer.py) on suggestion outcomes, rewarded by the versioned `tab` reward
+training/rl/policy.py) on suggestion outcomes, rewarded by the versioned `tab` reward
 (telemetry/rewards.py `tab@1`: accepted or kept -> its share, up to +1; shown and rejected ->
 -0.25; declined -> 0), weighted by the recipe's `[rewards]` table like every RL stage.
 
@@ -166,7 +166,7 @@ def train_tab(
     """Run `recipe.steps` updates (see the module docstring); returns the run's summary.
     `parent`: the registry version `recipe.init` is, recorded as the candidate's lineage."""
     from training.repo_pretrain import read_repo_data
-    from training.rl.trainer import Policy
+    from training.rl.policy import Policy
 
     if not data and not telemetry_db:
         raise TabError(

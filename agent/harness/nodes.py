@@ -26,7 +26,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agent.chat_format import CALL_SHAPE, TOOL_CALL, parse_assistant
-from agent.engine import Cancelled, Engine, EngineError, Request, Result, SamplingParams
+from agent.engine import (
+    Cancelled,
+    Completion,
+    Engine,
+    EngineError,
+    Request,
+    Result,
+    SamplingParams,
+)
 from agent.harness.config import HarnessConfig
 from agent.harness.prompts import COMPACT_PROMPT, COMPACTED_PREFIX, tool_schemas
 from agent.harness.recording import TaskLog
@@ -217,17 +225,8 @@ def model_node(state: AgentState, runtime: Runtime[GraphContext]) -> dict[str, A
     remaining = config.max_wall_s - elapsed - (time.monotonic() - t0)
     try:
         result, timed_out = _call_engine(deps, messages, deps.schemas, turn_max, remaining)
-    except Cancelled:
-        if deps.cancelled():
-            return {**upd, **_stop("cancelled", "the user cancelled the task")}
-        return {**upd, **_stop("wall_time", "the model turn passed the running-time limit")}
-    except EngineError as exc:
-        return {**upd, **_stop("engine_error", f"the engine failed: {exc}")}
-    except Exception as exc:  # a backend bug must still end the task with a reason
-        return {
-            **upd,
-            **_stop("engine_error", f"the engine failed: {type(exc).__name__}: {exc}"),
-        }
+    except Exception as exc:  # a backend bug too must end the task with a reason
+        return {**upd, **_engine_failure(deps, exc)}
     duration = time.monotonic() - t0
     if not result.completions:
         return {**upd, **_stop("engine_error", "the engine returned no completion")}
@@ -240,20 +239,89 @@ def model_node(state: AgentState, runtime: Runtime[GraphContext]) -> dict[str, A
         last_prompt_tokens=m.prompt_tokens,
         last_prompt_chars=_chars(messages) + _chars(deps.schemas),
     )
+    content, pending, errors = _read_turn(comp, deps.schemas)
+    messages = [*messages, _assistant_message(content, pending)]
+    turn = {"content": content, "calls": pending, "errors": errors, "duration_s": duration}
+    upd.update(_record_turn(deps, {**state, **upd}, result, turn))
+    if comp.finish_reason == "cancelled" or timed_out:
+        return {**upd, "messages": messages, **_cut_short(deps)}
+    if comp.finish_reason == "error":
+        return {
+            **upd,
+            "messages": messages,
+            **_stop("engine_error", "the engine reported an error for this turn"),
+        }
+    stop = _answer_invalid_calls(deps, state, upd, messages, errors)
+    if stop is not None:
+        return {**upd, **stop}
+    upd["pending"] = pending
+    if not pending and not errors:
+        upd.update(final=content, **_stop("answered"))
+    return upd
+
+
+def _record_turn(
+    deps: GraphContext, state: AgentState, result: Result, turn: dict[str, Any]
+) -> dict[str, Any]:
+    """Log the model's turn in telemetry (with its sampled tokens, for RL) and as a progress
+    event; returns the log's state updates. `turn`: content, calls, errors, duration_s."""
+    comp, m = result.completions[0], result.metrics
+    calls = turn["calls"]
+    upd = deps.log.step(
+        state,
+        "assistant",
+        content=turn["content"],
+        tool_calls=[{**c, "arguments": _shown_arguments(c["arguments"])} for c in calls] or None,
+        token_ids=list(comp.token_ids),
+        logprobs=list(comp.logprobs) if comp.logprobs is not None else None,
+        policy_version=comp.model_version or deps.engine.model_version,
+        duration_ms=turn["duration_s"] * 1000,
+        prompt_tokens=m.prompt_tokens,
+        output_tokens=m.output_tokens,
+    )
+    deps.emit({"kind": "assistant", "step": state.get("steps", 0), **turn})
+    return upd
+
+
+def _cut_short(deps: GraphContext) -> dict[str, Any]:
+    """The stop for a model turn cut short: by the user, or at the running-time limit."""
+    if deps.cancelled():
+        return _stop("cancelled", "the user cancelled the task")
+    return _stop("wall_time", "the model turn passed the running-time limit")
+
+
+def _engine_failure(deps: GraphContext, exc: Exception) -> dict[str, Any]:
+    """The stop for an engine call that raised."""
+    if isinstance(exc, Cancelled):
+        return _cut_short(deps)
+    if isinstance(exc, EngineError):
+        return _stop("engine_error", f"the engine failed: {exc}")
+    return _stop("engine_error", f"the engine failed: {type(exc).__name__}: {exc}")
+
+
+def _read_turn(
+    comp: Completion, schemas: list[dict[str, Any]]
+) -> tuple[str, list[dict[str, Any]], list[str]]:
+    """A completion as (content shown to the user, pending tool calls with unique ids, errors of
+    calls that could not be used). Calls the engine did not parse are parsed from the text."""
     text = comp.text or ""
     calls, errors = list(comp.tool_calls), list(comp.tool_call_errors)
     content = text
     if TOOL_CALL in text:
-        content, parsed, parse_errors = parse_assistant(text, deps.schemas)
+        content, parsed, parse_errors = parse_assistant(text, schemas)
         if not calls and not errors:
             calls, errors = parsed, parse_errors
-    content = Workspace.display(content)
     seen: set[str] = set()
     pending = []
     for call in calls:
         cid = call.id if call.id and call.id not in seen else f"call_{uuid.uuid4().hex[:12]}"
         seen.add(cid)
         pending.append({"id": cid, "name": call.name, "arguments": call.arguments})
+    return Workspace.display(content), pending, errors
+
+
+def _assistant_message(content: str, pending: list[dict[str, Any]]) -> dict[str, Any]:
+    """The turn as the history keeps it (OpenAI's shape; huge arguments replaced by a note)."""
     assistant: dict[str, Any] = {"role": "assistant", "content": content}
     if pending:
         assistant["tool_calls"] = [
@@ -267,50 +335,19 @@ def model_node(state: AgentState, runtime: Runtime[GraphContext]) -> dict[str, A
             }
             for c in pending
         ]
-    messages = [*messages, assistant]
-    upd.update(
-        deps.log.step(
-            {**state, **upd},
-            "assistant",
-            content=content,
-            tool_calls=[{**c, "arguments": _shown_arguments(c["arguments"])} for c in pending]
-            or None,
-            token_ids=list(comp.token_ids),
-            logprobs=list(comp.logprobs) if comp.logprobs is not None else None,
-            policy_version=comp.model_version or engine.model_version,
-            duration_ms=duration * 1000,
-            prompt_tokens=m.prompt_tokens,
-            output_tokens=m.output_tokens,
-        )
-    )
-    deps.emit(
-        {
-            "kind": "assistant",
-            "step": steps + 1,
-            "content": content,
-            "calls": pending,
-            "errors": errors,
-            "duration_s": duration,
-        }
-    )
-    if comp.finish_reason == "cancelled" or timed_out:
-        if deps.cancelled():
-            return {
-                **upd,
-                "messages": messages,
-                **_stop("cancelled", "the user cancelled the task"),
-            }
-        return {
-            **upd,
-            "messages": messages,
-            **_stop("wall_time", "the model turn passed the running-time limit"),
-        }
-    if comp.finish_reason == "error":
-        return {
-            **upd,
-            "messages": messages,
-            **_stop("engine_error", "the engine reported an error for this turn"),
-        }
+    return assistant
+
+
+def _answer_invalid_calls(
+    deps: GraphContext,
+    state: AgentState,
+    upd: dict[str, Any],
+    messages: list[dict[str, Any]],
+    errors: list[str],
+) -> dict[str, Any] | None:
+    """A note to the model for each call that could not be used, counted as a failure; adds
+    the messages and counts to `upd`. Returns the stop when one malformed call repeats
+    `repeat_limit` times, else None."""
     failures = dict(state.get("failures", {}))
     tool_errors = state.get("tool_errors", 0)
     for error in errors:
@@ -321,19 +358,14 @@ def model_node(state: AgentState, runtime: Runtime[GraphContext]) -> dict[str, A
         tool_errors += 1
         fp = call_fingerprint("(invalid)", error[:200])
         failures[fp] = failures.get(fp, 0) + 1
-        if failures[fp] >= config.repeat_limit:
+        if failures[fp] >= deps.config.repeat_limit:
             upd.update(messages=messages, failures=failures, tool_errors=tool_errors)
-            return {
-                **upd,
-                **_stop(
-                    "repeated_failure",
-                    f"the same malformed tool call {failures[fp]} times: {error[:200]}",
-                ),
-            }
-    upd.update(messages=messages, failures=failures, tool_errors=tool_errors, pending=pending)
-    if not pending and not errors:
-        upd.update(final=content, **_stop("answered"))
-    return upd
+            return _stop(
+                "repeated_failure",
+                f"the same malformed tool call {failures[fp]} times: {error[:200]}",
+            )
+    upd.update(messages=messages, failures=failures, tool_errors=tool_errors)
+    return None
 
 
 def approve_node(state: AgentState, runtime: Runtime[GraphContext]) -> dict[str, Any]:
@@ -371,7 +403,7 @@ def approve_node(state: AgentState, runtime: Runtime[GraphContext]) -> dict[str,
 def tools_node(state: AgentState, runtime: Runtime[GraphContext]) -> dict[str, Any]:
     """Run each pending call (denied ones become error results) and append the results."""
     deps = runtime.context
-    ws, repeat_limit = deps.workspace, deps.config.repeat_limit
+    ws = deps.workspace
     t0 = time.monotonic()
     messages = list(state["messages"])
     failures = dict(state.get("failures", {}))
@@ -386,33 +418,11 @@ def tools_node(state: AgentState, runtime: Runtime[GraphContext]) -> dict[str, A
             reason = ("cancelled", "the user cancelled the task")
             break
         invalid = name not in TOOLS or check_arguments(TOOLS[name], args) is not None
-        if approvals.get(cid) is False:
-            result, is_error = (
-                "the user did not approve this action; do something else or answer",
-                True,
-            )
-        else:
-            try:
-                ws.check_alive()
-                result, is_error = run_tool(deps.tools, name, args)
-            except WorkspaceError as exc:
-                result, is_error = str(exc), True
-                reason = ("workspace_error", str(exc))
+        result, is_error, reason = _execute(deps, call, approvals.get(cid) is not False)
         if is_error:
             tool_errors += 1
-            # the same call failing on the same edits is a loop; after an edit it is a new try
-            fp = f"{call_fingerprint(name, args)}@{ws.changes_digest()}"
-            failures[fp] = failures.get(fp, 0) + 1
-            if failures[fp] == repeat_limit - 1:
-                result += (
-                    "\n[this exact call has failed before; change the arguments or the approach]"
-                )
-            if failures[fp] >= repeat_limit and reason is None:
-                reason = (
-                    "repeated_failure",
-                    f"{name} failed {failures[fp]} times with the same arguments and no edit "
-                    "in between",
-                )
+            result, repeated = _count_failure(deps, failures, call, result)
+            reason = reason or repeated
         messages.append({"role": "tool", "tool_call_id": cid, "name": name, "content": result})
         upd.update(
             deps.log.step(
@@ -455,6 +465,39 @@ def tools_node(state: AgentState, runtime: Runtime[GraphContext]) -> dict[str, A
     if reason is not None:
         upd.update(_stop(*reason))
     return upd
+
+
+def _execute(
+    deps: GraphContext, call: dict[str, Any], approved: bool
+) -> tuple[str, bool, tuple[str, str] | None]:
+    """One call's (result, is_error) and the stop it causes (a vanished workspace), if any."""
+    if not approved:
+        return "the user did not approve this action; do something else or answer", True, None
+    try:
+        deps.workspace.check_alive()
+        result, is_error = run_tool(deps.tools, call["name"], call["arguments"])
+    except WorkspaceError as exc:
+        return str(exc), True, ("workspace_error", str(exc))
+    return result, is_error, None
+
+
+def _count_failure(
+    deps: GraphContext, failures: dict[str, int], call: dict[str, Any], result: str
+) -> tuple[str, tuple[str, str] | None]:
+    """Count a failed call in `failures`: the same call failing on the same edits is a loop,
+    after an edit it is a new try. Returns the result (with a warning the time before the
+    limit) and the stop once the call has failed `repeat_limit` times."""
+    name, repeat_limit = call["name"], deps.config.repeat_limit
+    fp = f"{call_fingerprint(name, call['arguments'])}@{deps.workspace.changes_digest()}"
+    failures[fp] = failures.get(fp, 0) + 1
+    if failures[fp] == repeat_limit - 1:
+        result += "\n[this exact call has failed before; change the arguments or the approach]"
+    if failures[fp] < repeat_limit:
+        return result, None
+    return result, (
+        "repeated_failure",
+        f"{name} failed {failures[fp]} times with the same arguments and no edit in between",
+    )
 
 
 def finish_node(state: AgentState, runtime: Runtime[GraphContext]) -> dict[str, Any]:

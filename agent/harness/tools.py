@@ -242,60 +242,50 @@ def edit_text(text: str, hunks: list[dict[str, str]]) -> tuple[str, list[HunkRes
     work = text.replace("\r\n", "\n") if crlf else text
     results: list[HunkResult] = []
     for i, hunk in enumerate(hunks):
-        s = hunk.get("search") if isinstance(hunk, dict) else None
-        r = hunk.get("replace") if isinstance(hunk, dict) else None
-        if not isinstance(s, str) or not isinstance(r, str):
-            results.append(
-                HunkResult(i, False, 'each hunk needs string fields "search" and "replace"')
-            )
-            continue
-        s, r = s.replace("\r\n", "\n"), r.replace("\r\n", "\n")
-        if not s:
-            results.append(
-                HunkResult(
-                    i,
-                    False,
-                    "search is empty: include the text to replace (use write_file to create a file)",
-                )
-            )
-            continue
-        if s == r:
-            results.append(
-                HunkResult(i, False, "search and replace are identical: nothing to change")
-            )
-            continue
-        count = work.count(s)
-        if count == 1:
-            at = work.index(s)
-            line = work.count("\n", 0, at) + 1
-            work = work[:at] + r + work[at + len(s) :]
-            results.append(HunkResult(i, True, f"applied at line {line}"))
-            continue
-        if count > 1:
-            lines = _occurrence_lines(work, s)
-            results.append(
-                HunkResult(
-                    i,
-                    False,
-                    f"ambiguous: the search text occurs {count} times (at lines {', '.join(map(str, lines[:10]))}); add surrounding lines so it matches once",
-                )
-            )
-            continue
-        new, message = _tolerant_replace(work, s, r)
-        if new is not None:
-            work = new
-            results.append(HunkResult(i, True, message))
-            continue
-        if len(r.strip()) >= 3 and work.count(r) == 1:  # the usual cause, named
-            line = work.count("\n", 0, work.index(r)) + 1
-            message = (
-                f"no match, but the replace text is already in the file at line {line}: the "
-                "edit is already applied, or search and replace are swapped"
-            )
-        results.append(HunkResult(i, False, message))
+        work, applied, message = _apply_hunk(work, hunk)
+        results.append(HunkResult(i, applied, message))
     if crlf:
         work = work.replace("\n", "\r\n")
     return work, results
+
+
+def _apply_hunk(work: str, hunk: Any) -> tuple[str, bool, str]:
+    """One hunk on LF text (rules 3 to 6 of `edit_text`): (text after it, applied, message)."""
+    s = hunk.get("search") if isinstance(hunk, dict) else None
+    r = hunk.get("replace") if isinstance(hunk, dict) else None
+    if not isinstance(s, str) or not isinstance(r, str):
+        return work, False, 'each hunk needs string fields "search" and "replace"'
+    s, r = s.replace("\r\n", "\n"), r.replace("\r\n", "\n")
+    if not s:
+        return (
+            work,
+            False,
+            "search is empty: include the text to replace (use write_file to create a file)",
+        )
+    if s == r:
+        return work, False, "search and replace are identical: nothing to change"
+    count = work.count(s)
+    if count == 1:
+        at = work.index(s)
+        line = work.count("\n", 0, at) + 1
+        return work[:at] + r + work[at + len(s) :], True, f"applied at line {line}"
+    if count > 1:
+        lines = _occurrence_lines(work, s)
+        return (
+            work,
+            False,
+            f"ambiguous: the search text occurs {count} times (at lines {', '.join(map(str, lines[:10]))}); add surrounding lines so it matches once",
+        )
+    new, message = _tolerant_replace(work, s, r)
+    if new is not None:
+        return new, True, message
+    if len(r.strip()) >= 3 and work.count(r) == 1:  # the usual cause, named
+        line = work.count("\n", 0, work.index(r)) + 1
+        message = (
+            f"no match, but the replace text is already in the file at line {line}: the "
+            "edit is already applied, or search and replace are swapped"
+        )
+    return work, False, message
 
 
 def _occurrence_lines(text: str, s: str) -> list[int]:

@@ -33,7 +33,8 @@ Files, one role each:
 - `request_body.py`  request JSON -> engine `Request`, every field checked (400 on a bad one)
 - `response_body.py` engine `Result` / `Delta` -> response JSON and SSE chunks, error bodies
 - `metrics.py`       the Prometheus counters behind `/metrics`
-- `app.py`           the FastAPI app: routes, API key, worker threads, streaming; `ServerConfig`
+- `routes.py`        the routes: API key, worker threads, streaming, errors as JSON bodies
+- `app.py`           `ServerConfig`, a streamed request's life (`StreamJob`), `build_app`
 - `cli.py`           `flywheel serve`: flags, the listening socket, the engine, uvicorn
 """
 

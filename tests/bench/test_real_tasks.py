@@ -16,17 +16,9 @@ import pytest
 
 from tests.harness.replay import ReplayEngine, call
 from training.benchmark import BenchConfig, BenchmarkError, load_tasks, run_benchmark, run_verifier
-from training.real_tasks import (
-    ExtractError,
-    build,
-    extract,
-    is_heldout,
-    probe_table,
-    read_rows,
-    real_tasks,
-    write_set,
-)
+from training.tasks.extract import ExtractError, extract
 from training.tasks.oracle import hunks_for
+from training.tasks.real import build, is_heldout, probe_table, read_rows, real_tasks, write_set
 
 # A held-out package and a train one, a bug-rich function and a short one with a docstring.
 FEW = [("colorsys", "rgb_to_hsv"), ("encodings.punycode", "adapt"), ("datetime", "_ymd2ord")]
@@ -188,7 +180,7 @@ def test_the_bench_source_runs_a_real_task_through_the_harness(built, tmp_path):
     assert not any("no test command" in str(text) for text in tool_results)
     idle = run_benchmark(ReplayEngine(["Nothing to change."]), [task], BenchConfig(lint=False))
     assert not idle.samples[0].passed
-    with pytest.raises(BenchmarkError, match="python -m training.real_tasks --out"):
+    with pytest.raises(BenchmarkError, match="python -m training.tasks.real build --out"):
         load_tasks(real=tmp_path / "missing")
 
 

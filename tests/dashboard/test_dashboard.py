@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from tests.dashboard.fixture_db import build
-from tests.flywheel_server import free_port
+from tests.flywheel_server import free_port, stop
 
 HERE = Path(__file__).parent
 PANELS = [
@@ -104,12 +104,7 @@ def dashboard(db: Path, *flags: str) -> Iterator[str]:
             time.sleep(0.1)  # poll interval while the server imports and binds
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process, 10)
 
 
 def load(tools: tuple[str, Path], url: str, screenshot: Path) -> dict:

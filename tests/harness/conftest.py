@@ -32,17 +32,6 @@ def recorder(tmp_path):
     rec.close()
 
 
-def rows(db_path, sql: str, *args):
-    import sqlite3
-
-    conn = sqlite3.connect(db_path)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute(sql, args)]
-    finally:
-        conn.close()
-
-
 @pytest.fixture(scope="session")
 def long_context_checkpoint(tmp_path_factory, tokenizer) -> Path:
     """The tiny test model (random weights, seed 0) with an 8k context: the harness's system

@@ -12,7 +12,7 @@ import pytest
 
 from agent.engine import EngineConfig, open_engine
 from agent.harness import Harness, HarnessConfig, Workspace
-from tests.harness.conftest import rows
+from tests.conftest import rows
 
 ROOT = Path(__file__).resolve().parents[2]
 REASONS = {
@@ -36,8 +36,9 @@ def check_recorded(db, stop_reason):
     assert assistant and assistant[0]["token_ids"] and assistant[0]["output_tokens"]  # it ran
 
 
-def test_local_backend(workspace, long_context_checkpoint, recorder):
-    engine = open_engine(EngineConfig(model=str(long_context_checkpoint)))
+def fix_add_and_check(engine, workspace, recorder) -> None:
+    """Run "fix add" on `engine` (closed afterwards); the task ends for a reason of its own, not
+    an engine error, and is recorded."""
     try:
         out = Harness(
             engine, Workspace(workspace), HarnessConfig(**SMALL), recorder=recorder
@@ -47,6 +48,12 @@ def test_local_backend(workspace, long_context_checkpoint, recorder):
     assert out.stop_reason in REASONS - {"engine_error"}, out.detail
     recorder.flush()
     check_recorded(recorder.path, out.stop_reason)
+
+
+def test_local_backend(workspace, long_context_checkpoint, recorder):
+    fix_add_and_check(
+        open_engine(EngineConfig(model=str(long_context_checkpoint))), workspace, recorder
+    )
 
 
 @pytest.mark.slow
@@ -85,13 +92,4 @@ def test_openai_backend_through_flywheel_serve(workspace, long_context_checkpoin
     from tests.flywheel_server import running_server
 
     with running_server(long_context_checkpoint) as url:
-        engine = open_engine(EngineConfig(model=url + "/v1"))
-        try:
-            out = Harness(
-                engine, Workspace(workspace), HarnessConfig(**SMALL), recorder=recorder
-            ).start("fix add")
-        finally:
-            engine.close()
-    assert out.stop_reason in REASONS - {"engine_error"}, out.detail
-    recorder.flush()
-    check_recorded(recorder.path, out.stop_reason)
+        fix_add_and_check(open_engine(EngineConfig(model=url + "/v1")), workspace, recorder)

@@ -10,7 +10,8 @@ import pytest
 
 from agent.engine import Cancelled, EngineError
 from agent.harness import Harness, HarnessConfig, Workspace
-from tests.harness.conftest import SAMPLE, rows
+from tests.conftest import rows
+from tests.harness.conftest import SAMPLE
 from tests.harness.replay import ReplayEngine, call
 
 FIX = call(

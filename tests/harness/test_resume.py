@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.harness.conftest import rows
+from tests.conftest import rows
 
 ROOT = Path(__file__).resolve().parents[2]
 

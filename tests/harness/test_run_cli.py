@@ -8,7 +8,7 @@ import pytest
 
 from agent import run
 from agent.engine import EngineError
-from tests.harness.conftest import rows
+from tests.conftest import rows
 from tests.harness.replay import ReplayEngine, call
 
 FIX = call(

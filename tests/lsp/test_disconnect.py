@@ -10,10 +10,10 @@ without `shutdown`, and waits for the process to end.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 
 import pytest
 
+from tests.conftest import rows
 from tests.lsp.conftest import replay_command
 from tests.lsp.test_bad_input import Wire, inline
 
@@ -57,15 +57,6 @@ async def _busy_server(wire: Wire, proc, tmp_path) -> None:
     await _until_waiting(proc, 2)
 
 
-def _rows(db, sql: str) -> list[dict]:
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute(sql)]
-    finally:
-        conn.close()
-
-
 @pytest.mark.parametrize("how", ["stdin_closed", "exit_without_shutdown", "sigterm"])
 async def test_client_gone_mid_task_cancels_and_flushes(tmp_path, how):
     proc, wire, db = await _start(tmp_path)
@@ -87,9 +78,9 @@ async def test_client_gone_mid_task_cancels_and_flushes(tmp_path, how):
     assert "Traceback" not in stderr, stderr
     assert code in (0, 1), stderr  # LSP: exit without shutdown is exit code 1
 
-    (task,) = _rows(db, "SELECT * FROM tasks")
+    (task,) = rows(db, "SELECT * FROM tasks")
     assert (task["status"], task["stop_reason"]) == ("cancelled", "cancelled")
-    events = _rows(db, "SELECT event FROM suggestion_events")
+    events = rows(db, "SELECT event FROM suggestion_events")
     assert [e["event"] for e in events] == ["cancelled"]
-    (session,) = _rows(db, "SELECT * FROM sessions")
+    (session,) = rows(db, "SELECT * FROM sessions")
     assert session["ended_at"] is not None, "the session was ended and flushed"

@@ -9,18 +9,8 @@ from __future__ import annotations
 import threading
 
 from agent.harness import Harness, HarnessConfig, Workspace
+from tests.conftest import rows
 from tests.harness.replay import ReplayEngine, call
-
-
-def _rows(db, sql: str, *args):
-    import sqlite3
-
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute(sql, args)]
-    finally:
-        conn.close()
 
 
 def test_cancel_stops_the_running_turn_with_reason_cancelled(tmp_path):
@@ -54,9 +44,9 @@ def test_cancel_stops_the_running_turn_with_reason_cancelled(tmp_path):
         assert (outcome.stop_reason, outcome.detail) == ("cancelled", "the user cancelled the task")
         assert engine.turns == ["never reached"], "no turn starts after a cancel"
         rec.flush(timeout=10)
-    (task,) = _rows(db, "SELECT * FROM tasks")
+    (task,) = rows(db, "SELECT * FROM tasks")
     assert task["session_id"] == sid and task["stop_reason"] == "cancelled"
-    (session,) = _rows(db, "SELECT * FROM sessions")
+    (session,) = rows(db, "SELECT * FROM sessions")
     assert session["id"] == sid, "the task joined the given session; none was started"
     assert session["ended_at"] is None, "close() leaves a session it did not start open"
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests import editor_sessions as sessions
+from tests.conftest import rows
 from tests.harness.replay import call
 from tests.lsp.conftest import replay_command, server_command
 
@@ -80,15 +80,6 @@ def run_nvim(tmp_path: Path, script: str, root: Path, name: str, cmd: list[str],
     results = json.loads(out.read_text())
     assert results["ok"], results.get("error")
     return results
-
-
-def rows(db: Path, sql: str, *args) -> list[dict]:
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute(sql, args)]
-    finally:
-        conn.close()
 
 
 def workspace(tmp_path: Path, name: str, text: str) -> Path:

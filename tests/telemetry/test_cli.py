@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from telemetry import Recorder, store
-from telemetry.cli import _COMMANDS, main, resolve_db_path
+from telemetry.cli import _COMMANDS, main
+from telemetry.folders import db_path
 from tests.telemetry.conftest import count, record_session
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,11 +30,11 @@ def test_every_subcommand_has_help(command: str, capsys: pytest.CaptureFixture[s
 
 def test_path_precedence(tmp_path: Path):
     env = {"FLYWHEEL_DB": str(tmp_path / "env.db"), "XDG_DATA_HOME": str(tmp_path / "xdg")}
-    assert resolve_db_path(str(tmp_path / "flag.db"), env) == tmp_path / "flag.db"
-    assert resolve_db_path(None, env) == tmp_path / "env.db"
+    assert db_path(str(tmp_path / "flag.db"), env) == tmp_path / "flag.db"
+    assert db_path(None, env) == tmp_path / "env.db"
     del env["FLYWHEEL_DB"]
-    assert resolve_db_path(None, env) == tmp_path / "xdg" / "flywheel" / "telemetry.db"
-    assert resolve_db_path(None, {}) == Path.home() / ".local/share/flywheel/telemetry.db"
+    assert db_path(None, env) == tmp_path / "xdg" / "flywheel" / "telemetry.db"
+    assert db_path(None, {}) == Path.home() / ".local/share/flywheel/telemetry.db"
 
 
 def test_path_reads_the_environment_through_the_real_command(tmp_path: Path):

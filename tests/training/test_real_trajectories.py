@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from training.real_tasks import build
-from training.tasks.real import FILES, training_tasks, write_trajectories
+from training.tasks.real import FILES, build, training_tasks, write_trajectories
 from training.tasks.task import run_tests
 
 # One train package (datetime) and one held-out (colorsys), built for real (a few seconds).

@@ -45,7 +45,7 @@ def test_recipe_loads_and_says_how_to_launch(path):
 
 @pytest.mark.parametrize("path", sorted(RECIPES[0].parent.glob("ds_*.json")), ids=lambda p: p.name)
 def test_deepspeed_configs_are_deepspeeds_own_json(path):
-    from training.loop import deepspeed_config
+    from training.trainer import deepspeed_config
 
     config = json.loads(path.read_text())
     assert config["zero_optimization"]["stage"] in (2, 3)

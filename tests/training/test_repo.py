@@ -128,12 +128,9 @@ def test_lines_are_picked_deterministically_and_spread_over_files(tmp_path):
         assert len(c.expected.strip()) >= 4 and not c.expected.startswith("#")
 
 
-def _run_cli(tmp_path, model, ws, *extra):
-    cmd = [
-        sys.executable,
-        "-m",
-        "agent.cli",
-        "train",
+def _repo_argv(tmp_path, model, ws) -> list[str]:
+    """`flywheel train repo` on `ws` from `model`, into tmp_path/run and tmp_path/registry."""
+    return [
         "repo",
         "--workspace",
         str(ws),
@@ -143,6 +140,16 @@ def _run_cli(tmp_path, model, ws, *extra):
         str(tmp_path / "run"),
         "--registry",
         str(tmp_path / "registry"),
+    ]
+
+
+def _run_cli(tmp_path, model, ws, *extra):
+    cmd = [
+        sys.executable,
+        "-m",
+        "agent.cli",
+        "train",
+        *_repo_argv(tmp_path, model, ws),
         "--eval-lines",
         "4",
         "--eval-requests",
@@ -204,15 +211,7 @@ def test_a_failed_run_registers_nothing_and_says_so_in_one_line(
     ws = make_workspace(tmp_path / "ws")
     code = cli.main(
         [
-            "repo",
-            "--workspace",
-            str(ws),
-            "--model",
-            str(tiny_checkpoint),
-            "--out",
-            str(tmp_path / "run"),
-            "--registry",
-            str(tmp_path / "registry"),
+            *_repo_argv(tmp_path, tiny_checkpoint, ws),
             "--no-progress",
             "--set",
             "seq_len=64",
@@ -273,19 +272,7 @@ def test_a_full_disk_is_one_line(tmp_path, tiny_checkpoint, monkeypatch, capsys)
 
     monkeypatch.setattr(repo_pretrain, "write_repo_data", full)
     ws = make_workspace(tmp_path / "ws")
-    code = cli.main(
-        [
-            "repo",
-            "--workspace",
-            str(ws),
-            "--model",
-            str(tiny_checkpoint),
-            "--out",
-            str(tmp_path / "run"),
-            "--registry",
-            str(tmp_path / "registry"),
-        ]
-    )
+    code = cli.main(_repo_argv(tmp_path, tiny_checkpoint, ws))
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1 and "No space left on device" in err
     assert "free disk space" in err and not (tmp_path / "registry").exists()

@@ -15,9 +15,9 @@ import pytest
 from tests.training.rl_toy import toy_recipe
 from training.evaluate import EvalReport, TaskResult
 from training.rl import train_rl
-from training.rl.async_loop import Window
 from training.rl.curriculum import OPEN, SOLVED, UNSOLVED, Curriculum, task_family
 from training.rl.environments import final_diff
+from training.rl.run import Window
 from training.rl.trajectory import Trajectory, Turn
 
 

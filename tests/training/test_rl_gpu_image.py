@@ -36,9 +36,9 @@ BLOCKED_IMPORTS = textwrap.dedent(
                 raise ModuleNotFoundError(f"{top} (from {dists}) is neither on the image nor carried")
     sys.meta_path.insert(0, Block())
     import matplotlib.pyplot, peft
-    import training.rl.measured_run, training.rl.environments, training.rl.trainer
+    import training.rl.measured_run, training.rl.environments, training.rl.policy
     import agent.harness, agent.harness.scratch, agent.engine.local.engine, telemetry.rewards
-    import training.tasks.generation, training.real_tasks, training.tasks.oracle
+    import training.tasks.generation, training.tasks.real, training.tasks.oracle
     print("imports ok")
     """
 )

@@ -37,7 +37,7 @@ TINY = [  # the recipe shrunk to seconds; everything else (bfloat16, LoRA, budge
 @pytest.fixture(scope="module")
 def real_code_set(tmp_path_factory) -> Path:
     """The real-code tasks of two standard-library functions, one per split."""
-    from training.real_tasks import build, write_set
+    from training.tasks.real import build, write_set
 
     rows, manifest = build(only=[("colorsys", "hls_to_rgb"), ("calendar", "leapdays")])
     assert {r["split"] for r in rows} == {"heldout", "train"}, manifest
@@ -138,7 +138,7 @@ def test_paired_interval_cancels_what_tasks_share():
 def test_a_lora_policy_exports_the_weights_it_trains(tmp_path, tiny_checkpoint):
     from agent.model import load_checkpoint
     from training.rl.grpo import Row
-    from training.rl.trainer import Policy
+    from training.rl.policy import Policy
 
     recipe = toy_recipe(tmp_path / "run", tiny_checkpoint, lora_rank=4, dtype="bfloat16", lr=0.05)
     policy = Policy.load(str(tiny_checkpoint), recipe)
@@ -182,7 +182,7 @@ def test_the_budget_keeps_what_the_first_evaluation_took_for_the_last():
     import time
     from types import SimpleNamespace
 
-    from training.rl.async_loop import RLRun
+    from training.rl.run import RLRun
 
     def stop(budget: float, spent: float, first_eval: float) -> str:
         run = SimpleNamespace(

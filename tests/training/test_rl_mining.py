@@ -9,8 +9,8 @@ from pathlib import Path
 
 from agent.harness import Harness, HarnessConfig, ToolsConfig, Workspace
 from telemetry import PrivacyPolicy, Recorder, export
+from tests.cycle.conftest import unified_diff
 from tests.harness.replay import ReplayEngine, call
-from tests.loop.conftest import unified_diff
 from training.rl.environments import load_rl_tasks
 from training.rl.mining import REASONS, apply_diff, mine, replay
 

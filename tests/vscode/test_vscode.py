@@ -26,7 +26,6 @@ import shlex
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from tests import editor_sessions as sessions
+from tests.conftest import rows
 from tests.harness.replay import call
 
 pytestmark = pytest.mark.vscode
@@ -74,19 +74,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rows(db: Path, sql: str) -> list[dict]:
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute(sql)]
-    finally:
-        conn.close()
-
-
 def _client_outcomes(db_path: Path) -> dict[str, list[str]]:
     """Per suggestion: the outcomes a client reported (accepted, partially_accepted, rejected)."""
     out: dict[str, list[str]] = {}
-    for r in _rows(db_path, "SELECT suggestion_id, event FROM suggestion_events ORDER BY at"):
+    for r in rows(db_path, "SELECT suggestion_id, event FROM suggestion_events ORDER BY at"):
         out.setdefault(r["suggestion_id"], [])
         if r["event"] in sessions.CLIENT_EVENTS[1:]:
             out[r["suggestion_id"]].append(r["event"])
@@ -285,7 +276,7 @@ def test_ghost_text_and_agent_proposal_in_code_server(code_server, tmp_path):
     db = code_server["db"]
     text = (code_server["ws"] / "calc.py").read_text()
     assert text == BASE.replace("a - b", "a + b") + GHOST, "both edits are in the saved file"
-    events = _rows(
+    events = rows(
         db,
         "SELECT e.event FROM suggestion_events e JOIN suggestions s "
         "ON s.id = e.suggestion_id WHERE s.kind = 'inline'",
@@ -293,13 +284,13 @@ def test_ghost_text_and_agent_proposal_in_code_server(code_server, tmp_path):
     assert "accepted" in [e["event"] for e in events]
     for sid, outcomes in _client_outcomes(db).items():
         assert len(outcomes) <= 1, f"suggestion {sid} got {outcomes}"
-    (task,) = _rows(db, "SELECT * FROM tasks")
+    (task,) = rows(db, "SELECT * FROM tasks")
     assert task["status"] == "done" and task["instruction"] == "fix add"
-    outcomes = [h["outcome"] for h in _rows(db, "SELECT outcome FROM hunks ORDER BY idx")]
+    outcomes = [h["outcome"] for h in rows(db, "SELECT outcome FROM hunks ORDER BY idx")]
     assert outcomes == ["accepted", "rejected"]
-    (rating,) = _rows(db, "SELECT * FROM feedback")
+    (rating,) = rows(db, "SELECT * FROM feedback")
     assert (rating["task_id"], rating["rating"]) == (task["id"], 1)
-    (session,) = _rows(db, "SELECT * FROM sessions")
+    (session,) = rows(db, "SELECT * FROM sessions")
     assert session["editor"].startswith("Visual Studio Code") or session["editor"]
 
 
@@ -338,9 +329,9 @@ def test_next_edit_and_feedback_in_code_server(code_server, tmp_path):
     out.write_text(json.dumps(sequence, indent=1))
     _keep_artifact(out)
     assert sequence == sessions.SESSION  # as in Neovim
-    (kept,) = _rows(db, "SELECT * FROM suggestion_events WHERE event = 'partially_accepted'")
+    (kept,) = rows(db, "SELECT * FROM suggestion_events WHERE event = 'partially_accepted'")
     assert kept["accepted_chars"] >= len("return"), kept
-    (edit,) = _rows(db, "SELECT * FROM suggestions WHERE kind = 'next_edit' AND output != ''")
+    (edit,) = rows(db, "SELECT * FROM suggestions WHERE kind = 'next_edit' AND output != ''")
     assert edit["output"] == "    return a + b\n"
     for sid, outcomes in _client_outcomes(db).items():
         assert len(outcomes) <= 1, f"suggestion {sid} got {outcomes}"

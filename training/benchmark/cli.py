@@ -51,8 +51,8 @@ def _parser() -> argparse.ArgumentParser:
         const=True,
         default=None,
         metavar="FOLDER",
-        help="real-code tasks (training/real_tasks.py): built into the cache on "
-        "first use, or a folder written by `python -m training.real_tasks --out`",
+        help="real-code tasks (training/tasks/real.py): built into the cache on "
+        "first use, or a folder written by `python -m training.tasks.real build --out`",
     )
     t.add_argument(
         "--split",

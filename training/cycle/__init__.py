@@ -158,16 +158,8 @@ class CycleConfig:
     progress: bool = False  # progress lines from the stages
 
     def __post_init__(self) -> None:
-        if (
-            min(
-                self.min_sessions,
-                self.min_trajectories,
-                self.min_code_chars,
-                self.min_rl_tasks,
-                self.min_repo_chars,
-            )
-            < 1
-        ):
+        least = (self.min_sessions, self.min_trajectories, self.min_code_chars, self.min_rl_tasks)
+        if min(*least, self.min_repo_chars) < 1:
             raise CycleError(
                 "min_sessions, min_trajectories, min_code_chars, min_rl_tasks and "
                 "min_repo_chars must be >= 1"
@@ -295,7 +287,7 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def _train(stage: str, init: str, out: Path, config: CycleConfig, **data: Any) -> tuple[Path, dict]:
-    from training.loop import train
+    from training.trainer import train
 
     name = f"{out.parent.name}-{stage}"
     recipe = config.recipe(
@@ -330,15 +322,15 @@ def run_cycle(config: CycleConfig, log: Callable[[str], None] = print) -> dict[s
                 f"--min-repo-chars {config.min_repo_chars})"
             )
         if total == 0 and repo is None:
-            return _skipped(
-                config,
+            return _skip(
+                {},
                 log,
                 f"the telemetry database {config.telemetry_db} has no "
                 "sessions yet: use Flywheel in an editor first",
             )
         if fresh < config.min_sessions and repo is None:
-            return _skipped(
-                config,
+            return _skip(
+                {},
                 log,
                 f"{fresh} new session(s) since the last cycle, fewer "
                 f"than --min-sessions {config.min_sessions}",
@@ -379,16 +371,95 @@ def _cycle(
     log: Callable[[str], None],
     repo: tuple | None = None,
 ) -> dict[str, Any]:
-    from agent.model import resolve_model
-    from telemetry import export
+    """The cycle's work under the lock: export, train what the new data calls for, re-distill
+    the MTP heads, register, benchmark, gate. Returns the summary (`_used_*`: the state's next
+    lists of used rows)."""
+    parent = _baseline(config, registry, log)
+    new = _new_data(config, state, folder, log)
+    out: dict[str, Any] = {"parent": parent, **{f"_{k}": v for k, v in new.used.items()}}
+    out["data"] = new.summary
+    plan = _plan(config, new, repo)
+    if not plan:
+        return _skip(
+            out,
+            log,
+            f"nothing to learn from: {len(new.sft)} new good trajectories (< "
+            f"{config.min_trajectories}), {new.code_chars} characters of new code "
+            f"(< {config.min_code_chars}) and {new.rl_size} RL tasks (< {config.min_rl_tasks})",
+        )
+    current = str(registry.verify(parent))
+    current, recipes, repo_data = _train_stages(config, current, plan, new, folder, repo, log)
+    if not recipes:
+        return _skip(out, log, "no stage changed the model: the RL stage found no learning signal")
+    current = _redistill_mtp(config, current, folder, recipes, log)
+    reward = new.manifest["reward"]
+    candidate = registry.add(
+        current,
+        parent=parent,
+        data={
+            "export": new.manifest["files"],
+            "sessions": new.manifest["sessions"],
+            "held_out": new.manifest["held_out"],
+            **new.summary,
+        },
+        recipe=recipes,
+        reward=f"{reward['function']}@{reward['version']} (min {reward['min']})",
+        note=f"trained by {folder.name}",
+    )
+    out["candidate"] = candidate
+    out["stages"] = list(recipes)
+    log(f"candidate {candidate}; benchmarking ...")
+    results = _benchmark(config, registry, candidate, parent, log)
+    if repo_data is not None:
+        from training.cycle.repo import benchmark_repo
 
-    out: dict[str, Any] = {}
+        log("scoring on the repository's held-out files ...")
+        out["repo_benchmark"] = benchmark_repo(config, registry, candidate, parent, repo_data, log)
+    out["benchmark"] = results
+    out.update(_decide(config, registry, candidate, parent, folder, log))
+    return out
+
+
+def _baseline(config: CycleConfig, registry: Registry, log: Callable[[str], None]) -> str:
+    """The promoted version; an empty registry first gets `config.base` as its baseline."""
+    from agent.model import resolve_model
+
     if registry.promoted() is None:
         base = registry.add(resolve_model(config.base), note="the base model of the first cycle")
         registry.promote(base, forced=True, reason="baseline: the first version of the registry")
         log(f"registry was empty: {base} (from {config.base}) is the baseline")
-    parent = registry.promoted()
-    out["parent"] = parent
+    return registry.promoted()
+
+
+@dataclass
+class _NewData:
+    """What this cycle's export holds that no earlier cycle trained on."""
+
+    manifest: dict[str, Any]  # the export's manifest
+    sft: list[dict[str, Any]]  # new good trajectories
+    text: list[dict[str, Any]]  # new code
+    rl_pool: Path  # the RL stage's task file
+    summary: dict[str, Any]  # the counts, as the cycle's summary and the candidate keep them
+    used: dict[str, list[str]]  # the state's used_sft, used_text and used_rl after this cycle
+
+    @property
+    def code_chars(self) -> int:
+        return self.summary["new_code_chars"]
+
+    @property
+    def rl_size(self) -> int:
+        """New replayable RL tasks plus synthetic ones."""
+        return self.summary["rl_tasks"]["new"] + self.summary["rl_tasks"]["synthetic"]
+
+
+def _new_data(
+    config: CycleConfig, state: dict, folder: Path, log: Callable[[str], None]
+) -> _NewData:
+    """Export the whole store into FOLDER/export and pick out the rows no earlier cycle used;
+    mine the RL stage's tasks from it (training/cycle/rl.py)."""
+    from telemetry import export
+    from training.cycle.rl import rl_pool
+
     report = export(
         config.telemetry_db,
         folder / "export",
@@ -396,45 +467,60 @@ def _cycle(
         min_reward=config.min_reward,
         held_out_percent=config.held_out_percent,
     )
-    manifest = report.manifest
     sft_rows = _jsonl(folder / "export" / "sft.jsonl")
     text_rows = _jsonl(folder / "export" / "pretrain.jsonl")
     used_sft, used_text = set(state["used_sft"]), set(state["used_text"])
     new_sft = [r for r in sft_rows if r["id"] not in used_sft]
     new_text = [r for r in text_rows if r["id"] not in used_text]
-    code_chars = sum(len(r["text"]) for r in new_text)
-    out["_used_sft"] = sorted(used_sft | {r["id"] for r in sft_rows})
-    out["_used_text"] = sorted(used_text | {r["id"] for r in text_rows})
-    out["data"] = {
+    summary: dict[str, Any] = {
         "new_trajectories": len(new_sft),
-        "new_code_chars": code_chars,
-        "export": {k: v["count"] for k, v in manifest["files"].items()},
+        "new_code_chars": sum(len(r["text"]) for r in new_text),
+        "export": {k: v["count"] for k, v in report.manifest["files"].items()},
     }
-    from training.cycle.rl import rl_pool, train_rl_stage
-
-    pool, out["data"]["rl_tasks"], mined = rl_pool(
+    pool, summary["rl_tasks"], mined = rl_pool(
         folder, folder / "export", set(state["used_rl"]), config.rl_synthetic, log
     )
-    rl_size = out["data"]["rl_tasks"]["new"] + out["data"]["rl_tasks"]["synthetic"]
-    out["_used_rl"] = sorted(set(state["used_rl"]) | set(mined))
-    plan = ["repo"] if repo is not None else []
-    if code_chars >= config.min_code_chars:
-        plan.append("pretrain")
-    if len(new_sft) >= config.min_trajectories:
-        plan.append("sft")
-    if rl_size >= config.min_rl_tasks:
-        plan.append("rl")
-    if not plan:
-        out["status"] = "skipped"
-        out["reason"] = (
-            f"nothing to learn from: {len(new_sft)} new good trajectories (< "
-            f"{config.min_trajectories}), {code_chars} characters of new code "
-            f"(< {config.min_code_chars}) and {rl_size} RL tasks (< {config.min_rl_tasks})"
-        )
-        log(f"cycle skipped: {out['reason']}")
-        return out
+    used = {
+        "used_sft": sorted(used_sft | {r["id"] for r in sft_rows}),
+        "used_text": sorted(used_text | {r["id"] for r in text_rows}),
+        "used_rl": sorted(set(state["used_rl"]) | set(mined)),
+    }
+    return _NewData(report.manifest, new_sft, new_text, pool, summary, used)
 
-    current = str(registry.verify(parent))
+
+def _plan(config: CycleConfig, new: _NewData, repo: tuple | None) -> list[str]:
+    """The stages the new data calls for, in the order they train."""
+    plan = ["repo"] if repo is not None else []
+    if new.code_chars >= config.min_code_chars:
+        plan.append("pretrain")
+    if len(new.sft) >= config.min_trajectories:
+        plan.append("sft")
+    if new.rl_size >= config.min_rl_tasks:
+        plan.append("rl")
+    return plan
+
+
+def _skip(out: dict[str, Any], log: Callable[[str], None], reason: str) -> dict[str, Any]:
+    out["status"] = "skipped"
+    out["reason"] = reason
+    log(f"cycle skipped: {reason}")
+    return out
+
+
+def _train_stages(
+    config: CycleConfig,
+    current: str,
+    plan: list[str],
+    new: _NewData,
+    folder: Path,
+    repo: tuple | None,
+    log: Callable[[str], None],
+) -> tuple[str, dict[str, Any], Path | None]:
+    """Each planned stage from the model the one before made. Returns the last model, each
+    stage's recipe (an RL stage that made no update has none, and changed nothing) and the
+    repo stage's data folder (None without one)."""
+    from training.cycle.rl import train_rl_stage
+
     recipes: dict[str, Any] = {}
     repo_data = None
     for stage in plan:
@@ -443,11 +529,11 @@ def _cycle(
             from training.cycle.repo import train_repo_stage
 
             model, recipes[stage], repo_data = train_repo_stage(config, repo[2], current, folder)
-            out["data"]["repo"] = {"changed_chars": repo[0], "split": str(repo_data / "split.json")}
+            new.summary["repo"] = {"changed_chars": repo[0], "split": str(repo_data / "split.json")}
         elif stage == "pretrain":
             from training.data import CorpusConfig, build_corpus
 
-            _write_jsonl(folder / "new_code.jsonl", new_text)
+            _write_jsonl(folder / "new_code.jsonl", new.text)
             build_corpus(
                 CorpusConfig(
                     exports=[str(folder / "new_code.jsonl")],
@@ -465,7 +551,7 @@ def _cycle(
                 name=f"{folder.name}-rl",
                 out=str(folder / "rl"),
                 init=current,
-                tasks=str(pool),
+                tasks=str(new.rl_pool),
                 device=config.device,
                 telemetry_db=config.telemetry_db,
             )
@@ -475,18 +561,23 @@ def _cycle(
                 continue
             recipes[stage] = {**recipe.to_dict(), "updates": updates}
         else:
-            _write_jsonl(folder / "new_sft.jsonl", new_sft)
+            _write_jsonl(folder / "new_sft.jsonl", new.sft)
             model, recipes[stage] = _train(
                 stage, current, folder / stage, config, sft_data=[str(folder / "new_sft.jsonl")]
             )
         current = str(model)
+    return current, recipes, repo_data
 
-    if not recipes:
-        out["status"] = "skipped"
-        out["reason"] = "no stage changed the model: the RL stage found no learning signal"
-        log(f"cycle skipped: {out['reason']}")
-        return out
 
+def _redistill_mtp(
+    config: CycleConfig,
+    current: str,
+    folder: Path,
+    recipes: dict[str, Any],
+    log: Callable[[str], None],
+) -> str:
+    """The MTP heads distilled again on the new model (its trunk changed; SFT drops them), from
+    the export's text; the model unchanged when there is too little text."""
     from agent.model import adapter_base, is_adapter
     from training.data import CorpusError, distillation_corpus
 
@@ -502,54 +593,38 @@ def _cycle(
         corpus, tokens = folder, 0
         log(f"no text to re-distill the MTP heads on: {exc}")
     seq_len = min(config.recipe("mtp").seq_len, tokens - 1)
-    if seq_len >= 8:
-        log("re-distilling the MTP heads ...")
-        model, recipes["mtp"] = _train(
-            "mtp", current, folder / "mtp", config, data=str(corpus), **({"seq_len": seq_len})
-        )
-        current = str(model)
-    else:
+    if seq_len < 8:
         log(f"MTP heads not re-distilled: only {tokens} tokens of text (the candidate has none)")
-    reward = manifest["reward"]
-    candidate = registry.add(
-        current,
-        parent=parent,
-        data={
-            "export": manifest["files"],
-            "sessions": manifest["sessions"],
-            "held_out": manifest["held_out"],
-            **out["data"],
-        },
-        recipe=recipes,
-        reward=f"{reward['function']}@{reward['version']} (min {reward['min']})",
-        note=f"trained by {folder.name}",
+        return current
+    log("re-distilling the MTP heads ...")
+    model, recipes["mtp"] = _train(
+        "mtp", current, folder / "mtp", config, data=str(corpus), seq_len=seq_len
     )
-    out["candidate"] = candidate
-    out["stages"] = list(recipes)
-    log(f"candidate {candidate}; benchmarking ...")
-    results = _benchmark(config, registry, candidate, parent, log)
-    if repo_data is not None:
-        from training.cycle.repo import benchmark_repo
+    return str(model)
 
-        log("scoring on the repository's held-out files ...")
-        out["repo_benchmark"] = benchmark_repo(config, registry, candidate, parent, repo_data, log)
-    out["benchmark"] = results
+
+def _decide(
+    config: CycleConfig,
+    registry: Registry,
+    candidate: str,
+    parent: str,
+    folder: Path,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    """The gate's decision on the candidate (kept in the registry), and its promotion when
+    accepted: the summary's status and reasons."""
     try:
         decision = gate_promotion(registry, candidate, config.gate)
     except GateError as exc:
-        out.update(status="rejected", reasons=[f"the gate could not decide: {exc}"])
-        return out
+        return {"status": "rejected", "reasons": [f"the gate could not decide: {exc}"]}
     registry.record_gate(candidate, decision.to_dict())
-    out["reasons"] = decision.reasons
     if decision.accepted:
         registry.promote(candidate, reason=f"gate accepted ({folder.name})")
-        out["status"] = "promoted"
-    else:
-        out["status"] = "rejected"
+    status = "promoted" if decision.accepted else "rejected"
     for line in decision.reasons:
         log(f"  {line}")
-    log(f"cycle {folder.name}: {candidate} {out['status']} (parent {parent})")
-    return out
+    log(f"cycle {folder.name}: {candidate} {status} (parent {parent})")
+    return {"reasons": decision.reasons, "status": status}
 
 
 def _benchmark(
@@ -585,11 +660,6 @@ def _benchmark(
         gated = [m for m in result.get("metrics", {}) if result["summary"].get(m)]
         log(f"  {vid}: " + ", ".join(f"{m} {result['summary'][m]['mean']:.4g}" for m in gated))
     return out
-
-
-def _skipped(config: CycleConfig, log: Callable[[str], None], reason: str) -> dict[str, Any]:
-    log(f"cycle skipped: {reason}")
-    return {"status": "skipped", "reason": reason}
 
 
 class _TelemetryRun:

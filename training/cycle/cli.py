@@ -12,6 +12,7 @@ from typing import Any
 
 from agent.gate import GateError
 from agent.registry import RegistryError, path_from_cli
+from telemetry.folders import data_home, db_path
 from training.cycle import (
     QUICK_BENCH,
     STAGES,
@@ -26,12 +27,6 @@ from training.cycle import (
 )
 
 # --- the command line ------------------------------------------------------------------------
-
-
-def _xdg(environ: dict[str, str], *parts: str) -> str:
-    from telemetry.folders import data_home
-
-    return str(data_home(environ).joinpath(*parts))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -159,8 +154,8 @@ def main(argv: list[str]) -> int:
     try:
         config = CycleConfig(
             registry=str(path_from_cli(args.registry)),
-            telemetry_db=args.telemetry_db or env.get("FLYWHEEL_DB") or _xdg(env, "telemetry.db"),
-            work=args.work or _xdg(env, "cycles"),
+            telemetry_db=str(db_path(args.telemetry_db, env)),
+            work=args.work or str(data_home(env) / "cycles"),
             base=args.base,
             min_sessions=args.min_sessions,
             min_trajectories=args.min_trajectories,

@@ -9,7 +9,6 @@ It binds 127.0.0.1 unless told otherwise; the database is only read.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from dataclasses import asdict
@@ -58,7 +57,7 @@ def make_app(db: Path, registry: Path | None = None):
 
 
 def main(argv: list[str]) -> int:
-    from telemetry.cli import resolve_db_path
+    from telemetry.folders import db_path
 
     p = argparse.ArgumentParser(
         prog="flywheel dashboard",
@@ -80,7 +79,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--host", default="127.0.0.1", help="interface (default: %(default)s)")
     p.add_argument("--port", type=int, default=8765, help="TCP port (default: %(default)s)")
     args = p.parse_args(argv)
-    db = resolve_db_path(args.db, os.environ)
+    db = db_path(args.db)
     registry = _registry_path(args.registry)
     import uvicorn
 

@@ -9,9 +9,9 @@ Files, one role each (read them in this order):
 - `reward.py`        RewardSpec: weighted telemetry reward functions (+ effort penalty)
 - `curriculum.py`    which task each job samples: tasks always or never solved are skipped
 - `grpo.py`          advantages, token masks, truncated importance weights, the loss (pure)
-- `trainer.py`       Policy: forward over prompt + output, the update step, weight export
+- `policy.py`        Policy: forward over prompt + output, the update step, weight export
 - `runtimes.py`      rollout workers as threads (one in-process engine), processes, or Ray actors
-- `async_loop.py`    the run: admission with the staleness bound, updates, weight pushes,
+- `run.py`           the run: admission with the staleness bound, updates, weight pushes,
                      evaluation, checkpoints, metrics, the wall-clock budget
 - `curves.py`        the run's PNGs: rewards, lengths and diversity, held-out failure modes
 - `measured_run.py`  one measured run (recipes/rl_gpu.toml): held-out tasks, before/after
@@ -25,7 +25,7 @@ weights travel as checkpoint folders), vLLM rollout engines (their reload path i
 `swap`, not wired here), or a KL penalty towards a reference model (Dr. GRPO drops it).
 """
 
-from training.rl.async_loop import train_rl
 from training.rl.recipe import RLRecipe, load_rl_recipe
+from training.rl.run import train_rl
 
 __all__ = ["RLRecipe", "load_rl_recipe", "train_rl"]

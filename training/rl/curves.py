@@ -7,7 +7,7 @@
     outcomes.png   how the held-out samples ended at the first and the last evaluation: passed,
                    error, or the harness's stop reason for an unsolved one (the failure modes)
 
-Read from the records of metrics.jsonl (async_loop.py writes them); nothing here computes a metric.
+Read from the records of metrics.jsonl (run.py writes them); nothing here computes a metric.
 """
 
 from __future__ import annotations

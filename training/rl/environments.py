@@ -349,34 +349,55 @@ class HarnessEnv:
             return [sample.result() for sample in samples]
 
     def one(self, engine, tokenizer, task, sample: int, seed: int) -> Trajectory:
-        from agent.harness import HarnessConfig
-        from agent.harness.config import ApprovalPolicy
-        from agent.harness.nodes import call_fingerprint
         from agent.harness.scratch import run_unattended, scratch_copy
-        from training.tasks.oracle import task_tools_config
-        from training.tasks.task import TEST_TIMEOUT_S, _run
 
         t0 = time.monotonic()
         recording = RecordingEngine(engine, tokenizer)
-        counts: dict[str, Any] = {"tool_calls": 0, "tool_errors": 0, "invalid_tool_calls": 0}
-        seen: set[str] = set()
-        repeated = 0
-
-        def on_event(event: dict) -> None:
-            nonlocal repeated
-            if event.get("kind") == "assistant":
-                calls = event.get("calls") or []
-                counts["tool_calls"] += len(calls) + len(event.get("errors") or [])
-                counts["invalid_tool_calls"] += len(event.get("errors") or [])
-                for call in calls:
-                    fp = call_fingerprint(call["name"], call["arguments"])
-                    repeated += fp in seen
-                    seen.add(fp)
-            elif event.get("kind") == "tool" and event.get("is_error"):
-                counts["tool_errors"] += 1
-
+        calls = _CallCounts()
         traj = Trajectory(task.id, sample, [])
-        config = HarnessConfig(
+        config = self._harness_config(task, seed)
+        try:
+            with scratch_copy(task.files, prefix="flywheel-rollout-") as root:
+                outcome = run_unattended(
+                    recording, root, task.instruction, config, task.test_command, calls.on_event
+                )
+                diff = final_diff(root, task.files)
+                code, output, traj.error = self._verify(root, task)
+            passed, failed = count_tests(code, output)
+            traj.turns = recording.turns
+            traj.stop_reason = outcome.stop_reason or "waiting"
+            traj.passed = code == 0 and not traj.error
+            last = recording.turns[-1].finish_reason if recording.turns else ""
+            traj.truncated = traj.stop_reason in LIMIT_STOPS or last == "length"
+            traj.signals = {
+                "tests_after_passed": passed,
+                "tests_after_failed": failed,
+                "final_message": outcome.final,
+                "final_message_chars": len(outcome.final or ""),
+                "stop_reason": traj.stop_reason,
+                "stop_detail": outcome.detail,
+                "repeated_tool_calls": calls.repeated,
+                "final_diff": diff,
+                **calls.counts,
+            }
+            if code == 124:
+                traj.error = traj.error or "the verifier timed out"
+            if recording.errors:
+                traj.error = traj.error or recording.errors[0]
+        except Exception as exc:  # a crashed rollout is one bad trajectory, not a dead run
+            traj.turns = recording.turns
+            traj.error = f"rollout crashed: {type(exc).__name__}: {exc}"
+        traj.seconds = time.monotonic() - t0
+        return traj
+
+    def _harness_config(self, task, seed: int):
+        """The harness settings of one rollout: this environment's limits and sampling, the
+        task's own test command, unattended."""
+        from agent.harness import HarnessConfig
+        from agent.harness.config import ApprovalPolicy
+        from training.tasks.oracle import task_tools_config
+
+        return HarnessConfig(
             max_steps=self.max_turns,
             max_wall_s=self.wall_s,
             turn_max_tokens=self.turn_max_tokens,
@@ -392,47 +413,45 @@ class HarnessEnv:
             # grammar's mask would carry masked log-probabilities and bias the importance weights.
             constrain_tool_calls=False,
         )
+
+    def _verify(self, root: Path, task) -> tuple[int, str, str]:
+        """The task's tests on the rollout's workspace, with its test files restored first (an
+        edited test cannot pass the task): (exit code, output, error when they could not run)."""
+        from training.tasks.task import TEST_TIMEOUT_S, _run
+
+        for path, text in task.files.items():
+            if is_test_file(path):
+                Path(root, path).write_text(text)
         try:
-            with scratch_copy(task.files, prefix="flywheel-rollout-") as root:
-                outcome = run_unattended(
-                    recording, root, task.instruction, config, task.test_command, on_event
-                )
-                diff = final_diff(root, task.files)
-                for path, text in task.files.items():
-                    if is_test_file(path):
-                        Path(root, path).write_text(text)
-                try:
-                    with verifier_slots(self.test_workers):
-                        code, output = _run(task.test_command, str(root), TEST_TIMEOUT_S)
-                except OSError as exc:
-                    traj.error = f"verifier {task.test_command!r} could not run: {exc}"
-                    code, output = 1, ""
-            passed, failed = count_tests(code, output)
-            traj.turns = recording.turns
-            traj.stop_reason = outcome.stop_reason or "waiting"
-            traj.passed = code == 0 and not traj.error
-            last = recording.turns[-1].finish_reason if recording.turns else ""
-            traj.truncated = traj.stop_reason in LIMIT_STOPS or last == "length"
-            traj.signals = {
-                "tests_after_passed": passed,
-                "tests_after_failed": failed,
-                "final_message": outcome.final,
-                "final_message_chars": len(outcome.final or ""),
-                "stop_reason": traj.stop_reason,
-                "stop_detail": outcome.detail,
-                "repeated_tool_calls": repeated,
-                "final_diff": diff,
-                **counts,
-            }
-            if code == 124:
-                traj.error = traj.error or "the verifier timed out"
-            if recording.errors:
-                traj.error = traj.error or recording.errors[0]
-        except Exception as exc:  # a crashed rollout is one bad trajectory, not a dead run
-            traj.turns = recording.turns
-            traj.error = f"rollout crashed: {type(exc).__name__}: {exc}"
-        traj.seconds = time.monotonic() - t0
-        return traj
+            with verifier_slots(self.test_workers):
+                code, output = _run(task.test_command, str(root), TEST_TIMEOUT_S)
+        except OSError as exc:
+            return 1, "", f"verifier {task.test_command!r} could not run: {exc}"
+        return code, output, ""
+
+
+class _CallCounts:
+    """A rollout's tool calls, counted from the harness's progress events: calls, invalid ones,
+    failed ones, and calls identical to an earlier one (`repeated`)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, Any] = {"tool_calls": 0, "tool_errors": 0, "invalid_tool_calls": 0}
+        self.repeated = 0
+        self._seen: set[str] = set()
+
+    def on_event(self, event: dict) -> None:
+        from agent.harness.nodes import call_fingerprint
+
+        if event.get("kind") == "assistant":
+            calls = event.get("calls") or []
+            self.counts["tool_calls"] += len(calls) + len(event.get("errors") or [])
+            self.counts["invalid_tool_calls"] += len(event.get("errors") or [])
+            for call in calls:
+                fp = call_fingerprint(call["name"], call["arguments"])
+                self.repeated += fp in self._seen
+                self._seen.add(fp)
+        elif event.get("kind") == "tool" and event.get("is_error"):
+            self.counts["tool_errors"] += 1
 
 
 def make_env(recipe) -> MagicTokenEnv | HarnessEnv:

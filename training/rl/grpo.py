@@ -1,6 +1,6 @@
 """Dr. GRPO with truncated importance weights: advantages, token masks and the policy loss.
 
-Pure functions over plain lists and tensors; `trainer.py` runs the model, this module decides
+Pure functions over plain lists and tensors; `policy.py` runs the model, this module decides
 what the gradient is.
 
 Advantage (Dr. GRPO, Liu et al. 2025): A_i = r_i - mean(r_group). No division by the group's

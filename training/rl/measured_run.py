@@ -1,7 +1,7 @@
 """One measured RL run: does RL raise the agent's held-out pass@1, and by how much, with what certainty.
 
     tasks     the synthetic tasks of training/tasks (`generate_tasks`) and the real-code tasks of
-              training/real_tasks.py, both splits, in one tasks.jsonl under `--work` (or the
+              training/tasks/real.py, both splits, in one tasks.jsonl under `--work` (or the
               `--tasks` folder given); the held-out tasks alternate between the two sources, so
               the recipe's `eval_tasks` takes both kinds whatever its size
     run       `train_rl` with the recipe (recipes/rl_gpu.toml), `init` = `--model`, on `--device`:
@@ -53,7 +53,7 @@ class MeasuredRunError(RuntimeError):
 
 
 def real_code_tasks(rows: list[dict]) -> list:
-    """training/real_tasks.py rows as `Task`s (what the RL environment reads)."""
+    """training/tasks/real.py rows as `Task`s (what the RL environment reads)."""
     from training.tasks.task import Task
 
     tasks = []
@@ -86,7 +86,7 @@ def build_tasks(
     folder: Path, projects: int, real: str, seed: int, log: Callable[[str], None]
 ) -> Path:
     """folder/tasks.jsonl: synthetic tasks from `projects` projects and the real-code set
-    (`real`: a folder written by `python -m training.real_tasks --out`, "build" to build it
+    (`real`: a folder written by `python -m training.tasks.real build --out`, "build" to build it
     here, "none" to leave it out)."""
     from training.tasks.generation import default_workers, generate_tasks
 
@@ -94,7 +94,7 @@ def build_tasks(
     synthetic = generate_tasks(projects, seed=seed, heldout_fraction=0.5, workers=workers)
     code: list = []
     if real != "none":
-        from training.real_tasks import build, read_rows, write_set
+        from training.tasks.real import build, read_rows, write_set
 
         if real == "build":
             log(f"building the real-code tasks in {workers} processes")
@@ -252,9 +252,9 @@ def summary_lines(result: dict, k: int) -> list[str]:
 def measured_run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
     import torch
 
-    from training.loop import TrainingError
     from training.recipe import RecipeError, parse_overrides
     from training.rl import load_rl_recipe, train_rl
+    from training.trainer import TrainingError
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise MeasuredRunError(

@@ -16,7 +16,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from training.recipe import RecipeError, parse_overrides, read_toml
+from training.recipe import RecipeError, at_least_one, parse_overrides, read_toml
 
 ENVS = ("harness", "magic", "tab")  # tab: inline completions (training/tab_rl.py)
 RUNTIMES = ("inline", "processes", "ray")
@@ -116,29 +116,12 @@ class RLRecipe:
                 )
         if self.env == "harness" and not self.tasks:
             raise RecipeError("env 'harness' needs `tasks` (flywheel train tasks --out DIR)")
-        for key in (
-            "group_size",
-            "tasks_per_step",
-            "max_tokens",
-            "steps",
-            "micro_batch_rows",
-            "updates_per_batch",
-            "push_every",
-            "workers",
-            "worker_threads",
-            "max_turns",
-            "magic_tasks",
-            "magic_every",
-            "eval_tasks",
-            "eval_samples",
-            "log_every",
-            "save_every",
-            "keep_checkpoints",
-            "max_bad_steps",
-            "max_idle_groups",
-        ):
-            if getattr(self, key) < 1:
-                raise RecipeError(f"{key} must be >= 1, not {getattr(self, key)}")
+        at_least_one(
+            self,
+            "group_size tasks_per_step max_tokens steps micro_batch_rows updates_per_batch "
+            "push_every workers worker_threads max_turns magic_tasks magic_every eval_tasks "
+            "eval_samples log_every save_every keep_checkpoints max_bad_steps max_idle_groups",
+        )
         if self.group_size < 2:
             raise RecipeError("group_size must be >= 2: the baseline is the group's mean")
         if not self.temperature > 0:

@@ -1,7 +1,7 @@
 """Where rollout workers run: threads in this process, processes on this machine, or Ray actors.
 
 Every runtime runs the same `RolloutWorker` (one local engine + the environment) and offers the
-same four calls to the loop in async_loop.py:
+same four calls to the loop in run.py:
 
     submit(job)        queue a job; it goes to the next idle worker
     poll(timeout)      the `GroupResult`s that arrived (waits up to `timeout` for the first one)

@@ -35,32 +35,22 @@ def mutations(source: str) -> list[Mutation]:
     tree = ast.parse(source)
     lines = source.splitlines()
     found: list[Mutation] = []
-
-    def replace(family: str, lineno: int, start: int, end: int, text: str) -> None:
-        line = lines[lineno - 1]
-        found.append(Mutation(family, lineno, line, line[:start] + text + line[end:]))
-
     for node in ast.walk(tree):
         if isinstance(node, ast.BinOp) and node.left.end_lineno == node.right.lineno:
-            line = lines[node.lineno - 1]
-            gap = line[node.left.end_col_offset : node.right.col_offset]
-            op = gap.strip().strip("()").strip()
-            if op in _OPERATOR_SWAPS:
-                start = node.left.end_col_offset + gap.index(op)
-                replace(
-                    "bugfix/operator_swap", node.lineno, start, start + len(op), _OPERATOR_SWAPS[op]
-                )
+            found += _swap_operator(
+                "bugfix/operator_swap",
+                node.lineno,
+                node.left,
+                node.right,
+                _OPERATOR_SWAPS,
+                lines,
+                brackets=True,
+            )
         elif isinstance(node, ast.Compare) and len(node.ops) == 1:
             right = node.comparators[0]
-            if node.left.end_lineno != right.lineno:
-                continue
-            line = lines[node.lineno - 1]
-            gap = line[node.left.end_col_offset : right.col_offset]
-            op = gap.strip()
-            if op in _COMPARISON_SWAPS:
-                start = node.left.end_col_offset + gap.index(op)
-                replace(
-                    "bugfix/comparison", node.lineno, start, start + len(op), _COMPARISON_SWAPS[op]
+            if node.left.end_lineno == right.lineno:
+                found += _swap_operator(
+                    "bugfix/comparison", node.lineno, node.left, right, _COMPARISON_SWAPS, lines
                 )
         elif (
             isinstance(node, ast.Constant)
@@ -68,46 +58,91 @@ def mutations(source: str) -> list[Mutation]:
             and node.lineno == node.end_lineno
             and node.col_offset > 0
         ):
-            line = lines[node.lineno - 1]
-            if re.match(r"\s*[A-Z_]+ = ", line):  # constants are for edit tasks, not bugs
-                continue
-            for delta in (1, -1):
-                replace(
-                    "bugfix/off_by_one",
-                    node.lineno,
-                    node.col_offset,
-                    node.end_col_offset,
-                    str(node.value + delta),
-                )
+            found += _off_by_one(node, lines)
         elif isinstance(node, ast.Call) and len(node.args) >= 2 and not node.keywords:
-            a, b = node.args[0], node.args[1]
-            if not (a.lineno == a.end_lineno == b.lineno == b.end_lineno):
-                continue
-            line = lines[a.lineno - 1]
-            ta = line[a.col_offset : a.end_col_offset]
-            tb = line[b.col_offset : b.end_col_offset]
-            if ta == tb:
-                continue
-            mutated = line[: a.col_offset] + tb + line[a.end_col_offset : b.col_offset] + ta
-            found.append(
-                Mutation(
-                    "bugfix/swapped_arguments", a.lineno, line, mutated + line[b.end_col_offset :]
-                )
-            )
-    for node in ast.walk(tree):  # `len(x) - 1` style off-by-one in range/slice bounds
+            found += _swapped_arguments(node, lines)
+    for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "range" and node.args:
-            arg = node.args[-1]
-            if arg.lineno == arg.end_lineno and not isinstance(arg, ast.Constant):
-                line = lines[arg.lineno - 1]
-                text = line[arg.col_offset : arg.end_col_offset]
-                replace(
-                    "bugfix/off_by_one",
-                    arg.lineno,
-                    arg.col_offset,
-                    arg.end_col_offset,
-                    f"{text} - 1",
-                )
+            found += _range_bound(node, lines)
     return sorted(found, key=lambda m: (m.line, m.family, m.after))
+
+
+def _replace(
+    family: str, lines: list[str], lineno: int, start: int, end: int, text: str
+) -> Mutation:
+    """`lines[lineno]` with columns start..end replaced by `text`."""
+    line = lines[lineno - 1]
+    return Mutation(family, lineno, line, line[:start] + text + line[end:])
+
+
+def _swap_operator(
+    family: str,
+    lineno: int,
+    left: ast.expr,
+    right: ast.expr,
+    table: dict[str, str],
+    lines: list[str],
+    brackets: bool = False,
+) -> list[Mutation]:
+    """The operator written between `left` and `right`, swapped for its partner in `table`;
+    none when it has none. `brackets`: the operands' brackets may stand in the gap too."""
+    line = lines[lineno - 1]
+    gap = line[left.end_col_offset : right.col_offset]
+    op = gap.strip().strip("()").strip() if brackets else gap.strip()
+    if op not in table:
+        return []
+    start = left.end_col_offset + gap.index(op)
+    return [_replace(family, lines, lineno, start, start + len(op), table[op])]
+
+
+def _off_by_one(node: ast.Constant, lines: list[str]) -> list[Mutation]:
+    """An integer literal one more and one less (not in a module constant)."""
+    if re.match(r"\s*[A-Z_]+ = ", lines[node.lineno - 1]):  # constants are for edit tasks
+        return []
+    return [
+        _replace(
+            "bugfix/off_by_one",
+            lines,
+            node.lineno,
+            node.col_offset,
+            node.end_col_offset,
+            str(node.value + delta),
+        )
+        for delta in (1, -1)
+    ]
+
+
+def _swapped_arguments(node: ast.Call, lines: list[str]) -> list[Mutation]:
+    a, b = node.args[0], node.args[1]
+    if not (a.lineno == a.end_lineno == b.lineno == b.end_lineno):
+        return []
+    line = lines[a.lineno - 1]
+    ta = line[a.col_offset : a.end_col_offset]
+    tb = line[b.col_offset : b.end_col_offset]
+    if ta == tb:
+        return []
+    mutated = line[: a.col_offset] + tb + line[a.end_col_offset : b.col_offset] + ta
+    return [
+        Mutation("bugfix/swapped_arguments", a.lineno, line, mutated + line[b.end_col_offset :])
+    ]
+
+
+def _range_bound(node: ast.Call, lines: list[str]) -> list[Mutation]:
+    """`range(..., n)` -> `range(..., n - 1)`: the `len(x) - 1` kind of off-by-one."""
+    arg = node.args[-1]
+    if arg.lineno != arg.end_lineno or isinstance(arg, ast.Constant):
+        return []
+    text = lines[arg.lineno - 1][arg.col_offset : arg.end_col_offset]
+    return [
+        _replace(
+            "bugfix/off_by_one",
+            lines,
+            arg.lineno,
+            arg.col_offset,
+            arg.end_col_offset,
+            f"{text} - 1",
+        )
+    ]
 
 
 _BUG_PHRASES = [

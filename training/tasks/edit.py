@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 import random
 import re
+from dataclasses import dataclass
+from typing import Any
 
 from training.tasks.names import function_name
 from training.tasks.projects import Project, project_files, write_tests
@@ -25,12 +27,42 @@ def _sub_word(text: str, old: str, new: str) -> str:
 
 
 def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[Task]:
-    """Instruction-explicit edits. The workspace tests already describe the target."""
-    tasks = []
-    mod_file = f"{p.module}.py"
+    """Instruction-explicit edits, one per family (add_parameter only where the function's
+    returns can be scaled). The workspace tests already describe the target."""
     before = project_files(p)
+    tasks = []
+    for make in (_rename, _change_constant, _add_parameter, _add_import, _remove_function):
+        edit = make(p, rng)
+        if edit is not None:
+            files = {**before, f"test_{p.module}.py": edit.tests}
+            tasks.append(
+                make_task(
+                    edit.family,
+                    p,
+                    edit.instruction,
+                    files,
+                    edit.solution,
+                    heldout_fraction,
+                    **edit.notes,
+                )
+            )
+    return tasks
 
-    # rename a function everywhere it is used
+
+@dataclass
+class _Edit:
+    """One requested change: the workspace is the project with its test file already rewritten
+    for it."""
+
+    family: str
+    instruction: str
+    tests: str  # the project's test file, rewritten for the change
+    solution: dict[str, str]  # the files as the change leaves them
+    notes: dict[str, Any]  # what the oracle's answer names (Task.notes)
+
+
+def _rename(p: Project, rng: random.Random) -> _Edit:
+    """Rename a function everywhere it is used."""
     funcs = [v for k, v in p.names.items() if k not in ("cls", "legacy")]
     old = rng.choice(funcs)
     new = function_name(rng, set(funcs) | {old})
@@ -43,20 +75,13 @@ def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[
             "Please rename `{o}` to `{n}`. It is defined in {f} and used elsewhere.",
         ]
     )
-    tasks.append(
-        make_task(
-            "edit/rename",
-            p,
-            phr.format(o=old, n=new, f=mod_file),
-            {**before, f"test_{p.module}.py": after[f"test_{p.module}.py"]},
-            after,
-            heldout_fraction,
-            old=old,
-            new=new,
-        )
-    )
+    instruction = phr.format(o=old, n=new, f=f"{p.module}.py")
+    tests = after[f"test_{p.module}.py"]
+    return _Edit("edit/rename", instruction, tests, after, {"old": old, "new": new})
 
-    # change a constant
+
+def _change_constant(p: Project, rng: random.Random) -> _Edit:
+    """Change the value of a module constant."""
     name, value = rng.choice(list(p.constants.items()))
     if isinstance(value, str):
         new_value: object = rng.choice([v for v in ["-", "_", ".", "...", "~", ":"] if v != value])
@@ -73,52 +98,42 @@ def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[
             "The {c} constant should be {n!r} instead of {o!r}; update {f}.",
         ]
     )
-    tasks.append(
-        make_task(
-            "edit/constant",
-            p,
-            phr.format(c=name, f=mod_file, o=value, n=new_value),
-            {**before, f"test_{p.module}.py": after[f"test_{p.module}.py"]},
-            {mod_file: src},
-            heldout_fraction,
-            constant=name,
-            old=value,
-            new=new_value,
-        )
-    )
+    mod_file = f"{p.module}.py"
+    instruction = phr.format(c=name, f=mod_file, o=value, n=new_value)
+    notes = {"constant": name, "old": value, "new": new_value}
+    return _Edit("edit/constant", instruction, after[f"test_{p.module}.py"], {mod_file: src}, notes)
 
-    # add a keyword parameter that scales a numeric result
+
+def _add_parameter(p: Project, rng: random.Random) -> _Edit | None:
+    """Add a keyword parameter that scales a numeric result (None where the returns cannot be
+    rewritten)."""
     func = rng.choice(p.numeric_functions)
     param = rng.choice(["scale", "factor", "multiplier", "weight"])
     src = _add_scale_parameter(p.source, func, param)
-    if src is not None:
-        example = next((c for c in p.calls if c.startswith(f"mod.{func}(")), None)
-        calls = list(p.calls)
-        if example:
-            calls.append(example[:-1] + f", {param}=3)")
-        after = project_files(p, src, calls=calls)
-        phr = rng.choice(
-            [
-                "Add a keyword parameter `{p}` (default 1) to `{fn}` in {f}; the "
-                "function should return its result multiplied by `{p}`.",
-                "{fn} needs an optional `{p}=1` argument that multiplies what it returns",
-                "Give `{fn}` a `{p}` parameter, default 1, scaling the returned value.",
-            ]
-        )
-        tasks.append(
-            make_task(
-                "edit/add_parameter",
-                p,
-                phr.format(p=param, fn=func, f=mod_file),
-                {**before, f"test_{p.module}.py": after[f"test_{p.module}.py"]},
-                {mod_file: src},
-                heldout_fraction,
-                function=func,
-                parameter=param,
-            )
-        )
+    if src is None:
+        return None
+    example = next((c for c in p.calls if c.startswith(f"mod.{func}(")), None)
+    calls = list(p.calls)
+    if example:
+        calls.append(example[:-1] + f", {param}=3)")
+    after = project_files(p, src, calls=calls)
+    phr = rng.choice(
+        [
+            "Add a keyword parameter `{p}` (default 1) to `{fn}` in {f}; the "
+            "function should return its result multiplied by `{p}`.",
+            "{fn} needs an optional `{p}=1` argument that multiplies what it returns",
+            "Give `{fn}` a `{p}` parameter, default 1, scaling the returned value.",
+        ]
+    )
+    mod_file = f"{p.module}.py"
+    instruction = phr.format(p=param, fn=func, f=mod_file)
+    notes = {"function": func, "parameter": param}
+    tests = after[f"test_{p.module}.py"]
+    return _Edit("edit/add_parameter", instruction, tests, {mod_file: src}, notes)
 
-    # add an import (and the one line that uses it)
+
+def _add_import(p: Project, rng: random.Random) -> _Edit:
+    """Add an import and the one line that uses it."""
     variant = rng.choice(["logging", "pathlib"])
     if variant == "logging":
         addition = "import logging\n\nlogger = logging.getLogger(__name__)\n"
@@ -159,35 +174,20 @@ def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[
     doc_end = p.source.index('"""', 3) + 4
     src = p.source[:doc_end] + "\n" + addition + p.source[doc_end:]
     tests = write_tests(p.module, p.helper, src, p.helper_source, p.calls, extra, p.test_style)
-    tasks.append(
-        make_task(
-            "edit/add_import",
-            p,
-            phr.format(f=mod_file),
-            {**before, f"test_{p.module}.py": tests},
-            {mod_file: src},
-            heldout_fraction,
-            variant=variant,
-        )
-    )
+    mod_file = f"{p.module}.py"
+    notes = {"variant": variant}
+    return _Edit("edit/add_import", phr.format(f=mod_file), tests, {mod_file: src}, notes)
 
-    # remove the unused legacy function
+
+def _remove_function(p: Project, rng: random.Random) -> _Edit:
+    """Remove the unused legacy function."""
     legacy = p.names["legacy"]
     src = re.sub(rf"\n\n\ndef {legacy}\(.*?(?=\n\n\n|\Z)", "", p.source, flags=re.S)
     src = src.rstrip("\n") + "\n"
-    tests = write_tests(
-        p.module,
-        p.helper,
-        src,
-        p.helper_source,
-        p.calls,
-        _style(
-            p,
-            [f'self.assertFalse(hasattr(mod, "{legacy}"))'],
-            [f'assert not hasattr(mod, "{legacy}")'],
-        ),
-        p.test_style,
+    gone = _style(
+        p, [f'self.assertFalse(hasattr(mod, "{legacy}"))'], [f'assert not hasattr(mod, "{legacy}")']
     )
+    tests = write_tests(p.module, p.helper, src, p.helper_source, p.calls, gone, p.test_style)
     phr = rng.choice(
         [
             "Remove the unused function `{l}` from {f}.",
@@ -195,18 +195,9 @@ def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[
             "`{l}` in {f} is dead code; remove it.",
         ]
     )
-    tasks.append(
-        make_task(
-            "edit/remove_function",
-            p,
-            phr.format(l=legacy, f=mod_file),
-            {**before, f"test_{p.module}.py": tests},
-            {mod_file: src},
-            heldout_fraction,
-            function=legacy,
-        )
-    )
-    return tasks
+    mod_file = f"{p.module}.py"
+    instruction = phr.format(l=legacy, f=mod_file)
+    return _Edit("edit/remove_function", instruction, tests, {mod_file: src}, {"function": legacy})
 
 
 def _add_scale_parameter(source: str, func: str, param: str) -> str | None:

@@ -177,103 +177,16 @@ def oracle_trajectory(
 
     scratch = HarnessScratch(task)
     context = render_context(scratch.workspace, task.instruction, None, HarnessConfig().map_tokens)
-    messages: list[dict] = first_messages(task.instruction, context)
-    counter = iter(range(1, 1000))
-
-    def step(content: str, *calls: tuple[str, dict]) -> list[tuple[str, bool]]:
-        tool_calls = [
-            {
-                "id": f"call_{next(counter)}",
-                "type": "function",
-                "function": {"name": n, "arguments": json.dumps(a, ensure_ascii=False)},
-            }
-            for n, a in calls
-        ]
-        messages.append({"role": "assistant", "content": content, "tool_calls": tool_calls})
-        results = []
-        for call, (name, args) in zip(tool_calls, calls, strict=True):
-            result, is_error = scratch.call(name, args)
-            results.append((result, is_error))
-            messages.append(
-                {"role": "tool", "tool_call_id": call["id"], "name": name, "content": result}
-            )
-        return results
-
+    talk = _Conversation(scratch, first_messages(task.instruction, context))
     try:
-        changed = sorted(task.solution)
-        bug = task.family.startswith("bugfix/")
-        if rng.random() < 0.5:
-            step(rng.choice(_INTROS), ("list_files", {}))
-        ran_tests = bug and rng.random() < test_first  # a fix is read from the failure
-        if ran_tests:
-            step(rng.choice(_TEST_INTROS), ("run_tests", {}))
-        symbol = (
-            task.notes.get("old")
-            if task.family == "edit/rename"
-            else task.notes.get("function") or task.notes.get("constant")
-        )
-        if symbol and isinstance(symbol, str) and rng.random() < 0.5:
-            step(
-                rng.choice(["", f"Where is `{symbol}` used?", f"Searching for {symbol}."]),
-                ("search", {"pattern": rf"\b{re.escape(symbol)}\b"}),
-            )
-        for path in changed:
-            text = task.files.get(path, "")
-            n_lines = len(text.splitlines())
-            if bug and "line" in task.notes and rng.random() < 0.3 and n_lines > 20:
-                line = task.notes["line"]
-                args = {"path": path, "start_line": max(1, line - 8), "end_line": line + 8}
-            else:
-                args = {"path": path}
-            step(rng.choice(_READ_INTROS).format(f=path), ("read_file", args))
-        if rng.random() < 0.25:
-            test_file = next(p for p in task.files if p.startswith("test_"))
-            step(rng.choice(["", "And the tests."]), ("read_file", {"path": test_file}))
+        ran_tests = _explore(talk, task, rng, test_first)
         current = dict(task.files)
-        if mistake:
-            path = changed[0]
-            wrong = _wrong_edit(mistake, current.get(path, ""), task.solution[path], rng)
-            if wrong is None:
-                raise TaskRejected(f"no {mistake} mistake for task {task.id}")
-            hunks, applies = wrong
-            results = step(
-                rng.choice(_EDIT_INTROS).format(f=path),
-                ("edit_file", {"path": path, "hunks": hunks}),
-            )
-            messages[-2]["weight"] = 0
-            if results[0][1] == applies:
-                raise TaskRejected(f"{mistake} mistake for task {task.id}: {results[0][0][:200]}")
-            recovery = rng.choice(_RECOVERY_INTROS[mistake])  # said once, on the next turn
-            if applies:
-                current[path] = apply_hunks(current[path], hunks)
-                step(rng.choice(_TEST_INTROS), ("run_tests", {}))
-                if messages[-1]["content"].startswith("tests passed"):
-                    raise TaskRejected(f"wrong-site edit for task {task.id} passes the tests")
-                step(recovery, ("read_file", {"path": path}))
-                recovery = ""
-            elif rng.random() < 0.3:
-                step(recovery, ("read_file", {"path": path}))
-                recovery = ""
-        for path in changed:
-            old, new = current.get(path, ""), task.solution[path]
-            intro = rng.choice(_EDIT_INTROS).format(f=path)
-            recovering = mistake and path == changed[0]
-            diagnosed = diagnose and ran_tests and bool(old) and not recovering
-            if recovering:
-                intro = recovery
-            elif diagnosed:
-                intro = _diagnosis(task, path, rng)
-            write = not old or (rng.random() < 0.12 and len(new) < 3000)
-            if write and not diagnosed:
-                results = step(intro, ("write_file", {"path": path, "content": new}))
-            else:
-                results = step(intro, ("edit_file", {"path": path, "hunks": hunks_for(old, new)}))
-            if results[0][1]:
-                raise TaskRejected(f"oracle edit failed for task {task.id}: {results[0][0][:300]}")
-        step(rng.choice(_VERIFY_INTROS), ("run_tests", {}))
-        if not messages[-1]["content"].startswith("tests passed"):
+        recovery = _mistake(talk, task, rng, mistake, current) if mistake else None
+        _edits(talk, task, rng, current, recovery, diagnose and ran_tests)
+        talk.step(rng.choice(_VERIFY_INTROS), ("run_tests", {}))
+        if not talk.last().startswith("tests passed"):
             raise TaskRejected(f"oracle for task {task.id} did not make the tests pass")
-        messages.append({"role": "assistant", "content": _answer(task, rng)})
+        talk.messages.append({"role": "assistant", "content": _answer(task, rng)})
     finally:
         scratch.close()
     return {
@@ -281,8 +194,137 @@ def oracle_trajectory(
         "family": task.family,
         "split": task.split,
         "tools": tool_schemas(),
-        "messages": messages,
+        "messages": talk.messages,
     }
+
+
+class _Conversation:
+    """A trajectory's messages; each assistant turn's tool calls run on the scratch workspace
+    and their results follow as tool messages."""
+
+    def __init__(self, scratch: HarnessScratch, messages: list[dict]) -> None:
+        self.scratch, self.messages = scratch, messages
+        self._ids = iter(range(1, 1000))
+
+    def step(self, content: str, *calls: tuple[str, dict]) -> list[tuple[str, bool]]:
+        """One assistant turn: `content` and `calls`; returns each call's (result, is_error)."""
+        tool_calls = [
+            {
+                "id": f"call_{next(self._ids)}",
+                "type": "function",
+                "function": {"name": n, "arguments": json.dumps(a, ensure_ascii=False)},
+            }
+            for n, a in calls
+        ]
+        self.messages.append({"role": "assistant", "content": content, "tool_calls": tool_calls})
+        results = []
+        for call, (name, args) in zip(tool_calls, calls, strict=True):
+            result, is_error = self.scratch.call(name, args)
+            results.append((result, is_error))
+            self.messages.append(
+                {"role": "tool", "tool_call_id": call["id"], "name": name, "content": result}
+            )
+        return results
+
+    def last(self) -> str:
+        return self.messages[-1]["content"]
+
+
+def _explore(talk: _Conversation, task: Task, rng: random.Random, test_first: float) -> bool:
+    """The turns before any edit: perhaps the file list, the tests (a bug fix, with probability
+    `test_first`), a search for the symbol the task names, then each file to change and perhaps
+    the tests' file. Returns whether the tests ran."""
+    bug = task.family.startswith("bugfix/")
+    if rng.random() < 0.5:
+        talk.step(rng.choice(_INTROS), ("list_files", {}))
+    ran_tests = bug and rng.random() < test_first  # a fix is read from the failure
+    if ran_tests:
+        talk.step(rng.choice(_TEST_INTROS), ("run_tests", {}))
+    symbol = (
+        task.notes.get("old")
+        if task.family == "edit/rename"
+        else task.notes.get("function") or task.notes.get("constant")
+    )
+    if symbol and isinstance(symbol, str) and rng.random() < 0.5:
+        talk.step(
+            rng.choice(["", f"Where is `{symbol}` used?", f"Searching for {symbol}."]),
+            ("search", {"pattern": rf"\b{re.escape(symbol)}\b"}),
+        )
+    for path in sorted(task.solution):
+        text = task.files.get(path, "")
+        n_lines = len(text.splitlines())
+        if bug and "line" in task.notes and rng.random() < 0.3 and n_lines > 20:
+            line = task.notes["line"]
+            args = {"path": path, "start_line": max(1, line - 8), "end_line": line + 8}
+        else:
+            args = {"path": path}
+        talk.step(rng.choice(_READ_INTROS).format(f=path), ("read_file", args))
+    if rng.random() < 0.25:
+        test_file = next(p for p in task.files if p.startswith("test_"))
+        talk.step(rng.choice(["", "And the tests."]), ("read_file", {"path": test_file}))
+    return ran_tests
+
+
+def _mistake(
+    talk: _Conversation, task: Task, rng: random.Random, mistake: str, current: dict[str, str]
+) -> str:
+    """The wrong first edit of a recovery trajectory (weight 0) and the harness's real reply;
+    after an edit that applied, the failing tests and a fresh read. `current` follows the files.
+    Returns what the correct edit's turn says, or "" when a turn here already said it."""
+    path = sorted(task.solution)[0]
+    wrong = _wrong_edit(mistake, current.get(path, ""), task.solution[path], rng)
+    if wrong is None:
+        raise TaskRejected(f"no {mistake} mistake for task {task.id}")
+    hunks, applies = wrong
+    results = talk.step(
+        rng.choice(_EDIT_INTROS).format(f=path),
+        ("edit_file", {"path": path, "hunks": hunks}),
+    )
+    talk.messages[-2]["weight"] = 0
+    if results[0][1] == applies:
+        raise TaskRejected(f"{mistake} mistake for task {task.id}: {results[0][0][:200]}")
+    recovery = rng.choice(_RECOVERY_INTROS[mistake])  # said once, on the next turn
+    if applies:
+        current[path] = apply_hunks(current[path], hunks)
+        talk.step(rng.choice(_TEST_INTROS), ("run_tests", {}))
+        if talk.last().startswith("tests passed"):
+            raise TaskRejected(f"wrong-site edit for task {task.id} passes the tests")
+        talk.step(recovery, ("read_file", {"path": path}))
+        return ""
+    if rng.random() < 0.3:
+        talk.step(recovery, ("read_file", {"path": path}))
+        return ""
+    return recovery
+
+
+def _edits(
+    talk: _Conversation,
+    task: Task,
+    rng: random.Random,
+    current: dict[str, str],
+    recovery: str | None,
+    diagnose: bool,
+) -> None:
+    """The correct edit of each file to change, from the file as it now is (`current`): hunks,
+    or sometimes the whole file. `recovery` (after a mistake) is what the first edit's turn says;
+    with `diagnose`, a fix says which test fails and which line is wrong (`_diagnosis`)."""
+    changed = sorted(task.solution)
+    for path in changed:
+        old, new = current.get(path, ""), task.solution[path]
+        intro = rng.choice(_EDIT_INTROS).format(f=path)
+        recovering = recovery is not None and path == changed[0]
+        diagnosed = diagnose and bool(old) and not recovering
+        if recovering:
+            intro = recovery
+        elif diagnosed:
+            intro = _diagnosis(task, path, rng)
+        write = not old or (rng.random() < 0.12 and len(new) < 3000)
+        if write and not diagnosed:
+            results = talk.step(intro, ("write_file", {"path": path, "content": new}))
+        else:
+            results = talk.step(intro, ("edit_file", {"path": path, "hunks": hunks_for(old, new)}))
+        if results[0][1]:
+            raise TaskRejected(f"oracle edit failed for task {task.id}: {results[0][0][:300]}")
 
 
 def _wrong_edit(

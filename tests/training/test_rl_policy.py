@@ -12,8 +12,8 @@ import torch
 from agent.engine import EngineConfig, Request, SamplingParams, open_engine
 from training.rl.environments import HarnessEnv, RecordingEngine, count_tests, policy_version
 from training.rl.grpo import collate, turn_row
+from training.rl.policy import Policy
 from training.rl.recipe import rl_recipe_from_dict
-from training.rl.trainer import Policy
 from training.tasks.task import Task
 
 

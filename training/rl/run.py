@@ -8,7 +8,7 @@
     run       keep `in_flight` jobs (async) or exactly one batch of jobs (sync) at the workers,
               each job's task picked by the curriculum (curriculum.py); admit each returned
               group (below); when `tasks_per_step` groups are admitted, one update
-              (trainer.py), version + 1; every `push_every` updates new weights go to the
+              (policy.py), version + 1; every `push_every` updates new weights go to the
               workers; metrics each update, held-out pass@1 / pass@k at the start, every
               `eval_every` updates and at the end, a checkpoint every `save_every`; with
               `budget_s`, no update begins once the time left of it is no more than the first
@@ -36,7 +36,7 @@ next batch of jobs is submitted only after the previous update's weights reached
 Run folder (`recipe.out`):
 
     checkpoints/step_0000010/   trainer.pt + model/ (a loadable checkpoint) + state.json
-    checkpoints/latest          the newest complete checkpoint (atomic, as in training/loop.py)
+    checkpoints/latest          the newest complete checkpoint (atomic, as in training/trainer.py)
     weights/v000010/            the snapshot pushed to the rollout engines (recent ones kept)
     metrics.jsonl               {"step", "kind": "train" | "eval", ...} one object per line
     rewards.png                 reward mean +- spread, pass@1, pass@G per update; held-out points
@@ -67,16 +67,16 @@ from pathlib import Path
 import torch
 
 from agent.files import atomic_write_text
-from training.loop import MetricsLog, TelemetryRun, TrainingError, latest_checkpoint
 from training.rl.curriculum import Curriculum
 from training.rl.curves import plot
 from training.rl.environments import make_env, version_name
 from training.rl.grpo import group_rows, pass_at_k, zero_variance
+from training.rl.policy import Policy
 from training.rl.recipe import RLRecipe
 from training.rl.reward import RewardSpec
 from training.rl.runtimes import RuntimeFailure, make_runtime
-from training.rl.trainer import Policy
 from training.rl.trajectory import GroupResult, Job, Trajectory
+from training.trainer import MetricsLog, TelemetryRun, TrainingError, latest_checkpoint
 
 COUNTERS = (
     "rollout_errors",  # jobs whose rollout crashed or whose worker died / timed out

@@ -105,17 +105,10 @@ class Policy:
         if not rows:
             return {"skipped": 1.0, "skip_reason": "no trainable tokens"}  # type: ignore[dict-item]
         norm = float(max(1, n_trajectories) * (recipe.loss_tokens or recipe.max_tokens))
-        prox: dict[int, torch.Tensor] = {}
-        if recipe.updates_per_batch > 1:
-            with torch.no_grad():
-                for micro in self._micro_batches(rows):
-                    logprobs, _ = self.score(collate(micro, self.pad_id, self.device))
-                    for row, lp in zip(micro, logprobs, strict=True):
-                        prox[id(row)] = lp[: len(row.input_ids)]
+        prox = self._proximal_logprobs(rows) if recipe.updates_per_batch > 1 else {}
         per_update = math.ceil(len(rows) / recipe.updates_per_batch)
-        totals = {
-            k: 0.0
-            for k in (
+        totals = dict.fromkeys(
+            (
                 "loss",
                 "tokens",
                 "is_weight",
@@ -124,8 +117,9 @@ class Policy:
                 "clipped",
                 "kl",
                 "entropy",
-            )
-        }
+            ),
+            0.0,
+        )
         grad_norm = 0.0
         for u in range(recipe.updates_per_batch):
             part = rows[u * per_update : (u + 1) * per_update]
@@ -133,32 +127,10 @@ class Policy:
                 break
             self.optimizer.zero_grad(set_to_none=True)
             for micro in self._micro_batches(part):
-                batch = collate(micro, self.pad_id, self.device)
-                logprobs, entropy = self.score(batch)
-                prox_lp = None
-                if prox:
-                    prox_lp = torch.zeros_like(logprobs)
-                    for i, row in enumerate(micro):
-                        prox_lp[i, : len(row.input_ids)] = prox[id(row)]
-                loss, stats = policy_loss(
-                    logprobs,
-                    batch.old_logprobs,
-                    batch.advantages,
-                    batch.mask,
-                    norm,
-                    prox_logprobs=prox_lp,
-                    is_cap=recipe.is_cap,
-                    clip_low=recipe.clip_low,
-                    clip_high=recipe.clip_high,
-                )
-                if not torch.isfinite(loss):
+                skip = self._backward(micro, prox, norm, totals)
+                if skip:
                     self.optimizer.zero_grad(set_to_none=True)
-                    return {"skipped": 1.0, "skip_reason": f"loss is {loss.item()}"}  # type: ignore[dict-item]
-                loss.backward()
-                totals["loss"] += loss.item()
-                totals["entropy"] += float((entropy * batch.mask).sum())
-                for key, value in stats.items():
-                    totals[key] += float(value)
+                    return {"skipped": 1.0, "skip_reason": skip}  # type: ignore[dict-item]
             grad_norm = float(
                 torch.nn.utils.clip_grad_norm_(self.params, recipe.grad_clip or float("inf"))
             )
@@ -181,6 +153,54 @@ class Policy:
             "grad_norm": grad_norm,
             "trained_tokens": totals["tokens"],
         }
+
+    def _proximal_logprobs(self, rows: list[Row]) -> dict[int, torch.Tensor]:
+        """log pi_prox of every row before the first update (a no-grad pass): id(row) ->
+        [row length]."""
+        prox: dict[int, torch.Tensor] = {}
+        with torch.no_grad():
+            for micro in self._micro_batches(rows):
+                logprobs, _ = self.score(collate(micro, self.pad_id, self.device))
+                for row, lp in zip(micro, logprobs, strict=True):
+                    prox[id(row)] = lp[: len(row.input_ids)]
+        return prox
+
+    def _backward(
+        self,
+        micro: list[Row],
+        prox: dict[int, torch.Tensor],
+        norm: float,
+        totals: dict[str, float],
+    ) -> str:
+        """The loss of one micro-batch, backward, its statistics added to `totals`; returns why
+        the step must be skipped (a loss that is not finite), else ""."""
+        recipe = self.recipe
+        batch = collate(micro, self.pad_id, self.device)
+        logprobs, entropy = self.score(batch)  # [rows, seq] each
+        prox_lp = None
+        if prox:
+            prox_lp = torch.zeros_like(logprobs)
+            for i, row in enumerate(micro):
+                prox_lp[i, : len(row.input_ids)] = prox[id(row)]
+        loss, stats = policy_loss(
+            logprobs,
+            batch.old_logprobs,
+            batch.advantages,
+            batch.mask,
+            norm,
+            prox_logprobs=prox_lp,
+            is_cap=recipe.is_cap,
+            clip_low=recipe.clip_low,
+            clip_high=recipe.clip_high,
+        )
+        if not torch.isfinite(loss):
+            return f"loss is {loss.item()}"
+        loss.backward()
+        totals["loss"] += loss.item()
+        totals["entropy"] += float((entropy * batch.mask).sum())
+        for key, value in stats.items():
+            totals[key] += float(value)
+        return ""
 
     def weights_finite(self) -> bool:
         return all(bool(torch.isfinite(p).all()) for p in self.trunk.parameters())

@@ -1,7 +1,7 @@
 """The whole flywheel, end to end through real processes and a real LSP client:
 scripted editor sessions produce telemetry; `flywheel cycle` trains a candidate, benchmarks it and
 promotes it; the running language server serves the new version in the next request; a rollback
-restores the old one. (tests/loop/test_cycle.py is its shorter variant, with `flywheel serve` and
+restores the old one. (tests/cycle/test_cycle.py is its shorter variant, with `flywheel serve` and
 sessions recorded directly.)"""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import asyncio
 import pytest
 from lsprotocol import types
 
+from tests.cycle.test_cycle import flywheel, quick_cycle
 from tests.harness.replay import call
-from tests.loop.test_cycle import flywheel
 from tests.lsp.conftest import SAMPLING_OPTIONS, start_editor, stop_editor
 
 # ~35 s, in the default suite: CI runs the acceptance itself
@@ -95,23 +95,12 @@ async def test_sessions_cycle_promotion_reaches_the_editor_and_rollback(tmp_path
         assert await suggestion_version(ed, uri) == v1
         seen = len(ed.notes["flywheel/status"])
         done = await asyncio.to_thread(
-            flywheel,
-            "cycle",
-            "--quick",
-            "--registry",
-            str(registry.root),
-            "--telemetry-db",
-            str(tmp_path / "telemetry.db"),
-            "--work",
-            str(tmp_path / "work"),
-            "--held-out-percent",
-            "0",
+            quick_cycle,
+            registry.root,
+            tmp_path / "telemetry.db",
+            tmp_path / "work",
             "--min-reward",
             "0",
-            "--bench-projects",
-            "1",
-            "--bench-tasks",
-            "4",
         )
         assert done.returncode == 0, done.stdout + done.stderr
         candidate = registry.promoted()

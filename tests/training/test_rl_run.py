@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+import training.rl.run as rl_run
 from tests.training.rl_toy import FaultyEnv, toy_recipe, toy_values
-from training.rl import async_loop, train_rl
+from training.rl import train_rl
 from training.rl.runtimes import RolloutWorker
 
 ROOT = Path(__file__).parents[2]
@@ -113,7 +114,7 @@ def test_toy_is_learned_in_asynchronous_mode(tmp_path, tiny_checkpoint, monkeypa
         runtimes.append(SeededRuntime(env, model_path, recipe, log))
         return runtimes[-1]
 
-    monkeypatch.setattr(async_loop, "make_runtime", seeded)
+    monkeypatch.setattr(rl_run, "make_runtime", seeded)
     lines: list[str] = []
     recipe = toy_recipe(
         tmp_path / "run",
@@ -201,7 +202,7 @@ def test_a_dead_worker_process_is_restarted(tmp_path, tiny_checkpoint):
 
 
 def test_reward_version_change_refuses_to_resume(tmp_path, tiny_checkpoint):
-    from training.loop import TrainingError
+    from training.trainer import TrainingError
 
     train_rl(toy_recipe(tmp_path / "run", tiny_checkpoint, steps=1, save_every=1), log=print)
     changed = toy_recipe(

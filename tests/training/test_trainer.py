@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from training import stages
-from training.loop import TrainingError, latest_checkpoint, train
 from training.recipe import Recipe
+from training.trainer import TrainingError, latest_checkpoint, train
 
 ROOT = Path(__file__).parents[2]
 
@@ -375,7 +375,7 @@ def test_a_bf16_recipe_trains_in_float32_where_bf16_kernels_are_missing(
 ):
     """An AVX2-only CPU multiplies bfloat16 on a single-threaded fallback: the loop says so and
     trains in float32 instead (the same recipe runs fast on CPUs with and without the kernels)."""
-    import training.loop as loop
+    import training.trainer as trainer
 
     seen = []
     real_autocast = torch.autocast
@@ -384,12 +384,12 @@ def test_a_bf16_recipe_trains_in_float32_where_bf16_kernels_are_missing(
         seen.append(enabled)
         return real_autocast(device_type, dtype=dtype, enabled=enabled)
 
-    monkeypatch.setattr(loop.torch, "autocast", autocast)
-    monkeypatch.setattr(loop, "bf16_is_fast", lambda device: False)
+    monkeypatch.setattr(trainer.torch, "autocast", autocast)
+    monkeypatch.setattr(trainer, "bf16_is_fast", lambda device: False)
     recipe = tiny("pretrain", tmp_path / "run", data=str(corpus), steps=2, precision="bf16")
     train(recipe, progress=False)
     assert seen == [False]
     assert "no fast bfloat16 matrix kernels on this cpu; training in float32" in (
         capsys.readouterr().out
     )
-    assert isinstance(loop.bf16_is_fast(torch.device("cpu")), bool)
+    assert isinstance(trainer.bf16_is_fast(torch.device("cpu")), bool)

@@ -7,11 +7,12 @@ import json
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 
+from tests.cycle.conftest import record_sessions
 from tests.flywheel_server import running_server
-from tests.loop.conftest import record_sessions
 from training import cycle
 from training.cycle import CycleBusy, cycle_lock, due
 
@@ -25,6 +26,27 @@ def flywheel(command: str, *args: str) -> subprocess.CompletedProcess:
     head = ["agent.cli", command] if command in COMMANDS else [MODULES[command]]
     return subprocess.run(
         [sys.executable, "-m", *head, *args], capture_output=True, text=True, timeout=600
+    )
+
+
+def quick_cycle(registry_root: Path, db: Path, work: Path, *extra: str):
+    """`flywheel cycle --quick` on every session (none held out), scored on four tasks."""
+    return flywheel(
+        "cycle",
+        "--quick",
+        "--registry",
+        str(registry_root),
+        "--telemetry-db",
+        str(db),
+        "--work",
+        str(work),
+        "--held-out-percent",
+        "0",
+        "--bench-projects",
+        "1",
+        "--bench-tasks",
+        "4",
+        *extra,
     )
 
 
@@ -50,20 +72,10 @@ def test_cycle_trains_gates_promotes_and_the_server_follows(registry, tiny_check
     v1 = registry.add(tiny_checkpoint)
     registry.promote(v1, forced=True)
     flags = ("--registry", str(registry.root), "--reload-interval", "600")
-    cycle_args = ("cycle", "--quick", "--registry", str(registry.root), "--telemetry-db", str(db))
-    cycle_args += ("--work", str(tmp_path / "work"))
     with running_server("registry", *flags) as url:
         before = version_and_ids(url)
         assert before[0] == v1
-        done = flywheel(
-            *cycle_args,
-            "--held-out-percent",
-            "0",
-            "--bench-projects",
-            "1",
-            "--bench-tasks",
-            "4",
-        )
+        done = quick_cycle(registry.root, db, tmp_path / "work")
         assert done.returncode == 0, done.stdout + done.stderr
         candidate = registry.promoted()
         assert candidate != v1 and f"{candidate} promoted" in done.stdout
@@ -91,7 +103,7 @@ def test_cycle_trains_gates_promotes_and_the_server_follows(registry, tiny_check
     assert "oracle_logprob" in json.loads(metrics[0])["benchmark"]
 
     # Nothing new since: the next cycle says so and trains nothing.
-    again = flywheel(*cycle_args)
+    again = quick_cycle(registry.root, db, tmp_path / "work")
     assert again.returncode == 0 and "0 new session(s)" in again.stdout
     assert registry.promoted() == v1 and len(registry.versions()) == 2
 

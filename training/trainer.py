@@ -39,6 +39,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -350,24 +351,7 @@ def train(recipe: Recipe, resume: bool = True, progress: bool = True) -> Path:
     runtime.barrier()
 
     job = stages.build(recipe, runtime.device, runtime.rank)
-    params = [p for p in job.model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(
-        param_groups(job.model, recipe),
-        lr=recipe.lr,
-        betas=(0.9, 0.95),
-        weight_decay=recipe.weight_decay,
-    )
-    engine = None
-    if runtime.deepspeed:
-        import deepspeed
-
-        engine, optimizer, _, _ = deepspeed.initialize(
-            model=job.model,
-            optimizer=optimizer,
-            model_parameters=params,
-            config=deepspeed_config(recipe),
-        )
-
+    params, optimizer, engine = _optimizer(job, recipe, runtime)
     step = 0
     checkpoint = latest_checkpoint(ckpts) if resume else None
     if checkpoint is not None:
@@ -378,48 +362,21 @@ def train(recipe: Recipe, resume: bool = True, progress: bool = True) -> Path:
         print(f"resuming {recipe.name} from {checkpoint.name} (step {step} of {recipe.steps})")
 
     bar = _progress(recipe, step, enabled=progress and runtime.main)
-    bf16 = recipe.precision == "bf16" and engine is None
-    if bf16 and not bf16_is_fast(runtime.device):
-        bf16 = False
-        if runtime.main:
-            kind = runtime.device.type
-            print(
-                f"{recipe.name}: no fast bfloat16 matrix kernels on this {kind}; training in float32"
-            )
+    bf16 = _bf16(recipe, runtime, engine)
     autocast = torch.autocast(runtime.device.type, dtype=torch.bfloat16, enabled=bf16)
     last_eval: dict = {}
     status = "failed"
     try:
-        # tokens a micro-batch holds, unless its loss reports the real count (`tokens`: SFT rows
-        # vary in length and share a prefix)
-        tokens_per_micro = recipe.batch_size * recipe.seq_len
         seen = 0  # tokens trained on since the last log line, all processes
         tick = time.perf_counter()
         while step < recipe.steps:
             lr = learning_rate(recipe, step)
             for group in optimizer.param_groups:
                 group["lr"] = lr * group.get("lr_scale", 1.0)
-            total, extra = 0.0, {}
-            for micro in range(recipe.grad_accum):
-                with autocast:
-                    loss, extra = job.loss(job.batch(step * recipe.grad_accum + micro))
-                seen += int(extra.pop("tokens", tokens_per_micro)) * runtime.world
-                if not torch.isfinite(loss):
-                    raise TrainingError(
-                        f"loss is {loss.item()} at step {step}: lower lr "
-                        f"(now {recipe.lr}) or check the data"
-                    )
-                if engine is not None:
-                    engine.backward(loss)
-                    engine.step()
-                else:
-                    (loss / recipe.grad_accum).backward()
-                total += loss.item() / recipe.grad_accum
-            if engine is None:
-                if recipe.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(params, recipe.grad_clip)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+            total, extra, tokens = _optimizer_step(
+                job, recipe, step, params, optimizer, engine, autocast
+            )
+            seen += tokens * runtime.world
             step += 1
             if step % recipe.log_every == 0 or step == recipe.steps:
                 elapsed = time.perf_counter() - tick
@@ -455,6 +412,80 @@ def train(recipe: Recipe, resume: bool = True, progress: bool = True) -> Path:
     finally:
         bar.close()
         telemetry.end(status, str(out / "model") if status == "done" else None)
+
+
+def _optimizer(job: stages.Job, recipe: Recipe, runtime: Runtime) -> tuple[list, Any, Any]:
+    """(trainable parameters, AdamW, DeepSpeed's engine or None); under DeepSpeed the optimizer
+    is the one `deepspeed.initialize` wraps."""
+    params = [p for p in job.model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        param_groups(job.model, recipe),
+        lr=recipe.lr,
+        betas=(0.9, 0.95),
+        weight_decay=recipe.weight_decay,
+    )
+    if not runtime.deepspeed:
+        return params, optimizer, None
+    import deepspeed
+
+    engine, optimizer, _, _ = deepspeed.initialize(
+        model=job.model,
+        optimizer=optimizer,
+        model_parameters=params,
+        config=deepspeed_config(recipe),
+    )
+    return params, optimizer, engine
+
+
+def _bf16(recipe: Recipe, runtime: Runtime, engine: Any) -> bool:
+    """Whether to autocast to bfloat16: a `bf16` recipe outside DeepSpeed (which has its own
+    setting), on a device where it is fast (said once when it is not)."""
+    bf16 = recipe.precision == "bf16" and engine is None
+    if bf16 and not bf16_is_fast(runtime.device):
+        if runtime.main:
+            kind = runtime.device.type
+            print(
+                f"{recipe.name}: no fast bfloat16 matrix kernels on this {kind}; training in float32"
+            )
+        return False
+    return bf16
+
+
+def _optimizer_step(
+    job: stages.Job,
+    recipe: Recipe,
+    step: int,
+    params: list,
+    optimizer: Any,
+    engine: Any,
+    autocast: torch.autocast,
+) -> tuple[float, dict, int]:
+    """One optimizer step over `grad_accum` micro-batches: (mean loss, the last micro-batch's
+    extra values, tokens trained on in this process)."""
+    # tokens a micro-batch holds, unless its loss reports the real count (`tokens`: SFT rows
+    # vary in length and share a prefix)
+    tokens_per_micro = recipe.batch_size * recipe.seq_len
+    total, extra, tokens = 0.0, {}, 0
+    for micro in range(recipe.grad_accum):
+        with autocast:
+            loss, extra = job.loss(job.batch(step * recipe.grad_accum + micro))
+        tokens += int(extra.pop("tokens", tokens_per_micro))
+        if not torch.isfinite(loss):
+            raise TrainingError(
+                f"loss is {loss.item()} at step {step}: lower lr (now {recipe.lr}) or check the data"
+            )
+        if engine is not None:
+            engine.backward(loss)
+            engine.step()
+        else:
+            (loss / recipe.grad_accum).backward()
+        total += loss.item() / recipe.grad_accum
+    if engine is None:
+        if recipe.grad_clip:
+            torch.nn.utils.clip_grad_norm_(params, recipe.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return total, extra, tokens
 
 
 def bf16_is_fast(device: torch.device) -> bool:
