@@ -24,12 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     from agent.demo import INSTRUCTION, SAMPLE
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     from agent.model import add_model_argument
 
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_model_argument(p, servers=False)
     p.add_argument("--workspace", default=str(SAMPLE), help="folder copied to a scratch folder")
     p.add_argument("--instruction", default=INSTRUCTION)
@@ -38,19 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefix", action="append", default=[], help="forced start of the turn")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--json", help="write the turns here")
-    args = p.parse_args(argv)
+    return p
 
-    from transformers import AutoTokenizer
 
-    from agent.chat_format import render_chat
-    from agent.engine import EngineConfig, SpeculativeConfig, open_engine
-    from agent.engine.config import default_dtype
-    from agent.engine.request import Request, SamplingParams
-    from agent.harness import HarnessConfig, Workspace
-    from agent.harness.context import render_context
+def probe_scratch(args: argparse.Namespace):
+    """A scratch copy of the workspace, as a task of the harness."""
+    from agent.harness import Workspace
     from agent.harness.project import detect_test_command
-    from agent.harness.prompts import first_messages, tool_schemas
-    from agent.model import checkpoint_folder, tokenizer_folder
     from training.tasks.oracle import HarnessScratch
     from training.tasks.task import Task
 
@@ -63,47 +56,53 @@ def main(argv: list[str] | None = None) -> int:
     found = detect_test_command(Workspace(root))
     command = args.test_command or (found.command if found else "")
     task = Task("probe", "probe", "probe", "heldout", args.instruction, files, {}, command)
-    scratch = HarnessScratch(task)
-    engine = None
+    return HarnessScratch(task)
+
+
+def replay_calls(scratch, args: argparse.Namespace) -> list[dict]:
+    """The first messages, then each `--call` and the harness's real result."""
+    from agent.harness import HarnessConfig
+    from agent.harness.context import render_context
+    from agent.harness.prompts import first_messages
+
+    context = render_context(scratch.workspace, args.instruction, None, HarnessConfig().map_tokens)
+    messages = first_messages(args.instruction, context)
+    for i, (name, raw) in enumerate(args.call):
+        call_id = f"call_{i + 1}"
+        function = {"name": name, "arguments": raw}
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+            }
+        )
+        result, _ = scratch.call(name, json.loads(raw))
+        messages.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": result})
+    return messages
+
+
+def next_turns(args: argparse.Namespace, messages: list[dict]) -> list[dict]:
+    """The model's greedy next turn, and one after each forced `--prefix`."""
+    from transformers import AutoTokenizer
+
+    from agent.chat_format import render_chat
+    from agent.engine import EngineConfig, SpeculativeConfig, open_engine
+    from agent.engine.config import default_dtype
+    from agent.engine.request import Request, SamplingParams
+    from agent.harness.prompts import tool_schemas
+    from agent.model import checkpoint_folder, tokenizer_folder
+
+    engine = open_engine(
+        EngineConfig(
+            model=args.model, dtype=default_dtype(args.model), speculative=SpeculativeConfig("none")
+        )
+    )
     try:
-        context = render_context(
-            scratch.workspace, args.instruction, None, HarnessConfig().map_tokens
-        )
-        messages = first_messages(args.instruction, context)
-        for i, (name, raw) in enumerate(args.call):
-            call_id = f"call_{i + 1}"
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": "",
-                    "tool_calls": [
-                        {
-                            "id": call_id,
-                            "type": "function",
-                            "function": {"name": name, "arguments": raw},
-                        }
-                    ],
-                }
-            )
-            result, _ = scratch.call(name, json.loads(raw))
-            messages.append(
-                {"role": "tool", "tool_call_id": call_id, "name": name, "content": result}
-            )
-        engine = open_engine(
-            EngineConfig(
-                model=args.model,
-                dtype=default_dtype(args.model),
-                speculative=SpeculativeConfig("none"),
-            )
-        )
         tools = tool_schemas()
         greedy = SamplingParams(temperature=0, max_tokens=args.max_tokens)
-        turns = [
-            {
-                "prefix": None,
-                "text": _turn(engine, Request(messages=messages, tools=tools, params=greedy)),
-            }
-        ]
+        request = Request(messages=messages, tools=tools, params=greedy)
+        turns = [{"prefix": None, "text": _turn(engine, request)}]
         tokenizer = AutoTokenizer.from_pretrained(
             str(tokenizer_folder(checkpoint_folder(args.model)))
         )
@@ -111,10 +110,18 @@ def main(argv: list[str] | None = None) -> int:
         for prefix in args.prefix:
             text = _turn(engine, Request(prompt=prompt + prefix, params=greedy))
             turns.append({"prefix": prefix, "text": text})
+        return turns
+    finally:
+        engine.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    scratch = probe_scratch(args)
+    try:
+        turns = next_turns(args, replay_calls(scratch, args))
     finally:
         scratch.close()
-        if engine is not None:
-            engine.close()
     for turn in turns:
         print(f"--- after {turn['prefix']!r}:" if turn["prefix"] is not None else "--- next turn:")
         print(turn["text"])
