@@ -106,7 +106,11 @@ def test_status_says_where_a_killed_run_stands(tmp_path, capsys):
     (tmp_path / "eval-progress.jsonl").write_text("{}\n{}\n")
     states = {step: (state, spent) for step, state, spent in status(StarterConfig(str(tmp_path)))}
     assert states["tasks"] == ("done", "4m10s")
-    assert states["sft"] == ("step 16/28, about 10m00s left", "13m20s")  # 800 s / 16 * 12
+    from training.trainer import clock
+
+    sft_steps = _recipe_steps()
+    left = clock(800 / 16 * (sft_steps - 16))  # the pace so far times the steps left
+    assert states["sft"] == (f"step 16/{sft_steps}, about {left} left", "13m20s")
     assert states["mtp"] == ("not started", "-") and states["mtp_self"][0] == "not started"
     assert states["eval"][0] == "2 of 27 tasks done" and states["model"] == (
         "not written yet",
@@ -115,7 +119,7 @@ def test_status_says_where_a_killed_run_stands(tmp_path, capsys):
     steps = ["base", "tasks", *STAGE_ORDER, "mtp", "mtp_self", "apply", "eval", "eval_apply"]
     assert list(states) == [*steps, "model"]
     assert main(["starter", "--out", str(tmp_path), "--status"]) == 0  # reads, does not run
-    assert "step 16/28" in capsys.readouterr().out and not (tmp_path / "model").exists()
+    assert f"step 16/{sft_steps}" in capsys.readouterr().out and not (tmp_path / "model").exists()
 
 
 @pytest.mark.slow
@@ -156,3 +160,11 @@ def test_compress_apply_stores_the_apply_adapter_in_float16(tmp_path):
     for name, weight in state.items():
         assert after[name].dtype == torch.float16
         assert torch.allclose(after[name].float(), weight, rtol=1e-3, atol=1e-4)
+
+
+def _recipe_steps() -> int:
+    import tomllib
+    from pathlib import Path
+
+    recipe = Path(__file__).parents[2] / "training" / "recipes" / "sft.toml"
+    return tomllib.loads(recipe.read_text())["steps"]
