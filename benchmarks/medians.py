@@ -1,7 +1,7 @@
 """The median of each engine figure over several `flywheel bench engine` result files.
 
 One run of `flywheel bench engine` reports its targets' ratios (each the best of its repeats);
-on a shared 2-core machine those move from run to run, so benchmarks/README.md quotes the median
+on a busy machine those move from run to run, so benchmarks/README.md quotes the median
 over the runs of one command on one model version, next to the latest run. This prints a table:
 one column per file, then the median.
 
