@@ -106,9 +106,11 @@ def test_status_says_where_a_killed_run_stands(tmp_path, capsys):
     (tmp_path / "eval-progress.jsonl").write_text("{}\n{}\n")
     states = {step: (state, spent) for step, state, spent in status(StarterConfig(str(tmp_path)))}
     assert states["tasks"] == ("done", "4m10s")
+    from training.recipe import load_recipe
+    from training.starter import RECIPES
     from training.trainer import clock
 
-    sft_steps = _recipe_steps()
+    sft_steps = load_recipe(RECIPES / "sft.toml").steps
     left = clock(800 / 16 * (sft_steps - 16))  # the pace so far times the steps left
     assert states["sft"] == (f"step 16/{sft_steps}, about {left} left", "13m20s")
     assert states["mtp"] == ("not started", "-") and states["mtp_self"][0] == "not started"
@@ -160,11 +162,3 @@ def test_compress_apply_stores_the_apply_adapter_in_float16(tmp_path):
     for name, weight in state.items():
         assert after[name].dtype == torch.float16
         assert torch.allclose(after[name].float(), weight, rtol=1e-3, atol=1e-4)
-
-
-def _recipe_steps() -> int:
-    import tomllib
-    from pathlib import Path
-
-    recipe = Path(__file__).parents[2] / "training" / "recipes" / "sft.toml"
-    return tomllib.loads(recipe.read_text())["steps"]
