@@ -95,6 +95,12 @@ class Recipe:
     # left to right); training/repo_pretrain.py
     repo_context: float = 0.25  # repo: share of seq_len that other files of the repository
     # may take as context
+    code_data: str = ""  # sft: a repository data folder (training/repo_pretrain.py) whose code
+    # rows, in the inline-completion prompt's format, are mixed into the conversations so that
+    # an agent adapter keeps (and learns) fill-in-the-middle
+    code_share: float = 0.0  # sft: share of micro-batches that are code rows
+    code_seq_len: int = 1024  # sft: tokens per code row; a code micro-batch holds
+    # batch_size * seq_len // code_seq_len rows, about a conversation micro-batch's tokens
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
@@ -116,6 +122,10 @@ class Recipe:
             raise RecipeError("stage repo reads a workspace's data folder: set `data`")
         if not (0.0 <= self.fim_fraction <= 1.0 and 0.0 <= self.repo_context < 1.0):
             raise RecipeError("fim_fraction must be in [0, 1] and repo_context in [0, 1)")
+        if not 0.0 <= self.code_share < 1.0 or self.code_seq_len < 16:
+            raise RecipeError("code_share must be in [0, 1) and code_seq_len >= 16")
+        if self.code_share and not self.code_data:
+            raise RecipeError("code_share > 0 needs `code_data` (a repository data folder)")
         if self.stage == "sft" and not self.sft_data:
             raise RecipeError("stage sft needs `sft_data` (chat JSONL files)")
         if self.precision not in ("fp32", "bf16"):

@@ -186,6 +186,32 @@ def masked_loss(trunk, b: dict) -> tuple[torch.Tensor, dict]:
     return loss, {"trained_tokens": int(trained.sum()), "tokens": int(ids[:, :-1].numel())}
 
 
+class CodeRows:
+    """Code rows of a repository data folder for the SFT stage's mix (`code_data`, `code_share`):
+    `sample(rng)` gives the rows of one micro-batch from the train files, `heldout` a fixed set
+    from the held-out files, for the held-out code loss beside the conversations' loss."""
+
+    def __init__(self, recipe: Recipe, tokenizer):
+        self.repo, self.train, heldout = read_repo_data(recipe.code_data)
+        if not self.train or not heldout:
+            raise RepoError(f"{recipe.code_data} needs train and held-out files")
+        self.tokenizer = tokenizer
+        self.seq_len = recipe.code_seq_len
+        self.rows = max(1, recipe.batch_size * recipe.seq_len // recipe.code_seq_len)
+        self.fim_fraction = recipe.fim_fraction
+        self.context = recipe.repo_context
+        rng = np.random.default_rng(recipe.seed)
+        self.heldout = [self._row(heldout, rng) for _ in range(recipe.eval_batches * self.rows)]
+
+    def _row(self, files: list[RepoFile], rng: np.random.Generator):
+        return make_sample(
+            self.tokenizer, self.repo, files, rng, self.seq_len, self.fim_fraction, self.context
+        )
+
+    def sample(self, rng: np.random.Generator) -> list[tuple[list[int], list[int]]]:
+        return [self._row(self.train, rng) for _ in range(self.rows)]
+
+
 def build_job(recipe: Recipe, device: torch.device, rank: int):
     """The `repo` stage for training/trainer.py."""
     from training.repo_eval import heldout_perplexity

@@ -498,10 +498,18 @@ def _sft(recipe: Recipe, device: torch.device, rank: int) -> Job:
     for index in sorted(range(len(encode)), key=lambda i: len(encode[i][0])):
         members.setdefault(group_of[index], []).append(index)
     rank_in_group = {index: r for group in members.values() for r, index in enumerate(group)}
+    code = None
+    if recipe.code_share:
+        from training.repo_pretrain import CodeRows
+
+        code = CodeRows(recipe, tokenizer)
 
     def batch(index: int) -> dict:
-        """An anchor drawn uniformly, and batch-mates of about its length from its group."""
+        """An anchor drawn uniformly, and batch-mates of about its length from its group; or,
+        with `code_share`, that share of micro-batches made of code rows."""
         rng = _rng(recipe, rank, index)
+        if code is not None and rng.random() < recipe.code_share:
+            return collate_sft(code.sample(rng), 0, pad, device)
         anchor = int(rng.integers(0, len(encode)))
         group = members[group_of[anchor]]
         width = 2 * recipe.batch_size  # neighbours by length: little padding
@@ -513,20 +521,26 @@ def _sft(recipe: Recipe, device: torch.device, rank: int) -> Job:
     def loss(b: dict) -> tuple[torch.Tensor, dict]:
         return sft_loss(trunk, b)
 
+    def mean_loss(rows: list[tuple[list[int], list[int]]], size: int) -> float:
+        """Cross-entropy per trained token over `rows`, `size` rows a batch."""
+        total, count = 0.0, 0
+        for i in range(0, len(rows), size):
+            b = collate_sft(rows[i : i + size], 0, pad, device)
+            n = int(b["mask"][:, 1:].sum())
+            if n:
+                total += loss(b)[0].item() * n
+                count += n
+        return total / max(count, 1)
+
     def evaluate() -> dict:
         trunk.eval()
-        total, count = 0.0, 0
         with torch.no_grad():
-            for i in range(
-                0, min(len(encode_eval), recipe.eval_batches * recipe.batch_size), recipe.batch_size
-            ):
-                b = collate_sft(encode_eval[i : i + recipe.batch_size], 0, pad, device)
-                n = int(b["mask"][:, 1:].sum())
-                if n:
-                    total += loss(b)[0].item() * n
-                    count += n
+            size = recipe.batch_size
+            scores = {"eval_loss": mean_loss(encode_eval[: recipe.eval_batches * size], size)}
+            if code is not None:
+                scores["eval_code_loss"] = mean_loss(code.heldout, code.rows)
         trunk.train()
-        return {"eval_loss": total / max(count, 1)}
+        return scores
 
     job = Job(trunk, trunk, tokenizer, None, batch, loss, evaluate, ckpt.version)
     job.summary = {

@@ -4,7 +4,8 @@
     tasks  synthetic tasks + oracle trajectories in the harness's own format (training/tasks/),
            and recovery trajectories (tasks/recovery.jsonl)
     sft    a LoRA adapter (plus the `<|arg|>` row) on the base, trained on the trajectories and
-           the recovery trajectories (training/recipes/sft.toml)
+           the recovery trajectories, with a quarter of its micro-batches code rows from stdlib
+           modules in the inline-completion format (code/; training/recipes/sft.toml)
     mtp    2 MTP heads self-distilled from the SFT'd model, trunk frozen, over a 4,096-token
            draft vocabulary (mtp_starter.toml), on stdlib code, the train trajectories and the
            apply examples (mtp_text/)
@@ -108,6 +109,8 @@ def stage_overrides(config: StarterConfig, stage: str) -> dict:
         "sft_data": data,
         "seed": config.seed + index,
     }
+    if recipe.get("code_share"):
+        paths["code_data"] = str(out / "code")
     extra = {"out": str(out / stage)}
     if config.quick:
         extra.update(QUICK[stage], log_every=1, eval_every=1000, save_every=1000)
@@ -145,7 +148,9 @@ def run(config: StarterConfig, log: Callable[[str], None] = print) -> Path:
     heads_text = Path(steps["mtp"][1]["data"]) / "manifest.json"
     own_text = Path(steps["mtp_self"][1]["data"]) / "manifest.json"
     examples = Path(steps["apply"][1]["sft_data"][0])
+    code = out / "code" / "files.json"
     makers = {  # the data a step makes first, and how
+        "sft": (code, lambda: code_files(config, code.parent)),
         "mtp": (heads_text, lambda: mtp_corpus(config)),
         "mtp_self": (own_text, lambda: self_text_corpus(config)),
         "apply": (examples, lambda: apply_examples(config, examples)),
@@ -440,6 +445,25 @@ def apply_examples(config: StarterConfig, out: Path) -> dict:
     count = 40 if config.quick else APPLY_EXAMPLES
     stdlib = sysconfig.get_paths()["stdlib"]
     return build(CodeApplyConfig(sources=[stdlib], count=count, seed=config.seed), out)
+
+
+def code_files(config: StarterConfig, folder: Path) -> dict:
+    """The SFT stage's code rows (`code_data`): stdlib modules as one repository's data folder
+    (training/repo_pretrain.py), split by path like a workspace. Never the files `flywheel bench
+    engine` times, nor tests (`self_text.stdlib_files`)."""
+    import sysconfig
+
+    from training.data import is_heldout
+    from training.repo_files import RepoFile, RepoFiles
+    from training.repo_pretrain import write_repo_data
+    from training.self_text import stdlib_files
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    paths = stdlib_files()[: 40 if config.quick else None]
+    files = [RepoFile(p.relative_to(root).as_posix(), p.read_text(errors="replace")) for p in paths]
+    held = [f for f in files if is_heldout(f.path, 0.1, config.seed)] or files[-1:]
+    train = [f for f in files if f not in held]
+    return write_repo_data(RepoFiles(str(root), train, held, seed=config.seed), folder)
 
 
 def mtp_corpus(config: StarterConfig) -> Path:

@@ -134,7 +134,8 @@ def test_an_assistant_turn_of_weight_zero_is_context_not_learned(tokenizer):
     assert "wrong edit" in tokenizer.decode(ids)
 
 
-def test_sft_stage_trains_on_trajectories(tmp_path, tiny_checkpoint):
+def say_data(folder: Path) -> Path:
+    """40 one-turn conversations (four to learn, ten times each) in an SFT JSONL file."""
     rows = [
         {
             "messages": [
@@ -144,8 +145,13 @@ def test_sft_stage_trains_on_trajectories(tmp_path, tiny_checkpoint):
         }
         for w in ("apple", "pear", "plum", "fig")
     ] * 10
-    data = tmp_path / "sft.jsonl"
+    data = folder / "sft.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in rows))
+    return data
+
+
+def test_sft_stage_trains_on_trajectories(tmp_path, tiny_checkpoint):
+    data = say_data(tmp_path)
     out = tmp_path / "run"
     train(
         tiny(
@@ -393,3 +399,46 @@ def test_a_bf16_recipe_trains_in_float32_where_bf16_kernels_are_missing(
         capsys.readouterr().out
     )
     assert isinstance(trainer.bf16_is_fast(torch.device("cpu")), bool)
+
+
+def test_sft_mixes_code_rows_and_reports_their_held_out_loss(tmp_path, tiny_checkpoint):
+    """With `code_share`, that share of micro-batches are repository code rows in the
+    inline-completion format (their prompt is context, only the middle or continuation is
+    trained), and each evaluation scores held-out code beside held-out conversations."""
+    from agent.chat_format import FIM_MIDDLE
+    from training.repo_files import RepoFile, RepoFiles
+    from training.repo_pretrain import write_repo_data
+
+    body = "def total(items):\n    return sum(item.price for item in items)\n" * 4
+    files = [RepoFile(f"shop/m{i}.py", f"# module {i}\n{body}") for i in range(6)]
+    code = tmp_path / "code"
+    write_repo_data(RepoFiles(str(tmp_path / "shop"), files[:5], files[5:]), code)
+    data = say_data(tmp_path)
+    out = tmp_path / "run"
+    recipe = tiny(
+        "sft",
+        out,
+        init=str(tiny_checkpoint),
+        sft_data=[str(data)],
+        code_data=str(code),
+        code_share=0.5,
+        seq_len=128,
+        code_seq_len=64,
+        batch_size=2,
+        steps=12,
+        lr=1e-2,
+        save_every=12,
+        eval_every=6,
+    )
+    job = stages.build(recipe, torch.device("cpu"))
+    fim_middle = job.tokenizer.convert_tokens_to_ids(FIM_MIDDLE)
+    batches = [job.batch(i) for i in range(40)]
+    code_batches = [b for b in batches if b["ids"].shape[0] == 4]  # 2 * 128 // 64 code rows
+    assert 0 < len(code_batches) < len(batches)
+    assert any(bool((b["ids"] == fim_middle).any()) for b in code_batches)
+    for b in code_batches:  # the prompt (repository header, prefix, suffix) is never a target
+        ids, mask = b["ids"], b["mask"]
+        assert not bool(mask[ids == fim_middle].any())
+    train(recipe, progress=False)
+    evals = _records(out, "eval")
+    assert evals[-1]["eval_code_loss"] < evals[0]["eval_code_loss"]
