@@ -4,10 +4,11 @@
 
 Each HumanEval problem's canonical solution has one line masked (the problem's `seed`-chosen
 non-blank body line). The model is asked for that line, greedy, in two prompt styles:
-  prefix  the text before the line: plain continuation, which any causal LM can do (the
-          language server's default, `completion.promptStyle`);
-  fim     prefix, suffix and the fill-in-the-middle tokens (`promptStyle = "fim"`).
-Both are the language server's own prompt (`lsp.completion.build_prompt`).
+  fim     prefix, suffix and the fill-in-the-middle tokens (the language server's default,
+          `completion.promptStyle`);
+  prefix  the text before the line: plain continuation, which any causal LM can do.
+Both are the language server's own prompt (`lsp.completion.build_prompt`), and the model runs
+with the language server's weights (`default_dtype`: int8 on a CPU) unless --dtype says.
 Both prompts end before the line break that precedes the masked line (token healing, as the
 language server does it); the first line the model then opens (indentation included) replaces
 the masked line, and the problem's
@@ -125,11 +126,12 @@ class Score:
 
 
 def run_model(
-    model: str, tasks: list[InfillTask], styles: tuple[str, ...], log=print
+    model: str, tasks: list[InfillTask], styles: tuple[str, ...], dtype: str = "", log=print
 ) -> tuple[list[Score], list[dict]]:
     from agent.engine import EngineConfig, Request, SamplingParams, open_engine
+    from agent.engine.config import default_dtype
 
-    engine = open_engine(EngineConfig(model=model))
+    engine = open_engine(EngineConfig(model=model, dtype=dtype or default_dtype(model)))
     scores, samples = [], []
     try:
         for style in styles:
@@ -196,6 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--limit", type=int, default=0, help="first N problems (0 = all 164)")
     p.add_argument("--seed", type=int, default=0, help="which line of each solution is masked")
+    from agent.engine.config import DTYPES
+
+    p.add_argument(
+        "--dtype", choices=DTYPES, help="weights (default: the language server's, int8 on a CPU)"
+    )
     p.add_argument("--json", help="write the results here")
     return p
 
@@ -215,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     for model in models:
         try:
-            s, x = run_model(model, tasks, styles, log=lambda m: print(m, file=sys.stderr))
+            s, x = run_model(
+                model, tasks, styles, args.dtype, log=lambda m: print(m, file=sys.stderr)
+            )
         except EngineError as exc:
             print(f"flywheel bench infill: cannot open model {model!r}: {exc}", file=sys.stderr)
             return 2
@@ -233,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             + " ".join(argv if argv is not None else sys.argv[1:]),
             "tasks": len(tasks),
             "seed": args.seed,
+            "dtype": args.dtype or "the language server's (agent.engine.config.default_dtype)",
             "seconds": round(time.monotonic() - t0, 1),
             "scores": [asdict(s) for s in scores],
             "samples": samples,
