@@ -58,6 +58,8 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def run(args: argparse.Namespace) -> dict:
+    from telemetry.folders import cache_home
+
     with tempfile.TemporaryDirectory(prefix="flywheel-ghost-bench-") as tmp:
         tmp = Path(tmp)
         (tmp / "ws" / ".git").mkdir(parents=True)
@@ -82,6 +84,9 @@ def run(args: argparse.Namespace) -> dict:
         (tmp / "config.json").write_text(json.dumps(cfg))
         env = {**os.environ, "FLYWHEEL_BENCH_CONFIG": str(tmp / "config.json")}
         env["PYTHONPATH"] = str(ROOT)
+        # the user's settings and data stay out; the converted base stays in (converting it
+        # again would be timed as the server's start)
+        env["FLYWHEEL_CACHE"] = str(cache_home())
         for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
             env[name] = str(tmp / "xdg" / name.lower())
         lua = str(ROOT / "benchmarks" / "nvim_ghost_latency.lua")
