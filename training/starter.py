@@ -534,6 +534,10 @@ def finish(config: StarterConfig, evaluation: dict | None, timings: dict) -> Pat
         "recovery_stable_sha256": stable_sha256(out / "tasks" / "recovery.jsonl"),
         "tasks": json.loads((out / "tasks" / "manifest.json").read_text())["counts"],
     }
+    split = out / "code" / "split.json"
+    if split.exists():  # the code rows' files, by the fingerprint of their text and the split
+        code = json.loads(split.read_text())
+        data["code"] = {k: code[k] for k in ("fingerprint", "train_chars", "heldout_chars")}
     meta = {
         "version": f"starter-{datetime.datetime.now():%Y%m%d-%H%M}"
         + ("-quick" if config.quick else ""),

@@ -27,6 +27,7 @@ def test_stage_paths_point_into_the_run_folder(tmp_path):
     assert sft["init"] == "base" and sft["out"] == str(tmp_path / "sft")
     tasks = tmp_path / "tasks"
     assert sft["sft_data"] == [str(tasks / "trajectories.jsonl"), str(tasks / "recovery.jsonl")]
+    assert sft["code_data"] == str(tmp_path / "code")  # the code rows mixed into SFT
     for before, stage in zip(STAGE_ORDER, STAGE_ORDER[1:], strict=False):  # each continues the last
         assert stage_overrides(config, stage)["init"] == str(tmp_path / before / "model")
     mtp = mtp_overrides(config)  # the heads are distilled from the last stage's model
@@ -131,14 +132,15 @@ def test_quick_chain_writes_a_loadable_adapter_with_lineage(tmp_path):
     meta = json.loads((tmp_path / "model" / "flywheel.json").read_text())
     assert meta["version"].startswith("starter-") and meta["version"].endswith("-quick")
     assert set(meta["recipes"]) == {*STAGE_ORDER, "mtp", "mtp_self", "apply"}
-    assert meta["base"].startswith("smollm2") and meta["data"]["apply_examples_sha256"]
+    assert meta["base"].startswith("qwen2.5-coder-0.5b") and meta["data"]["apply_examples_sha256"]
+    assert meta["data"]["code"]["fingerprint"]  # the split of the code rows
     assert list((tmp_path / "eval-transcripts").glob("*.jsonl"))  # why each eval task went so
     assert meta["data"]["tasks_manifest_sha256"] and meta["evaluation"]["tasks"] >= 1
     trajectories = tmp_path / "tasks" / "trajectories.jsonl"
     assert meta["data"]["trajectories_stable_sha256"] == stable_sha256(trajectories)
     assert is_adapter(tmp_path / "model")
     model = load_checkpoint(tmp_path / "model")
-    assert model.trunk.config.hidden_size == 576 and len(model.heads.heads) == 2
+    assert model.trunk.config.hidden_size == 896 and len(model.heads.heads) == 2
     assert is_adapter(tmp_path / "model" / "apply")  # the fast-apply adapter rides along
     apply = load_apply_checkpoint(model)
     assert apply.version != model.version and apply.heads is not None
