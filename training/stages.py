@@ -502,6 +502,11 @@ def _sft(recipe: Recipe, device: torch.device, rank: int) -> Job:
     if recipe.code_share:
         from training.repo_pretrain import CodeRows
 
+        if not Path(recipe.code_data, "files.json").is_file():
+            raise StageError(
+                f"code_data {recipe.code_data!r} has no files.json: `flywheel train starter` "
+                "writes it (OUT/code), or point code_data at a `flywheel train repo` run's data/"
+            )
         code = CodeRows(recipe, tokenizer)
 
     def batch(index: int) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -442,3 +443,6 @@ def test_sft_mixes_code_rows_and_reports_their_held_out_loss(tmp_path, tiny_chec
     train(recipe, progress=False)
     evals = _records(out, "eval")
     assert evals[-1]["eval_code_loss"] < evals[0]["eval_code_loss"]
+    missing = replace(recipe, code_data=str(tmp_path / "nowhere"))
+    with pytest.raises(stages.StageError, match="has no files.json"):
+        stages.build(missing, torch.device("cpu"))
