@@ -116,8 +116,6 @@ def heldout_key(seed: int, path: str) -> bytes:
 
 def read_repo(config: RepoConfig) -> RepoFiles:
     """The workspace's files, filtered, redacted and split (see the module docstring)."""
-    from training.data import is_heldout
-
     root = Path(config.root).expanduser()
     if not root.is_dir():
         raise RepoError(f"workspace {str(root)!r} does not exist or is not a folder")
@@ -157,21 +155,26 @@ def read_repo(config: RepoConfig) -> RepoFiles:
             f"only one usable file in {root} ({kept[0].path}): repository training needs at "
             "least two, one to train on and one to hold out"
         )
-    heldout = [f for f in kept if is_heldout(f.path, config.heldout_fraction, config.seed)]
+    train, heldout = split_files(kept, config.heldout_fraction, config.seed)
+    return RepoFiles(
+        str(root), train, heldout, skipped, redacted, config.seed, config.heldout_fraction
+    )
+
+
+def split_files(
+    kept: list[RepoFile], fraction: float, seed: int
+) -> tuple[list[RepoFile], list[RepoFile]]:
+    """(train, held-out) by a seeded hash of each path; at least one file on each side when
+    there are two or more."""
+    from training.data import is_heldout
+
+    heldout = [f for f in kept if is_heldout(f.path, fraction, seed)]
     if not heldout:  # few files: hold out the one whose hash is smallest
-        heldout = [min(kept, key=lambda f: heldout_key(config.seed, f.path))]
+        heldout = [min(kept, key=lambda f: heldout_key(seed, f.path))]
     if len(heldout) == len(kept):
         heldout = heldout[:-1]
     held = {f.path for f in heldout}
-    return RepoFiles(
-        str(root),
-        [f for f in kept if f.path not in held],
-        heldout,
-        skipped,
-        redacted,
-        config.seed,
-        config.heldout_fraction,
-    )
+    return [f for f in kept if f.path not in held], heldout
 
 
 def _walk(root: Path):

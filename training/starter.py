@@ -453,16 +453,14 @@ def code_files(config: StarterConfig, folder: Path) -> dict:
     engine` times, nor tests (`self_text.stdlib_files`)."""
     import sysconfig
 
-    from training.data import is_heldout
-    from training.repo_files import RepoFile, RepoFiles
+    from training.repo_files import RepoFile, RepoFiles, split_files
     from training.repo_pretrain import write_repo_data
     from training.self_text import stdlib_files
 
     root = Path(sysconfig.get_paths()["stdlib"])
     paths = stdlib_files()[: 40 if config.quick else None]
     files = [RepoFile(p.relative_to(root).as_posix(), p.read_text(errors="replace")) for p in paths]
-    held = [f for f in files if is_heldout(f.path, 0.1, config.seed)] or files[-1:]
-    train = [f for f in files if f not in held]
+    train, held = split_files(files, 0.1, config.seed)
     return write_repo_data(RepoFiles(str(root), train, held, seed=config.seed), folder)
 
 
