@@ -1,7 +1,8 @@
 -- Driven by benchmarks/nvim_ghost_latency.py: Neovim 0.12 with the Flywheel plugin and the real
--- `flywheel lsp`. For each trial line: enter insert mode at its end, type one character as the
--- user would (nvim_feedkeys, typed), and time until Neovim draws the ghost text (an extmark in
--- its inline-completion namespace). Writes {trials: [{line, ms, ghost}], ...} as JSON and quits.
+-- `flywheel lsp`. For each trial line: empty it to `return `, enter insert mode at its end, type
+-- one character as the user would (nvim_feedkeys, typed), and time until Neovim draws the ghost
+-- text (an extmark in its inline-completion namespace); then put the line back. Writes
+-- {trials: [{line, ms, ghost, typed_line}], ...} as JSON and quits.
 vim.g.loaded_python3_provider = 0
 local cfg = vim.json.decode(table.concat(vim.fn.readfile(os.getenv("FLYWHEEL_BENCH_CONFIG")), "\n"))
 vim.opt.rtp:prepend(cfg.plugin)
@@ -25,14 +26,19 @@ co = coroutine.create(function()
       local c = vim.lsp.get_clients({ name = "flywheel" })[1]
       return c ~= nil and c.initialized and require("flywheel").state.status.state == "idle"
     end, 50), "the server did not become ready: " .. require("flywheel").statusline())
-    for _, line in ipairs(cfg.lines) do
+    for i, line in ipairs(cfg.lines) do
+      vim.api.nvim_buf_set_lines(0, line - 1, line, true, { "    return " })
       vim.api.nvim_win_set_cursor(0, { line, 0 })
       vim.api.nvim_create_autocmd("InsertEnter", { once = true, callback = resume })
       vim.cmd("startinsert!")
       coroutine.yield()
       assert(vim.wait(10000, function() return #ghost_marks() == 0 end, 5), "old ghost text stayed")
+      -- typeahead is only read by the main loop (not inside vim.wait): yield to it, and go on
+      -- once the typed character is in the buffer
+      vim.api.nvim_create_autocmd("TextChangedI", { once = true, callback = resume })
       local t0 = vim.uv.hrtime()
       vim.api.nvim_feedkeys(cfg.typed, "t", false)
+      coroutine.yield()
       local shown = vim.wait(cfg.timeout_ms, function() return #ghost_marks() > 0 end, 1)
       local ms = (vim.uv.hrtime() - t0) / 1e6
       local text = ""
@@ -41,10 +47,16 @@ co = coroutine.create(function()
           text = text .. chunk[1]
         end
       end
-      table.insert(out.trials, { line = line, ms = shown and ms or vim.NIL, ghost = text })
+      table.insert(out.trials, {
+        line = line,
+        ms = shown and ms or vim.NIL,
+        ghost = text,
+        typed_line = vim.api.nvim_get_current_line(),
+      })
       vim.api.nvim_create_autocmd("InsertLeave", { once = true, callback = resume })
       vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes("<Esc>", true, false, true), "t", false)
       coroutine.yield()
+      vim.api.nvim_buf_set_lines(0, line - 1, line, true, { cfg.finished[i] })
     end
     local c = vim.lsp.get_clients({ name = "flywheel" })[1]
     c:request_sync("flywheel/debug/flush", vim.empty_dict(), 30000)

@@ -1,9 +1,9 @@
 """Benchmark: typing to ghost text in Neovim, through the real client and server.
 
 Neovim 0.12 (`.venv/bin/nvim`, headless) runs the Flywheel plugin (lsp/clients/nvim) with the real
-`flywheel lsp --model MODEL`; benchmarks/nvim_ghost_latency.lua types one character at the end of
-each trial line (a `return ` in a different function each time, so the server's cache never
-answers) and times until Neovim draws the ghost text. Beside it, the server's own latency for the
+`flywheel lsp --model MODEL`; benchmarks/nvim_ghost_latency.lua empties a finished function's
+`return` line to `return `, types one character there (a different function each time, so the
+server's cache never answers), times until Neovim draws the ghost text, and puts the line back. Beside it, the server's own latency for the
 same suggestions (the `suggestions.latency_ms` telemetry column: the model call, prompt to
 answer). The difference is what the editor adds: Neovim's own delay before it asks, the
 completion settings' debounce, LSP transport and drawing. Prints a table and writes JSON.
@@ -31,18 +31,33 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-NAMES = ["area", "total", "scale", "ratio", "blend", "clamp", "mix", "span", "score", "delta"]
+BODIES = {  # a finished function per name: the file around each trial reads like real code
+    "area": "width * height",
+    "total": "width + height",
+    "scale": "width / height",
+    "ratio": "height / width",
+    "blend": "(width + height) / 2",
+    "clamp": "max(0, min(width, height))",
+    "mix": "0.25 * width + 0.75 * height",
+    "span": "abs(width - height)",
+    "score": "math.sqrt(width * height)",
+    "delta": "width - height",
+}
 
 
-def source(trials: int) -> tuple[str, list[int]]:
-    """A module with one unfinished `return ` per trial; the 1-based lines to type at."""
-    out, lines = ["import math", "", ""], []
+def source(trials: int) -> tuple[str, list[int], list[str]]:
+    """A module of finished functions, one per trial; the 1-based line of each one's `return`
+    and that line's text. A trial empties its line to `return ` and types there; the line is
+    put back afterwards, so every other function in the prompt stays finished."""
+    names = list(BODIES)
+    out, lines, finished = ["import math", "", ""], [], []
     for i in range(trials):
-        name = f"{NAMES[i % len(NAMES)]}_{i}"
-        out += [f"def {name}(width, height):", f'    """The {name} of a width and a height."""']
-        out += ["    return ", "", ""]
+        name = names[i % len(names)]
+        out += [f"def {name}_{i}(width, height):", f'    """The {name} of a width and a height."""']
+        out += [f"    return {BODIES[name]}", "", ""]
         lines.append(len(out) - 2)
-    return "\n".join(out) + "\n", lines
+        finished.append(out[-3])
+    return "\n".join(out) + "\n", lines, finished
 
 
 def nvim() -> str:
@@ -63,7 +78,7 @@ def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="flywheel-ghost-bench-") as tmp:
         tmp = Path(tmp)
         (tmp / "ws" / ".git").mkdir(parents=True)
-        text, lines = source(args.trials)
+        text, lines, finished = source(args.trials)
         (tmp / "ws" / "shapes.py").write_text(text)
         db = tmp / "telemetry.db"
         completion = {} if args.debounce_ms is None else {"debounceMs": args.debounce_ms}
@@ -77,6 +92,7 @@ def run(args: argparse.Namespace) -> dict:
             "file": str(tmp / "ws" / "shapes.py"),
             "settings": {"completion": completion} if completion else {},
             "lines": lines,
+            "finished": finished,
             "typed": args.typed,
             "timeout_ms": args.timeout_s * 1000,
             "out": str(tmp / "out.json"),
@@ -105,15 +121,19 @@ def run(args: argparse.Namespace) -> dict:
         if not result.get("ok"):
             sys.exit(f"the benchmark failed in Neovim: {result.get('error')}")
         conn = sqlite3.connect(db)
-        server = [
-            r[0]
-            for r in conn.execute(
-                "SELECT latency_ms FROM suggestions WHERE kind = 'inline' AND trigger != 'cache' "
-                "AND latency_ms IS NOT NULL ORDER BY rowid"
-            )
-        ]
+        rows = conn.execute(
+            "SELECT latency_ms, output, context FROM suggestions WHERE kind = 'inline' "
+            "AND trigger != 'cache' AND latency_ms IS NOT NULL ORDER BY rowid"
+        ).fetchall()
         conn.close()
-    return {"trials": result["trials"], "server_latency_ms": server}
+    # what the server answered, with the end of the line it answered at: a ghost text that
+    # differs from the answer shows what the client did with it
+    answers = [
+        {"prefix_tail": json.loads(c or "{}").get("prefix", "")[-24:], "output": o}
+        for _, o, c in rows
+    ]
+    server = [r[0] for r in rows]
+    return {"trials": result["trials"], "server_latency_ms": server, "answers": answers}
 
 
 def main() -> None:
@@ -161,6 +181,7 @@ def main() -> None:
             "server_latency_ms": {"p50": percentile(server, 0.5), "p90": percentile(server, 0.9)},
             "trials": measured["trials"],
             "server_latency_all_ms": server,
+            "server_answers": measured["answers"],
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1) + "\n")

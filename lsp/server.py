@@ -347,12 +347,12 @@ async def _suggest(ls: FlywheelServer, uri: str, position: types.Position, trigg
     if doc is None:
         log.info("completion for %s, which is not open: nothing to suggest", uri)
         return None, None
-    text = doc.source
+    text, version = doc.source, doc.version or 0
     if not _suggestible(text):
         return None, None
     suggestion = await ls.completions.complete(
         uri=uri,
-        version=doc.version or 0,
+        version=version,
         text=text,
         offset=offset_at(text, position),
         language=doc.language_id or "",
@@ -361,6 +361,12 @@ async def _suggest(ls: FlywheelServer, uri: str, position: types.Position, trigg
         settings=ls.settings.completion,
         model=ls.settings.model,
     )
+    now = ls.document(uri)  # pygls changes the document object in place
+    if suggestion is not None and (now is None or (now.version or 0) != version):
+        # The user typed on while the model ran. Some clients (Neovim's) draw an answer to an
+        # outdated request anyway, where it no longer fits; the request for the new text is
+        # already on its way (and a typed-through suggestion comes from this one at once).
+        return None, None
     return suggestion, position
 
 

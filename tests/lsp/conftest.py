@@ -154,6 +154,18 @@ class Editor:
             conn.close()
 
 
+def inline_params(uri: str, line: int, character: int, automatic: bool = False):
+    """textDocument/inlineCompletion at (line, character): invoked, or automatic (typing)."""
+    kind = types.InlineCompletionTriggerKind
+    return types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri),
+        position=types.Position(line=line, character=character),
+        context=types.InlineCompletionContext(
+            trigger_kind=kind.Automatic if automatic else kind.Invoked
+        ),
+    )
+
+
 def capabilities(progress: bool = True) -> types.ClientCapabilities:
     return types.ClientCapabilities(
         workspace=types.WorkspaceClientCapabilities(

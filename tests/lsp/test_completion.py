@@ -7,18 +7,9 @@ import asyncio
 import pytest
 from lsprotocol import types
 
+from tests.lsp.conftest import inline_params
+
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-
-def inline_params(uri: str, line: int, character: int, automatic: bool = False):
-    kind = types.InlineCompletionTriggerKind
-    return types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri),
-        position=types.Position(line=line, character=character),
-        context=types.InlineCompletionContext(
-            trigger_kind=kind.Automatic if automatic else kind.Invoked
-        ),
-    )
 
 
 async def test_ghost_text_shown_accepted_recorded_with_utf16_positions(editor, doc_uri):

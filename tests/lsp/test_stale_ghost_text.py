@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+import pytest_asyncio
+from lsprotocol import types
+
 from agent.engine import Completion, RequestMetrics, Result
 from lsp.completion import CompletionService
 from lsp.settings import CompletionSettings, ModelSettings
+from tests.lsp.conftest import inline_params, start_editor, stop_editor
 
 SETTINGS = CompletionSettings(debounce_ms=0)
 URI = "file:///w/main.py"
@@ -115,3 +120,33 @@ def test_a_superseded_suggestion_comes_back_only_at_its_own_place():
     moved = "z = 0\n" + text
     other = complete(svc, moved, 9 + 6, version=2)
     assert engine.calls == 3 and other.text == "y + 2"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def replay_editor(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("stale")
+    ed = await start_editor(tmp, "replay", root=tmp)
+    ed.root = tmp
+    yield ed
+    await stop_editor(ed)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_an_answer_for_text_the_user_has_typed_past_is_not_offered(replay_editor):
+    """Through the real server: the model answers after the document changed. The answer would
+    be drawn at the old cursor (Neovim draws late answers), so none is given; the suggestion
+    still goes on, typed through, for the request the new text brings."""
+    ed = replay_editor
+    uri = (ed.root / "typed.py").as_uri()
+    ed.open(uri, "def area(width, height):\n    return ")
+    turn = {"waitForRelease": True, "text": "width * height"}
+    assert (await ed.request("flywheel/test/replay", {"turns": [turn]}))["loaded"]
+    asking = asyncio.ensure_future(
+        ed.client.text_document_inline_completion_async(inline_params(uri, 1, 11))
+    )
+    assert (await ed.request("flywheel/test/held", {}))["held"]  # the model is running
+    ed.change(uri, types.Range(start=types.Position(1, 11), end=types.Position(1, 11)), "w")
+    await ed.request("flywheel/test/release", {})
+    assert await asking is None
+    again = await ed.client.text_document_inline_completion_async(inline_params(uri, 1, 12))
+    assert again is not None and again.items[0].insert_text == "idth * height"
