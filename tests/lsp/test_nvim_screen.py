@@ -101,6 +101,11 @@ def test_first_start_shows_the_preparation_in_the_statusline(
     assert seen.index(preparing[-1]) < len(seen) - 1 and "Flywheel stopped" not in seen
     assert results["final"].startswith("Flywheel idle (")
     assert any("%" in s for s in results["lsp_status"])  # Neovim's own progress status
+    # a progress message that updates in place shows it too, with no statusline set up
+    shown = [e for e in results["echoes"] if e["kind"] == "progress"]
+    running = [e["percent"] for e in shown if e["status"] == "running"]
+    assert len(set(running)) >= 2 and running == sorted(running), shown
+    assert shown[-1]["status"] == "success" and "\n" not in "".join(e["text"] for e in shown)
     assert (cache / "base" / "tiny-first-base" / "flywheel.json").is_file()
 
 

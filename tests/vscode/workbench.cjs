@@ -1,4 +1,4 @@
-// Shared steps for the code-server drivers (drive.cjs, drive_next_edit.cjs): start headless
+// Shared steps for the code-server drivers (drive*.cjs): start headless
 // Chromium, open the workbench and a file, run a palette command, take numbered screenshots,
 // read the editor's text and what decorations draw. Every wait is for an element or a text, with
 // a timeout as a hang guard. PLAYWRIGHT_CORE is the playwright-core package folder.
@@ -39,11 +39,12 @@ function cursorOnLine(page, line) {
   return page.locator(".statusbar-item", { hasText: new RegExp(`Ln ${line}, Col`) }).first().waitFor(WAIT);
 }
 
-/** Open the workbench, wait for Flywheel's status item, open `file` with the cursor at its end. */
-async function openFile(page, url, file) {
-  await page.goto(url);
+/** Open the workbench, wait for Flywheel's status item (`status`: the model's version in it), open
+ * `file` with the cursor at its end; `url` null: the workbench is already open. */
+async function openFile(page, url, file, status = /Flywheel replay-1/) {
+  if (url) await page.goto(url);
   await page.locator(".monaco-workbench").waitFor(WAIT);
-  await page.getByText(/Flywheel replay-1/).first().waitFor(WAIT);
+  await page.getByText(status).first().waitFor(WAIT);
   await page.keyboard.press("Control+P");
   await page.locator(".quick-input-widget input").waitFor(WAIT);
   await page.keyboard.type(file);
@@ -58,8 +59,8 @@ async function openFile(page, url, file) {
 const GHOST = ".ghost-text-decoration, .ghost-text";
 
 /** The ghost text on screen, once there is one. */
-async function ghostText(page) {
-  await page.locator(GHOST).first().waitFor(WAIT);
+async function ghostText(page, wait = WAIT) {
+  await page.locator(GHOST).first().waitFor(wait);
   const inline = await page.locator(".ghost-text-decoration").allInnerTexts();
   const below = await page.locator(".ghost-text").allInnerTexts();
   return [inline.join(""), below.join("")].filter(Boolean).join("\n").replace(/\u00a0/g, " ");

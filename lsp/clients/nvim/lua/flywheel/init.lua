@@ -93,6 +93,30 @@ local function notify(msg, level)
   vim.notify(one_line("Flywheel: " .. msg), level or vim.log.levels.INFO)
 end
 
+local progress_id -- the message that shows the model's preparation (updated in place)
+
+--- The model's preparation as one message line that updates in place (a Neovim 0.12 progress
+--- message, with its percentage; an older Neovim gets a plain one-line echo), so a first start
+--- shows what it is doing without a statusline set up, and never asks to "Press ENTER".
+local function show_progress(value)
+  local p = M.state.progress or {}
+  local done = value.kind == "end"
+  local text = done and ("Flywheel: " .. (value.message or "the model is ready"))
+    or ("Flywheel: preparing the model %d%% %s"):format(p.percentage or 0, p.message or "")
+  text = one_line(text)
+  local ok, id = pcall(vim.api.nvim_echo, { { text } }, done, {
+    id = progress_id,
+    kind = "progress",
+    title = "Flywheel",
+    status = done and "success" or "running",
+    percent = p.percentage,
+  })
+  if not ok then
+    vim.api.nvim_echo({ { text } }, done, {})
+  end
+  progress_id = (ok and not done) and id or nil
+end
+
 --- A status change: the statusline redraws now, and statusline plugins hear of it.
 local function status_changed()
   vim.cmd("redrawstatus!")
@@ -175,7 +199,7 @@ function M.render()
               table.insert(virt, { { "+ " .. s, "DiffAdd" } })
             end
           end
-          table.insert(virt, { { ("  [Flywheel hunk %d: accept %s / reject %s]"):format(h.index,
+          table.insert(virt, { { ("  [Flywheel hunk %d: accept %s / reject %s]"):format(h.index + 1,
             M.options.keymaps.accept_hunk or ":FlywheelAcceptHunk",
             M.options.keymaps.reject_hunk or ":FlywheelRejectHunk"), "Comment" } })
           local anchor = math.min(math.max(stop - 1, first), math.max(last - 1, 0))
@@ -284,6 +308,9 @@ function M.review(accept, all)
       end
     end
     M.render()
+    -- the edit and the preview's virtual lines went in one step; a terminal could keep rows of
+    -- the old screen (seen under tmux): repaint it whole
+    vim.cmd.redraw({ bang = true })
   end)
 end
 
@@ -571,6 +598,7 @@ function M.init(opts)
         local was = M.state.progress or {}
         M.state.progress = { percentage = value.percentage or was.percentage, message = value.message or was.message }
       end
+      show_progress(value)
       status_changed()
     end,
   })
