@@ -55,6 +55,7 @@ class ModelHost:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flywheel-engine")
         self._loading: asyncio.Future[Engine] | None = None
         self._opening = False
+        self._preparing: dict[str, Any] | None = None  # {percentage, message} of a first start
         self._running = 0
         self._lock = threading.Lock()
 
@@ -71,7 +72,10 @@ class ModelHost:
             state = "stopped"
         else:
             state = "busy" if self._running else "idle"
-        return {"state": state, "modelVersion": self.version, "message": self.error or ""}
+        status = {"state": state, "modelVersion": self.version, "message": self.error or ""}
+        if state == "loading" and self._preparing is not None:
+            status["progress"] = dict(self._preparing)  # the base's conversion on a first start
+        return status
 
     def _report(self) -> None:
         try:
@@ -127,10 +131,20 @@ class ModelHost:
         """A progress callback for a worker thread that hands each report to the event loop."""
 
         def progress(fraction: float, message: str) -> None:
-            if self.on_progress is not None and not loop.is_closed():
-                loop.call_soon_threadsafe(self.on_progress, fraction, message)
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self._prepared, fraction, message)
 
         return progress
+
+    def _prepared(self, fraction: float, message: str) -> None:
+        """A preparation report, on the event loop: to `on_progress` (work-done progress) and
+        into the status (a client can show it as it likes; VS Code as a notification)."""
+        done = fraction >= 1.0
+        percentage = max(0, min(100, round(fraction * 100)))
+        self._preparing = None if done else {"percentage": percentage, "message": message}
+        if self.on_progress is not None:
+            self.on_progress(fraction, message)
+        self._report()
 
     def error_once(self, message: str) -> None:
         """Log an engine error and tell the user, once per distinct message."""

@@ -3,7 +3,9 @@ every request with an id gets an answer.
 
 Custom messages (all names under `flywheel/`; the clients in lsp/clients use them):
   server -> client notifications
-    flywheel/status       {state: loading|idle|busy|error|stopped, modelVersion, message}
+    flywheel/status       {state: loading|idle|busy|error|stopped, modelVersion, message,
+                           progress?: {percentage, message}}   progress: while a first start
+                          prepares the model (the same reports as the $/progress)
     flywheel/taskStep     {taskId, index, role, text, kind, ...}      each harness step as it
                           happens; kind: instruction | assistant (+calls) | tool (+name,
                           isError) | approval_request (+calls) | approval | compact | stop

@@ -180,4 +180,10 @@ async def test_first_start_shows_conversion_progress_and_stdout_is_only_lsp(
     ready = next(i for i, m in enumerate(messages) if is_status("idle")(m))
     ended = max(i for i, m in enumerate(messages) if m.get("method") == "$/progress")
     assert ended < ready
+    # the statuses carry the same preparation while loading (VS Code draws it as a notification)
+    statuses = [m["params"] for m in messages if m.get("method") == "flywheel/status"]
+    shown = [s["progress"]["percentage"] for s in statuses if "progress" in s]
+    assert shown == sorted(shown) and len(set(shown)) >= 3 and max(shown) < 100
+    assert all(s["state"] == "loading" for s in statuses if "progress" in s)
+    assert "progress" not in statuses[-1]
     assert proc.returncode == 0

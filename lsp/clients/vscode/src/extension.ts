@@ -38,7 +38,7 @@ import { InlineFeedback } from "./feedback";
 import { NextEdits } from "./nextEdit";
 import { InlineReview, shiftAfter } from "./inlineReview";
 import { latestProposal, pickHunk, Proposal, ProposalLenses, proposals, PROPOSAL_SCHEME, proposedText } from "./proposals";
-import { RateItem, rateLast, setConsent, StatusItem, toggleInlineCompletion } from "./status";
+import { PreparingNotice, RateItem, rateLast, ServerStatus, setConsent, StatusItem, toggleInlineCompletion } from "./status";
 import { ACCEPT_COMPLETION, onShown, Wire } from "./wire";
 
 let client: LanguageClient | undefined;
@@ -86,6 +86,7 @@ function serverSettings(): any {
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   const output = vscode.window.createOutputChannel("Flywheel Agent");
   const status = new StatusItem();
+  const preparing = new PreparingNotice();
   const lenses = new ProposalLenses();
   const review = new InlineReview();
   const rateItem = new RateItem();
@@ -146,8 +147,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       },
     };
     const c = new LanguageClient("flywheel", "Flywheel", serverOptions, clientOptions);
-    c.onNotification("flywheel/status", (s: { state: string; modelVersion: string; message: string }) => {
+    c.onNotification("flywheel/status", (s: ServerStatus) => {
       status.update(s);
+      preparing.update(s);
       if (s.state !== "stopped") closeStopped?.(); // running again: the old notice is void
     });
     c.onNotification("flywheel/taskStep", (step: { taskId: string; index: number; role: string; text: string }) => {
@@ -161,6 +163,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       if (e.newState !== State.Stopped) return;
       nextEdits.reset();
       status.stopped();
+      preparing.dispose();
       if (!stopping && e.oldState === State.Running) showStopped();
     });
     return c;
@@ -258,6 +261,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   context.subscriptions.push(
     output,
     status,
+    preparing,
     review,
     rateItem,
     { dispose: () => closeStopped?.() },

@@ -20,6 +20,7 @@ export interface ServerStatus {
   state: string;
   modelVersion?: string;
   message?: string;
+  progress?: { percentage: number; message?: string }; // a first start preparing the model
 }
 
 const ICONS: Record<string, string> = {
@@ -86,6 +87,41 @@ export class StatusItem implements vscode.Disposable {
 
   dispose(): void {
     this.item.dispose();
+  }
+}
+
+/** A first start's preparation of the model (the base's conversion, a minute or two) as a
+ * notification with its percentage, from the statuses that carry `progress`; it closes with the
+ * first status without one (ready, error or stopped). */
+export class PreparingNotice implements vscode.Disposable {
+  private report?: (step: { message?: string; increment?: number }) => void;
+  private close?: () => void;
+  private shown = 0; // the percentage drawn so far: VS Code's progress takes increments
+
+  update(s: ServerStatus): void {
+    if (!s.progress) {
+      this.dispose();
+      return;
+    }
+    if (!this.report) {
+      void vscode.window.withProgress(
+        { location: vscode.ProgressLocation.Notification, title: "Flywheel: preparing the model" },
+        (progress) =>
+          new Promise<void>((resolve) => {
+            this.report = (step) => progress.report(step);
+            this.close = resolve;
+          }),
+      );
+    }
+    const percentage = Math.max(this.shown, Math.min(100, s.progress.percentage));
+    this.report?.({ message: `${percentage}% ${s.progress.message ?? ""}`.trim(), increment: percentage - this.shown });
+    this.shown = percentage;
+  }
+
+  dispose(): void {
+    this.close?.();
+    this.report = this.close = undefined;
+    this.shown = 0;
   }
 }
 

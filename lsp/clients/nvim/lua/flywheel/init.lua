@@ -101,18 +101,18 @@ local progress_id -- the message that shows the model's preparation (updated in 
 local function show_progress(value)
   local p = M.state.progress or {}
   local done = value.kind == "end"
-  local text = done and ("Flywheel: " .. (value.message or "the model is ready"))
-    or ("Flywheel: preparing the model %d%% %s"):format(p.percentage or 0, p.message or "")
-  text = one_line(text)
-  local ok, id = pcall(vim.api.nvim_echo, { { text } }, done, {
+  -- a progress message is drawn as "Flywheel: NN% TEXT": the text is the step alone
+  local step = done and (value.message or "the model is ready") or ("preparing the model: " .. (p.message or ""))
+  local ok, id = pcall(vim.api.nvim_echo, { { one_line(step) } }, done, {
     id = progress_id,
     kind = "progress",
     title = "Flywheel",
     status = done and "success" or "running",
     percent = p.percentage,
   })
-  if not ok then
-    vim.api.nvim_echo({ { text } }, done, {})
+  if not ok then -- no progress messages in this Neovim
+    local plain = done and ("Flywheel: " .. step) or ("Flywheel: %d%% %s"):format(p.percentage or 0, step)
+    vim.api.nvim_echo({ { one_line(plain) } }, done, {})
   end
   progress_id = (ok and not done) and id or nil
 end
