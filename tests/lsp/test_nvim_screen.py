@@ -146,3 +146,23 @@ def test_the_real_default_shows_ghost_text_in_neovim(tmp_path):
     # a real model may rightly decline a place; it must show ghost text somewhere
     assert any(t["ms"] is not None and t["ghost"] for t in report["trials"]), report["trials"]
     assert len(report["server_latency_all_ms"]) >= 2
+
+
+def test_ghost_text_has_a_terminal_colour_without_termguicolors():
+    """Neovim's ghost-text group has only a GUI colour; in a 256-colour terminal (tmux without
+    RGB) the plugin gives it a grey one, or the suggestion reads like typed code."""
+    lua = (
+        "vim.o.termguicolors = false\n"
+        f"vim.opt.rtp:prepend({json.dumps(str(SCRIPTS.parents[2] / 'lsp/clients/nvim'))})\n"
+        "require('flywheel').init()\n"
+        "local hl = vim.api.nvim_get_hl(0, { name = 'ComplHint', link = false })\n"
+        "vim.cmd.colorscheme('default')\n"  # a colour scheme resets it; the plugin sets it again
+        "local again = vim.api.nvim_get_hl(0, { name = 'ComplHint', link = false })\n"
+        "io.write(vim.json.encode({ hl.ctermfg or false, again.ctermfg or false, hl.fg or false }))\n"
+    )
+    run = subprocess.run(
+        [NVIM, "--headless", "--clean", "-l", "-"], input=lua, capture_output=True, text=True
+    )
+    cterm, after_scheme, gui = json.loads(run.stdout)
+    assert cterm == 8 and after_scheme == 8, run.stderr
+    assert gui, "its GUI colour is kept"

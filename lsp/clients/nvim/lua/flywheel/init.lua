@@ -555,6 +555,18 @@ end
 
 --- Options, commands, keymaps and autocommands; what `setup` does besides starting the server.
 --- lsp/flywheel.lua calls it with no options (the defaults) unless `setup` ran first.
+--- Ghost text must read as a suggestion in every terminal. Neovim's ComplHint (NonText) has only
+--- a GUI colour, so without 'termguicolors' (tmux without RGB, a 256-colour terminal) it looked
+--- like typed code. It gets a grey, italic terminal colour where it has none.
+local function ghost_colour()
+  local hl = vim.api.nvim_get_hl(0, { name = "ComplHint", link = false })
+  if hl.ctermfg == nil then
+    hl.ctermfg = 8 -- bright black: grey in 16- and 256-colour palettes
+    hl.cterm = vim.tbl_extend("force", hl.cterm or {}, { italic = true })
+    vim.api.nvim_set_hl(0, "ComplHint", hl)
+  end
+end
+
 function M.init(opts)
   if M.options and opts == nil then
     return
@@ -584,6 +596,8 @@ function M.init(opts)
     end,
   })
   vim.api.nvim_create_autocmd("BufEnter", { group = group, callback = function() M.render() end })
+  ghost_colour()
+  vim.api.nvim_create_autocmd("ColorScheme", { group = group, callback = ghost_colour })
   vim.api.nvim_create_autocmd("LspProgress", { -- the model's preparation on a first start
     group = group,
     callback = function(args)

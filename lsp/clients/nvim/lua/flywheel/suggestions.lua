@@ -350,6 +350,7 @@ function S.attach(c, bufnr, keys)
   })
 end
 
-vim.api.nvim_set_hl(0, "FlywheelNextEditDelete", { strikethrough = true, fg = "#c05050", default = true })
+vim.api.nvim_set_hl(0, "FlywheelNextEditDelete",
+  { strikethrough = true, fg = "#c05050", ctermfg = 1, cterm = { strikethrough = true }, default = true })
 
 return S
