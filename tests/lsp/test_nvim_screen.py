@@ -143,8 +143,13 @@ def test_the_real_default_shows_ghost_text_in_neovim(tmp_path):
     )
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads(out.read_text())
-    # a real model may rightly decline a place; it must show ghost text somewhere
-    assert any(t["ms"] is not None and t["ghost"] for t in report["trials"]), report["trials"]
+    trials = report["trials"]
+    assert all(t["typed_line"] == "    return w" for t in trials), trials  # the key was typed
+    # a real model may rightly decline a place; it must show ghost text somewhere, and only
+    # text the server answered for the line as typed (never a late answer for the line before)
+    assert any(t["ms"] is not None and t["ghost"] for t in trials), trials
+    answers = {a["output"] for a in report["server_answers"] if a["prefix_tail"].endswith("w")}
+    assert all(t["ghost"] in answers for t in trials if t["ghost"]), (trials, answers)
     assert len(report["server_latency_all_ms"]) >= 2
 
 
