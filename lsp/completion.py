@@ -145,6 +145,25 @@ def heal(prefix: str) -> tuple[str, str]:
     return prefix, ""
 
 
+PREFIX_STEP = 512  # characters: where a long prefix starts moves in steps of this size
+
+
+def prompt_prefix(prefix: str, max_chars: int) -> str:
+    """The end of `prefix` the prompt holds: at most `max_chars`, starting at a line start.
+
+    The start moves in steps of `PREFIX_STEP` as the user types, not with every keystroke: the
+    prompt's first tokens then stay the same from one request to the next, so the engine's
+    prefix cache serves them and only the text near the cursor is computed again."""
+    over = len(prefix) - max_chars
+    if over <= 0:
+        return prefix
+    if max_chars <= PREFIX_STEP:
+        return prefix[over:]
+    start = -(-over // PREFIX_STEP) * PREFIX_STEP  # rounded up: at most max_chars remain
+    line = prefix.find("\n", start, start + PREFIX_STEP // 2)
+    return prefix[line + 1 if line >= 0 else start :]
+
+
 def build_prompt(
     prefix: str,
     suffix: str,
@@ -157,7 +176,7 @@ def build_prompt(
     """The prompt for a cursor between `prefix` and `suffix` in the document `uri` (see the
     module docstring), within `max_prompt_bytes`; the prefix is healed (`heal`): the model's text
     starts with the healed text."""
-    prefix = prefix[-settings.max_prefix_chars :] if settings.max_prefix_chars else ""
+    prefix = prompt_prefix(prefix, settings.max_prefix_chars)
     prefix = heal(prefix)[0]
     fim = settings.prompt_style == "fim"
     suffix = suffix[: settings.max_suffix_chars] if fim else ""

@@ -183,3 +183,20 @@ def test_a_suggestion_in_the_middle_of_a_line_ends_with_the_line():
     assert stop_strings("total = sum(", CompletionSettings(multiline="always")) == STOP
     with pytest.raises(ValueError, match="multiline must be 'auto' or 'always'"):
         CompletionSettings(multiline="never")
+
+
+def test_a_long_prefix_starts_at_the_same_line_while_the_user_types():
+    """The prompt's start moves in steps, at a line start, so that consecutive keystrokes share
+    the prompt's first tokens (the engine's prefix cache serves them)."""
+    from lsp.completion import PREFIX_STEP, prompt_prefix
+
+    text = "".join(f"value_{i} = compute({i}, {i + 1})\n" for i in range(400))
+    starts = set()
+    for typed in range(0, 300, 7):  # keystrokes at the end of a long file
+        prefix = text + "x" * typed
+        kept = prompt_prefix(prefix, 4000)
+        assert len(kept) <= 4000 and prefix.endswith(kept)
+        assert prefix[len(prefix) - len(kept) - 1] == "\n"  # whole lines
+        starts.add(len(prefix) - len(kept))
+    assert len(starts) <= 300 // PREFIX_STEP + 2  # not one start per keystroke
+    assert prompt_prefix("short\n", 4000) == "short\n" and prompt_prefix("abc", 0) == ""
