@@ -49,7 +49,8 @@ class CompletionSettings:
     temperature: float = 0.0  # 0 is greedy: the same context gives the same suggestion
     seed: int = -1  # >= 0: a fixed sampling seed (reproducible sampling); -1: none
     max_prefix_chars: int = 4000  # text before the cursor put in the prompt
-    max_suffix_chars: int = 1000  # text after the cursor put in the prompt
+    max_suffix_chars: int = 300  # text after the cursor put in the prompt: recomputed on every
+    # keystroke (it follows the typed text); benchmarks/completion_suffix.py weighs it
     max_neighbour_chars: int = 1000  # text from other open files of the same language
     prompt_style: str = "fim"  # "fim": prefix and suffix with the fill-in-the-middle tokens and
     # the other open files as repository context (Qwen2.5-Coder); "prefix": the text before the

@@ -70,3 +70,16 @@ def readme_setup(fence: str) -> list[str]:
     block = section[section.index(f"```{fence}\n") + len(fence) + 4 :]
     block = block[: block.index("```")].replace("<checkout>", str(ROOT))
     return block.strip().splitlines()
+
+
+# The real-default tests of both editors: a bug for the agent, and a function left at `return `
+# for a completion.
+REAL_FILE = (
+    "def add(a, b):\n"
+    '    """The sum of a and b."""\n'
+    "    return a - b\n\n\n"
+    "def area(width, height):\n"
+    '    """The area of a width by height rectangle."""\n'
+    "    return "
+)
+REAL_QUESTION = "add returns a - b; make it return the sum a + b"

@@ -283,3 +283,28 @@ def test_a_next_edit_for_text_that_moved_on_is_discarded_in_neovim(tmp_path):
     assert results["tab_handled"] is False
     assert results["lines"][2] == "    return a - b", "the stale edit was never applied"
     assert sessions.suggestion_event_sequence(db) == [("next_edit", ["shown", "rejected"])]
+
+
+@pytest.mark.base
+def test_the_real_default_proposes_an_edit_in_neovim(tmp_path, monkeypatch):
+    """The shipped default through the plugin and the real server: a task from :FlywheelAsk ends
+    with a proposal previewed in the buffer, and accepting it changes the buffer. What the model
+    writes is its own; that it arrives as a reviewable proposal is the product's."""
+    from agent.model import base_needed
+    from telemetry.folders import cache_home
+
+    if base_needed("default") is None:
+        pytest.skip("the default adapter is not trained on this install's base yet (make starter)")
+    monkeypatch.setenv("FLYWHEEL_CACHE", str(cache_home()))  # the converted base, not a new one
+    root = workspace(tmp_path, "shapes.py", sessions.REAL_FILE)
+    cmd = server_command("--model", "default", "--db", str(tmp_path / "telemetry.db"))
+    results = run_nvim(
+        tmp_path, "real_agent.lua", root, "shapes.py", cmd, question=sessions.REAL_QUESTION
+    )
+    task = results["task"]
+    assert task["proposals"], task  # the model's edit arrives as a proposal to review
+    assert results["preview_marks"] > 0
+    assert "\n".join(results["lines"]) != sessions.REAL_FILE.rstrip("\n")
+    assert (root / "shapes.py").read_text() == sessions.REAL_FILE, (
+        "the buffer changed, the file is not saved"
+    )

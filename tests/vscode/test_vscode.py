@@ -46,6 +46,7 @@ PLAYWRIGHT = CACHE / "playwright/node_modules/playwright-core"
 VSIX = REPO / "lsp/clients/vscode/flywheel.vsix"
 
 BASE, GHOST, MODEL_TEXT = sessions.BASE, sessions.GHOST, sessions.MODEL_TEXT
+REAL_FILE, REAL_QUESTION = sessions.REAL_FILE, sessions.REAL_QUESTION
 FIX = {"search": "    return a - b", "replace": "    return a + b"}
 TYPED = {  # a second hunk, over the ghost text the session accepts first; the test rejects it
     "search": "def mul(a, b):\n    return a * b",
@@ -344,16 +345,6 @@ def test_next_edit_and_feedback_in_code_server(code_server, tmp_path):
         assert len(outcomes) <= 1, f"suggestion {sid} got {outcomes}"
 
 
-REAL_FILE = (  # a bug for the agent to fix, and a function left at `return ` to complete
-    "def add(a, b):\n"
-    '    """The sum of a and b."""\n'
-    "    return a - b\n\n\n"
-    "def area(width, height):\n"
-    '    """The area of a width by height rectangle."""\n'
-    "    return "
-)
-
-
 @pytest.mark.base
 @pytest.mark.parametrize("code_server", [{"model": "default"}], indirect=True)
 def test_the_real_default_completes_and_proposes_in_code_server(code_server, tmp_path):
@@ -372,7 +363,7 @@ def test_the_real_default_completes_and_proposes_in_code_server(code_server, tmp
         tmp_path,
         file="shapes.py",
         status=f"Flywheel {version}",
-        question="add returns a - b; make it return the sum a + b",
+        question=REAL_QUESTION,
         readyMs=900_000,
         taskMs=600_000,
     )
