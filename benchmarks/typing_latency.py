@@ -1,14 +1,14 @@
 """Benchmark: inline completion as a user types, through a real LSP client and `flywheel lsp`.
 
-A client types a real source file of about `--file-tokens` tokens (standard-library modules) as
-an editor sends it: new text at 5-10 characters a second, one `didChange` per keystroke, an
+A client types a real source file of about `--file-tokens` tokens (the start of a standard-library
+module the default never trained on, `typing_text`) as an editor sends it: new text at 5-10 characters a second, one `didChange` per keystroke, an
 inline completion request (automatic trigger) at each word boundary, a newer keystroke
 superseding the request before it. Half the time the user stops at a boundary to read: they wait
 for the answer, take it when it is what the file's author wrote next (the simulated user's rule,
 `training/simulated_user.judge`: the rest of the line, or a correct start of at least 8
 characters) with `flywheel.acceptCompletion`, and go on after a short pause. Each pass types 12
-lines in a different place of the file (before a top-level definition in its second half; the
-text after them stays in place), then the document goes back to the file.
+lines in the next place of the file (from a definition on; the text after them stays in place),
+then the document goes back to the file.
 
 The server runs at a user's settings (`--model`, the default debounce, token budget and greedy
 sampling). Reported, over the requests the user waited on: p50 and p99 latency (request to
@@ -76,13 +76,15 @@ def _rss_mb(pid: int) -> float | None:
 
 
 def passes(text: str) -> list[tuple[str, str, str]]:
-    """(head, typed, tail) per place the user types at: before each top-level definition in the
-    file's second half, the next `LINES_PER_PASS` lines are typed anew."""
+    """(head, typed, tail) per place the user types at: before each definition (`def` or
+    `class`, at any indentation) after the file's first 20 lines, the next `LINES_PER_PASS`
+    lines are typed anew. Places are visited in turn, so that no pass repeats the text of the
+    one before (the server's suggestion cache would answer it)."""
     lines = text.splitlines(keepends=True)
     starts = [
         k
         for k, line in enumerate(lines)
-        if k >= len(lines) // 2 and line.startswith(("def ", "class "))
+        if k >= 20 and line.lstrip().startswith(("def ", "class "))
     ]
     out = []
     for k in starts or [len(lines) // 2]:
@@ -90,6 +92,29 @@ def passes(text: str) -> list[tuple[str, str, str]]:
         if typed.strip():
             out.append(("".join(lines[:k]), typed, "".join(lines[k + LINES_PER_PASS :])))
     return out
+
+
+def typing_text(chars: int) -> tuple[str, str]:
+    """(module path, its first `chars` characters, whole lines): the first held-out module of the
+    starter's stdlib split (the default never trained on it) that has at least 6 definitions to
+    type at within them."""
+    import sysconfig
+
+    from training.repo_files import RepoFile, split_files
+    from training.self_text import stdlib_files
+
+    std = Path(sysconfig.get_paths()["stdlib"])
+    kept = [
+        RepoFile(p.relative_to(std).as_posix(), p.read_text(errors="replace"))
+        for p in stdlib_files()
+    ]
+    _, held = split_files(kept, 0.1, 0)  # the starter's split (its seed 0)
+    for f in sorted(held, key=lambda f: f.path):
+        cut = f.text.rfind("\n", 0, chars)
+        text = f.text[: cut + 1]
+        if len(f.text) >= chars and len(passes(text)) >= 6:
+            return f.path, text
+    raise SystemExit("no held-out stdlib module has enough definitions to type at")
 
 
 class Typist:
@@ -246,11 +271,10 @@ async def _agent_loop(client, typist: Typist, stop: asyncio.Event) -> int:
 
 async def _run(args: argparse.Namespace) -> dict:
     from agent.demo import SAMPLE
-    from benchmarks.lsp_latency import source_text
 
     folder = Path(tempfile.mkdtemp(prefix="flywheel-bench-typing-"))
     shutil.copytree(SAMPLE, folder, dirs_exist_ok=True)
-    text = source_text(int(args.file_tokens * 3.5))
+    module, text = typing_text(int(args.file_tokens * 3.5))
     places = passes(text)
     rng = random.Random(args.seed)
     client = await _start(args, folder)
@@ -304,7 +328,8 @@ async def _run(args: argparse.Namespace) -> dict:
         finally:
             await client.stop()
             shutil.rmtree(folder, ignore_errors=True)
-    return _report(args, typist.requests, started, rss, first_after_idle, tasks, n)
+    report = _report(args, typist.requests, started, rss, first_after_idle, tasks, n)
+    return {**report, "file": module, "places": len(places)}
 
 
 def _report(args, requests, started, rss, first_after_idle, tasks, passes_typed) -> dict:
@@ -348,6 +373,9 @@ def _report(args, requests, started, rss, first_after_idle, tasks, passes_typed)
         "first_after_idle_ms": first_after_idle,
         "first_after_idle_p50_ms": _percentile(first_after_idle, 0.5),
         "per_minute": minutes,
+        "waited_requests": [  # [seconds from the start, ms or null, characters answered]
+            [round(r["at"] - started, 2), r["ms"], len(r["text"] or "")] for r in counted
+        ],
         "rss_mb": rss,
         "rss_growth_after_2_min": rss_growth,
         "machine": {
