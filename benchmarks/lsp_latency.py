@@ -191,6 +191,22 @@ def _documents(args: argparse.Namespace, direct: Direct):
     return TypedFile(source_text(chars))
 
 
+async def start_server(client, model: str, folder: Path, options: dict) -> None:
+    """Start `flywheel lsp --model MODEL` (telemetry in `folder`) under the pygls `client` and
+    initialize it for the workspace `folder` with the server settings `options`."""
+    await client.start_io(
+        sys.executable, "-m", "lsp.cli", "--model", model, "--db", str(folder / "t.db")
+    )
+    await client.initialize_async(
+        types.InitializeParams(
+            capabilities=types.ClientCapabilities(),
+            root_uri=folder.as_uri(),
+            initialization_options=options,
+        )
+    )
+    client.initialized(types.InitializedParams())
+
+
 class Editor:
     """A real LSP client (pygls) driving `flywheel lsp` over stdio, on one document of a copy of
     the demo's sample project (what the agent tasks work on)."""
@@ -221,25 +237,16 @@ class Editor:
             if task and task not in editor.task_ids:
                 editor.task_ids.append(task)
 
-        await client.start_io(
-            sys.executable, "-m", "lsp.cli", "--model", args.model, "--db", str(folder / "t.db")
-        )
-        await client.initialize_async(
-            types.InitializeParams(
-                capabilities=types.ClientCapabilities(),
-                root_uri=folder.as_uri(),
-                initialization_options={
-                    "completion": {
-                        "debounceMs": 0,
-                        "maxTokens": args.max_tokens,
-                        "temperature": args.temperature,
-                        "seed": args.seed,
-                    },
-                    "agent": {"approval": "never", "maxSteps": 12},
-                },
-            )
-        )
-        client.initialized(types.InitializedParams())
+        options = {
+            "completion": {
+                "debounceMs": 0,
+                "maxTokens": args.max_tokens,
+                "temperature": args.temperature,
+                "seed": args.seed,
+            },
+            "agent": {"approval": "never", "maxSteps": 12},
+        }
+        await start_server(client, args.model, folder, options)
         client.text_document_did_open(
             types.DidOpenTextDocumentParams(
                 text_document=types.TextDocumentItem(

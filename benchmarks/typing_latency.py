@@ -233,21 +233,14 @@ class Typist:
 async def _start(args: argparse.Namespace, folder: Path):
     from pygls.lsp.client import LanguageClient
 
+    from benchmarks.lsp_latency import start_server
+
     client = LanguageClient("flywheel-bench-typing", "1")
     client.feature("flywheel/status")(lambda ls, params: None)
     client.feature("flywheel/taskStep")(lambda ls, params: None)
     client.feature("flywheel/proposal")(lambda ls, params: None)
-    await client.start_io(
-        sys.executable, "-m", "lsp.cli", "--model", args.model, "--db", str(folder / "t.db")
-    )
-    await client.initialize_async(
-        types.InitializeParams(
-            capabilities=types.ClientCapabilities(),
-            root_uri=folder.as_uri(),
-            initialization_options={"agent": {"approval": "never", "maxSteps": 12}},
-        )
-    )
-    client.initialized(types.InitializedParams())
+    options = {"agent": {"approval": "never", "maxSteps": 12}}  # completions: the user's defaults
+    await start_server(client, args.model, folder, options)
     return client
 
 
