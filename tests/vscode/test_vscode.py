@@ -4,11 +4,17 @@ Playwright (tests/vscode/drive*.cjs, shared steps in workbench.cjs), with the bu
 (tests/lsp/replay_server.py): deterministic ghost text, next edits and agent turns; the server,
 harness, telemetry, extension and editor are real.
 
-Two sessions. One: ghost text accepted and an agent proposal accepted. Two: the session of tests/editor_sessions.py, which Neovim plays too (ghost text accepted, the
-next edit drawn, jumped to and applied with Tab, ghost text kept in part, ghost text dismissed),
-checked against the same expected suggestion events; then the server is stopped, the status bar
-says so, and a click restarts it. It writes `vscode-suggestion-sequence.json` and keeps its
-"next-edit" screenshot with the others, copied to $FLYWHEEL_ARTIFACTS when that is set.
+Three sessions:
+- ghost text accepted and an agent proposal accepted (drive.cjs);
+- the session of tests/editor_sessions.py, which Neovim plays too (ghost text accepted, the next
+  edit drawn, jumped to and applied with Tab, ghost text kept in part, ghost text dismissed),
+  checked against the same expected suggestion events; then the server is stopped, the status
+  bar says so, and a click restarts it. It writes `vscode-suggestion-sequence.json` and keeps its
+  "next-edit" screenshot with the others, copied to $FLYWHEEL_ARTIFACTS when that is set
+  (drive_next_edit.cjs);
+- marked `base` too, the shipped default through `flywheel lsp` instead of the replay engine,
+  from its first start (its progress when FLYWHEEL_CACHE is empty): a ghost text and an agent
+  proposal (drive_real.cjs).
 
 Set up with `make test-vscode` (tests/vscode/install.sh, then lsp/clients/vscode/build.sh), or by
 hand:  bash tests/vscode/install.sh && bash lsp/clients/vscode/build.sh &&
