@@ -140,19 +140,24 @@ class Typist:
 
     def insert(self, at: int, new: str) -> None:
         """Insert `new` at offset `at` of the document (one keystroke, or an accepted text)."""
-        self.version += 1
         pos = _position(self.text[:at])
         self.text = self.text[:at] + new + self.text[at:]
+        rng = types.Range(start=pos, end=pos)
+        self._send_change(types.TextDocumentContentChangePartial(range=rng, text=new))
+
+    def insert_all(self, text: str) -> None:
+        """The whole document becomes `text` (a new pass)."""
+        self.text = text
+        self._send_change(types.TextDocumentContentChangeWholeDocument(text=text))
+
+    def _send_change(self, change) -> None:
+        self.version += 1
         self.client.text_document_did_change(
             types.DidChangeTextDocumentParams(
                 text_document=types.VersionedTextDocumentIdentifier(
                     uri=self.uri, version=self.version
                 ),
-                content_changes=[
-                    types.TextDocumentContentChangePartial(
-                        range=types.Range(start=pos, end=pos), text=new
-                    )
-                ],
+                content_changes=[change],
             )
         )
 
@@ -215,19 +220,6 @@ class Typist:
                     await asyncio.sleep(self.rng.uniform(0.5, 1.5))
                     continue
             await asyncio.sleep(1 / self.rng.uniform(5, 10))
-
-    def insert_all(self, text: str) -> None:
-        """The whole document becomes `text` (a new pass)."""
-        self.version += 1
-        self.text = text
-        self.client.text_document_did_change(
-            types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(
-                    uri=self.uri, version=self.version
-                ),
-                content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)],
-            )
-        )
 
 
 async def _start(args: argparse.Namespace, folder: Path):

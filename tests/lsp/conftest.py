@@ -238,6 +238,17 @@ async def editor(tmp_path_factory, tiny_checkpoint: Path):
     await stop_editor(ed)
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def replay_editor(tmp_path_factory):
+    """One replay-model server per test module (tests/lsp/replay_server.py), its workspace root
+    in `.root`; the same loop-scope rule as `editor`."""
+    tmp = tmp_path_factory.mktemp("replay")
+    ed = await start_editor(tmp, "replay", root=tmp)
+    ed.root = tmp
+    yield ed
+    await stop_editor(ed)
+
+
 @pytest.fixture
 def doc_uri(tmp_path: Path) -> str:
     return (tmp_path / "main.py").as_uri()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
@@ -80,15 +79,6 @@ def test_a_next_edit_decodes_behind_inline_completions():
 pytestmark_e2e = pytest.mark.asyncio(loop_scope="module")
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def ned(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("next")
-    ed = await start_editor(tmp, "replay", root=tmp)
-    ed.root = tmp
-    yield ed
-    await stop_editor(ed)
-
-
 def _ask(ed, uri: str, version: int, position=None):
     params = {"textDocument": {"uri": uri, "version": version}}
     if position is not None:
@@ -103,8 +93,8 @@ def _rename_w(ed, uri: str) -> None:
 
 
 @pytestmark_e2e
-async def test_next_edit_lands_away_from_the_cursor_and_is_recorded(ned):
-    ed = ned
+async def test_next_edit_lands_away_from_the_cursor_and_is_recorded(replay_editor):
+    ed = replay_editor
     uri = (ed.root / "area.py").as_uri()
     ed.open(uri, BASE)
     _rename_w(ed, uri)
@@ -136,8 +126,8 @@ async def test_next_edit_lands_away_from_the_cursor_and_is_recorded(ned):
 
 
 @pytestmark_e2e
-async def test_a_stale_version_is_refused_before_and_after_the_model(ned):
-    ed = ned
+async def test_a_stale_version_is_refused_before_and_after_the_model(replay_editor):
+    ed = replay_editor
     uri = (ed.root / "stale.py").as_uri()
     ed.open(uri, BASE)
     _rename_w(ed, uri)
@@ -163,9 +153,9 @@ async def test_a_stale_version_is_refused_before_and_after_the_model(ned):
 
 
 @pytestmark_e2e
-async def test_a_document_change_stops_the_running_next_edit(ned):
+async def test_a_document_change_stops_the_running_next_edit(replay_editor):
     """The model blocks until its request is cancelled: only the change can end it."""
-    ed = ned
+    ed = replay_editor
     uri = (ed.root / "typed_on.py").as_uri()
     ed.open(uri, BASE)
     _rename_w(ed, uri)
@@ -186,8 +176,8 @@ async def test_a_document_change_stops_the_running_next_edit(ned):
 
 
 @pytestmark_e2e
-async def test_no_recent_edit_no_next_edit_and_unopened_documents_are_invalid(ned):
-    ed = ned
+async def test_no_recent_edit_no_next_edit_and_unopened_documents_are_invalid(replay_editor):
+    ed = replay_editor
     uri = (ed.root / "fresh.py").as_uri()
     ed.open(uri, BASE)
     assert await _ask(ed, uri, 1) is None

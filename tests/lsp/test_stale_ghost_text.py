@@ -10,13 +10,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-import pytest_asyncio
 from lsprotocol import types
 
 from agent.engine import Completion, RequestMetrics, Result
 from lsp.completion import CompletionService
 from lsp.settings import CompletionSettings, ModelSettings
-from tests.lsp.conftest import inline_params, start_editor, stop_editor
+from tests.lsp.conftest import inline_params
 
 SETTINGS = CompletionSettings(debounce_ms=0)
 URI = "file:///w/main.py"
@@ -120,15 +119,6 @@ def test_a_superseded_suggestion_comes_back_only_at_its_own_place():
     moved = "z = 0\n" + text
     other = complete(svc, moved, 9 + 6, version=2)
     assert engine.calls == 3 and other.text == "y + 2"
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def replay_editor(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("stale")
-    ed = await start_editor(tmp, "replay", root=tmp)
-    ed.root = tmp
-    yield ed
-    await stop_editor(ed)
 
 
 @pytest.mark.asyncio(loop_scope="module")
