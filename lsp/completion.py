@@ -15,7 +15,8 @@ Vocabulary:
                 change and on the cursor move) gets that same suggestion: one ghost text, one id
   cached        a model's answer is kept for its exact place (document, cursor offset, text
                 around it): asked there again (the user typed a character and deleted it) it is
-                offered anew without the model. Never at another position or line, and never
+                offered anew without the model. Never at another position or line, never once
+                another model version serves (after a reload or a promotion), and never
                 again once the user rejected it (Esc): a rejection removes it from the cache
 
 The prompt is the text before the cursor (at most `max_prefix_chars`, preceded by up to
@@ -130,6 +131,7 @@ class Inflight:
 class Neighbour:
     uri: str
     text: str
+    name: str = ""  # its path as the prompt names it (see `build_prompt`); "" = its file name
 
 
 def heal(prefix: str) -> tuple[str, str]:
@@ -172,10 +174,13 @@ def build_prompt(
     settings: CompletionSettings,
     max_prompt_bytes: int,
     uri: str = "",
+    place: tuple[str, str] = ("", ""),
 ) -> str:
     """The prompt for a cursor between `prefix` and `suffix` in the document `uri` (see the
     module docstring), within `max_prompt_bytes`; the prefix is healed (`heal`): the model's text
-    starts with the healed text."""
+    starts with the healed text. `place` is (repository, path) as the prompt names the document:
+    the server passes the workspace folder's name and the path inside it, the names `flywheel
+    train repo` trains with; empty, the document's folder and file name stand in."""
     prefix = prompt_prefix(prefix, settings.max_prefix_chars)
     prefix = heal(prefix)[0]
     fim = settings.prompt_style == "fim"
@@ -186,12 +191,13 @@ def build_prompt(
     for n in neighbours:
         if budget <= 0:
             break
-        files.append((_name(n.uri), n.text[:budget]))
+        files.append((n.name or _name(n.uri), n.text[:budget]))
         budget -= len(files[-1][1]) + len(files[-1][0])
 
     def render() -> str:
         if fim:
-            return render_repo_fim(_repo(uri), files, _name(uri), prefix, suffix)
+            repo, path = place[0] or _repo(uri), place[1] or _name(uri)
+            return render_repo_fim(repo, files, path, prefix, suffix)
         return "".join(f"{comment} {name}\n{text}\n\n" for name, text in files) + prefix
 
     prompt = render()
@@ -299,8 +305,10 @@ class CompletionService:
         neighbours: list[Neighbour],
         settings: CompletionSettings,
         model: ModelSettings,
+        place: tuple[str, str] = ("", ""),
     ) -> Suggestion | None:
-        """One suggestion at `offset` of `text`, or None (superseded, empty, or engine error)."""
+        """One suggestion at `offset` of `text`, or None (superseded, empty, or engine error);
+        `place` names the document in the prompt (`build_prompt`)."""
         if self.cache is None or self.cache.size != settings.cache_size:
             self.cache = Cache(settings.cache_size, settings.cache_ttl_s, self.clock)
         last = self.suggestions.get(self._last.get(uri, ""))
@@ -316,6 +324,7 @@ class CompletionService:
                 return self._continue(last, version, offset, prefix, typed)
             self._supersede_last(uri, prefix)
             key = Cache.key(
+                self.host.version,  # the model that wrote it: never offered once another serves
                 uri,
                 str(offset),  # its place: never offered at another position or line
                 prefix[-settings.max_prefix_chars :],
@@ -336,7 +345,7 @@ class CompletionService:
                 "prefix": prefix,
                 "suffix": suffix,
             }
-            output = await self._generate(me, row, neighbours, settings, model)
+            output = await self._generate(me, row, neighbours, settings, model, place)
             if output is None:
                 return None
             self.cache.put(key, output)
@@ -349,6 +358,7 @@ class CompletionService:
         neighbours: list[Neighbour],
         settings: CompletionSettings,
         model: ModelSettings,
+        place: tuple[str, str],
     ) -> str | None:
         """The model's text for the place `row` describes, recorded as a `suggestion` row; None
         when there is nothing to offer: the model failed, wrote nothing usable (recorded
@@ -362,7 +372,14 @@ class CompletionService:
         prefix, suffix = row["prefix"], row["suffix"]
         max_prompt = engine.context_length - settings.max_tokens - 8
         prompt = build_prompt(
-            prefix, suffix, row["language"], neighbours, settings, max_prompt, uri=row["uri"]
+            prefix,
+            suffix,
+            row["language"],
+            neighbours,
+            settings,
+            max_prompt,
+            uri=row["uri"],
+            place=place,
         )
         sid = uuid.uuid4().hex
         me.suggestion_id = sid

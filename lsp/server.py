@@ -37,7 +37,7 @@ from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
 from agent.engine import EngineError
-from lsp.agent_tasks import TaskRunner, task_actions
+from lsp.agent_tasks import TaskRunner, task_actions, task_root
 from lsp.completion import CompletionService, Neighbour
 from lsp.configuration import apply_settings, pull_configuration
 from lsp.documents import looks_binary, offset_at
@@ -45,7 +45,7 @@ from lsp.feedback import SurvivalTracker
 from lsp.load_progress import LoadProgress
 from lsp.model_host import ModelHost
 from lsp.next_edit import NextEditService, VersionMoved
-from lsp.proposals import ReviewService
+from lsp.proposals import ReviewService, file_path
 from lsp.protocol import (
     ADVANCE_CLOCK,
     COMPLETION_PARTIALLY_ACCEPTED,
@@ -336,8 +336,23 @@ def _neighbours(ls: FlywheelServer, uri: str, language: str) -> list[Neighbour]:
     out = []
     for other_uri, doc in ls.workspace.text_documents.items():
         if other_uri != uri and doc.language_id == language and not looks_binary(doc.source):
-            out.append(Neighbour(other_uri, doc.source[:4000]))
+            out.append(Neighbour(other_uri, doc.source[:4000], _place(ls, other_uri)[1]))
     return out[:3]
+
+
+def _place(ls: FlywheelServer, uri: str) -> tuple[str, str]:
+    """(repository, path) by which the completion prompt names a document: the workspace folder
+    that holds it and the path inside it, as `flywheel train repo` names a workspace's files, so
+    what a model learned of the repository applies in the editor; ("", "") when no folder holds
+    it (the prompt then names its own folder and file)."""
+    path = file_path(uri)
+    try:
+        root = task_root(ls.workspace, uri)
+    except JsonRpcException:
+        return "", ""
+    if path is None or root not in path.parents:
+        return "", ""
+    return root.name, path.relative_to(root).as_posix()
 
 
 async def _suggest(ls: FlywheelServer, uri: str, position: types.Position, trigger: str):
@@ -360,6 +375,7 @@ async def _suggest(ls: FlywheelServer, uri: str, position: types.Position, trigg
         neighbours=_neighbours(ls, uri, doc.language_id or ""),
         settings=ls.settings.completion,
         model=ls.settings.model,
+        place=_place(ls, uri),
     )
     now = ls.document(uri)  # pygls changes the document object in place
     if suggestion is not None and (now is None or (now.version or 0) != version):

@@ -107,6 +107,19 @@ def test_a_rejected_suggestion_is_dropped_from_the_cache():
     assert engine.calls == 2 and again.text == "zip(a, b):"
 
 
+def test_a_cached_answer_is_not_offered_once_another_model_version_serves():
+    """After a reload or a promotion the new model answers, even at a place the old one was
+    asked: a cached answer is never shown, nor logged, as the new version's."""
+    svc, engine, _ = service("range(10):", "x + 1", "enumerate(xs):")
+    text = "for i in \nz = \n"
+    complete(svc, text, 9)
+    complete(svc, text, 14, version=1)  # elsewhere: the first is superseded, still cached
+    svc.host.version = engine.model_version = "scripted-2"  # the server swapped the model
+    back = complete(svc, text, 9, version=1)
+    assert engine.calls == 3 and back.text == "enumerate(xs):"
+    assert back.model_version == "scripted-2"
+
+
 def test_a_superseded_suggestion_comes_back_only_at_its_own_place():
     svc, engine, _ = service("range(10):", "x + 1", "y + 2")
     text = "for i in \nz = \n"
