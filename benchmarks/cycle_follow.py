@@ -89,13 +89,13 @@ def log_sessions(tasks: list, db: Path, root: Path) -> list[dict]:
 
 
 class Editor:
-    """A pygls client on `flywheel lsp --model registry`: inline completions and status notes."""
+    """A pygls client on `flywheel lsp --model registry`: inline completions and status notes.
+    `folder` is the client's workspace folder (rootUri); the server's telemetry goes to `db`."""
 
-    def __init__(self, registry: Path, folder: Path) -> None:
-        self.registry, self.folder = registry, folder
-        self.db = folder / "editor.db"
+    def __init__(self, registry: Path, folder: Path, db: Path, max_tokens: int = 16) -> None:
+        self.registry, self.folder, self.db, self.max_tokens = registry, folder, db, max_tokens
         self.statuses: list[str] = []
-        self.version = 0
+        self.versions: dict[str, int] = {}  # open documents: uri -> version
 
     async def start(self) -> None:
         from lsprotocol import types
@@ -109,20 +109,15 @@ class Editor:
             str(self.registry), "--reload-interval", "2", "--db", str(self.db),
             "--consent", "metrics",
         )  # fmt: skip
+        options = {"completion": {"debounceMs": 0, "maxTokens": self.max_tokens}}
         await client.initialize_async(
             types.InitializeParams(
                 capabilities=types.ClientCapabilities(),
                 root_uri=self.folder.as_uri(),
-                initialization_options={"completion": {"debounceMs": 0, "maxTokens": 16}},
+                initialization_options=options,
             )
         )
         client.initialized(types.InitializedParams())
-        self.uri = (self.folder / "lines.py").as_uri()
-        client.text_document_did_open(
-            types.DidOpenTextDocumentParams(
-                text_document=types.TextDocumentItem(self.uri, "python", 0, FILE)
-            )
-        )
 
     def _status(self, params) -> None:
         version = getattr(params, "modelVersion", None)
@@ -130,38 +125,63 @@ class Editor:
             self.statuses.append(version)
 
     async def complete(self) -> dict:
-        """One inline completion at the end of the file: the version that answered, and its text."""
+        """One inline completion at the end of a small file, a new text each time."""
+        self.request = getattr(self, "request", 0) + 1
+        text = f"# request {self.request}\n{FILE}"
+        return await self.complete_at(self.folder / "lines.py", text, len(text))
+
+    async def complete_at(self, path: Path, text: str, offset: int) -> dict:
+        """`path` opened (or changed) to `text`, one inline completion asked at `offset`: the
+        version that answered (from the server's telemetry), its text and the latency."""
         types = self.types
-        self.version += 1  # a new text each time: never an answer cached from an earlier request
-        text = f"# request {self.version}\n{FILE}"
-        self.client.text_document_did_change(
-            types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(
-                    version=self.version, uri=self.uri
-                ),
-                content_changes=[types.TextDocumentContentChangeWholeDocument(text)],
+        uri = path.as_uri()
+        version = self.versions.get(uri, 0) + 1
+        self.versions[uri] = version
+        if version == 1:
+            self.client.text_document_did_open(
+                types.DidOpenTextDocumentParams(
+                    text_document=types.TextDocumentItem(uri, "python", version, text)
+                )
             )
-        )
-        lines = text.split("\n")
+        else:
+            self.client.text_document_did_change(
+                types.DidChangeTextDocumentParams(
+                    text_document=types.VersionedTextDocumentIdentifier(version=version, uri=uri),
+                    content_changes=[types.TextDocumentContentChangeWholeDocument(text)],
+                )
+            )
+        line = text.count("\n", 0, offset)
+        character = offset - (text.rfind("\n", 0, offset) + 1)
         params = types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(self.uri),
-            position=types.Position(len(lines) - 1, len(lines[-1])),
+            text_document=types.TextDocumentIdentifier(uri),
+            position=types.Position(line, character),
             context=types.InlineCompletionContext(types.InlineCompletionTriggerKind.Invoked),
         )
         started = time.perf_counter()
         result = await self.client.text_document_inline_completion_async(params)
         ms = (time.perf_counter() - started) * 1000
-        item = result.items[0]
         await self.client.protocol.send_request_async("flywheel/debug/flush", {})
         conn = sqlite3.connect(self.db)
-        try:
-            (version,) = conn.execute(
-                "SELECT model_version FROM suggestions WHERE id = ?", (item.command.arguments[0],)
+        try:  # this request's row (one at a time), also when it offered nothing (ignored)
+            row = conn.execute(
+                "SELECT model_version FROM suggestions ORDER BY created_at DESC LIMIT 1"
             ).fetchone()
         finally:
             conn.close()
-        answer = item.insert_text if isinstance(item.insert_text, str) else item.insert_text.value
-        return dict(model_version=version, text=answer, latency_ms=round(ms, 1))
+        answer = ""
+        if result and result.items:
+            text = result.items[0].insert_text
+            answer = text if isinstance(text, str) else text.value
+        return dict(model_version=row and row[0], text=answer, latency_ms=round(ms, 1))
+
+    def close(self, path: Path) -> None:
+        """`path` closed in the editor (no longer context for the others)."""
+        if self.versions.pop(path.as_uri(), None) is not None:
+            self.client.text_document_did_close(
+                self.types.DidCloseTextDocumentParams(
+                    self.types.TextDocumentIdentifier(path.as_uri())
+                )
+            )
 
     async def wait_for(self, version: str, since: int, timeout: float = 600) -> float:
         """Seconds until a status notification (the `since`-th or later) names `version`."""
@@ -178,12 +198,12 @@ class Editor:
         await self.client.stop()
 
 
-async def cycle(args: argparse.Namespace, db: Path, extra: list[str]) -> dict:
-    """One `flywheel cycle`, its output streamed; its summary.json."""
+async def cycle(args: argparse.Namespace, db: Path, options: list[str]) -> dict:
+    """One `flywheel cycle` with `options`, its output streamed; its summary.json."""
     work = Path(args.work) / "cycles"
     before = set(work.glob("*/summary.json")) if work.exists() else set()
     command = [sys.executable, "-m", "agent.cli", "cycle", "--registry", str(args.registry)]
-    command += ["--telemetry-db", str(db), "--work", str(work), *CYCLE_ARGS, *extra]
+    command += ["--telemetry-db", str(db), "--work", str(work), *options]
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
         *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
@@ -215,7 +235,7 @@ async def run(args: argparse.Namespace) -> dict:
     tasks = session_tasks(args.sessions + args.more_sessions)
     sessions = log_sessions(tasks[: args.sessions], db, work / "sessions")
     (work / "editor").mkdir()
-    editor = Editor(args.registry, work / "editor")
+    editor = Editor(args.registry, work / "editor", work / "editor" / "editor.db")
     await editor.start()
     report: dict = dict(baseline=v1, sessions=sessions, cycles=[])
     try:
@@ -226,7 +246,7 @@ async def run(args: argparse.Namespace) -> dict:
                 report["sessions"] += more
             served = registry.promoted()
             since = len(editor.statuses)
-            result = await cycle(args, db, extra)
+            result = await cycle(args, db, [*CYCLE_ARGS, *extra])
             result["case"] = name
             promoted = registry.promoted()
             result["promoted_after"] = promoted

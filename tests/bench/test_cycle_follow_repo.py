@@ -1,0 +1,53 @@
+"""benchmarks/cycle_follow_repo.py end to end on the tiny model (random weights: it measures
+nothing, but the editor, the cycle's repository stage, the gate and the report all run)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location(
+        "cycle_follow_repo", ROOT / "benchmarks" / "cycle_follow_repo.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_paired_exact_compares_the_same_lines():
+    bench = _bench()
+    before = [{"exact": e} for e in (False, False, True, False)]
+    after = [{"exact": e} for e in (True, True, True, False)]
+    out = bench.paired_exact(before, after)
+    assert (out["lines"], out["before"], out["after"]) == (4, 0.25, 0.75)
+    low, high = out["ci95"]  # per-line differences 1, 1, 0, 0: never below 0
+    assert 0 <= low <= 0.5 <= high <= 1
+    assert bench.paired_exact(before, before)["ci95"] == [0.0, 0.0]
+
+
+def test_quick_run_asks_the_editor_before_and_after_the_cycle(tmp_path):
+    bench = _bench()
+    out = tmp_path / "follow.json"
+    code = bench.main(
+        ["--quick", "--repo", "flywheel", "--work", str(tmp_path / "w"), "--json", str(out)]
+    )
+    report = json.loads(out.read_text())
+    assert code == (0 if report["editor_follows"] else 1)
+    assert report["exact"]["lines"] == len(report["editor_before"]) == 4
+    assert [r["path"] for r in report["editor_after"]] == [
+        r["path"] for r in report["editor_before"]
+    ]
+    assert report["versions_before"] in ([], [report["baseline"]])
+    summary = report["cycle"]["summary"]
+    assert summary["stages"] == ["repo"] and "repo_benchmark" in summary
+    assert summary["status"] in ("promoted", "rejected")
+    if summary["status"] == "promoted":  # then every answer after it came from the new version
+        assert report["editor_follows"] and report["versions_after"] == [summary["candidate"]]
