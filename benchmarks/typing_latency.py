@@ -16,8 +16,10 @@ answer), the share answered with text, and the accept rate; per minute as well; 
 RSS every 10 s (from /proc), against its value after the first 2 minutes. With `--during-agent`,
 agent tasks run one after another on the same server (the demo's task on a copy of its project)
 and only requests made and answered while one ran count. With `--first-after-idle N`, N
-documents are opened first, each left idle for 10 s before its first request, which is timed
-alone.
+places are opened first, each in two documents one after the other, left idle for 10 s before
+its first request, which is timed alone: in one the cursor is said to rest there after 0.5 s
+(flywheel/cursorIdle, as the editors send it: the server prefills the place), in the other not.
+While typing, a pause of 0.5 s or more sends the rest as well.
 
     .venv/bin/python benchmarks/typing_latency.py --model default --minutes 6 \\
         --json benchmarks/results/typing-default.json
@@ -49,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 BOUNDARY = " (.=,:\n"  # a request after typing one of these (an editor's word boundary)
 LINES_PER_PASS = 12
+REST_S = 0.5  # a cursor still this long is said to rest (the VS Code client's REST_MS)
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -126,6 +129,7 @@ class Typist:
         self.text = ""
         self.requests: list[dict] = []  # {at, ms, text, waited, accepted, during_agent}
         self.agent_running = False
+        self.cursor_idle = True  # say where the cursor rests, as the editors do
 
     def open(self, text: str) -> None:
         self.version += 1
@@ -160,6 +164,31 @@ class Typist:
                 content_changes=[change],
             )
         )
+
+    def close(self) -> None:
+        self.client.text_document_did_close(
+            types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(self.uri))
+        )
+
+    def rest(self, at: int) -> None:
+        """The cursor rests at offset `at`: what the editors send then (flywheel/cursorIdle)."""
+        if self.cursor_idle:
+            self.client.protocol.notify(
+                "flywheel/cursorIdle",
+                {
+                    "textDocument": {"uri": self.uri, "version": self.version},
+                    "position": _position(self.text[:at]),
+                },
+            )
+
+    async def pause(self, at: int, seconds: float) -> None:
+        """The user stops for `seconds` at `at`; past REST_S the editor says the cursor rests."""
+        if seconds < REST_S:
+            await asyncio.sleep(seconds)
+            return
+        await asyncio.sleep(REST_S)
+        self.rest(at)
+        await asyncio.sleep(seconds - REST_S)
 
     def ask(self, at: int) -> tuple[asyncio.Future, dict]:
         params = types.InlineCompletionParams(
@@ -217,7 +246,7 @@ class Typist:
                                 command=command.command, arguments=command.arguments
                             )
                         )
-                    await asyncio.sleep(self.rng.uniform(0.5, 1.5))
+                    await self.pause(at, self.rng.uniform(0.5, 1.5))
                     continue
             await asyncio.sleep(1 / self.rng.uniform(5, 10))
 
@@ -265,17 +294,20 @@ async def _run(args: argparse.Namespace) -> dict:
     client = await _start(args, folder)
     pid = client._server.pid
     try:
-        first_after_idle = []
+        first_after_idle: dict[str, list[float]] = {"warmed": [], "unwarmed": []}
         for k in range(args.first_after_idle):
-            idle = Typist(client, (folder / f"idle_{k}.py").as_uri(), rng)
             head, typed, tail = places[k % len(places)]
             line = typed.split("\n", 1)[0]
             cut = next((j + 1 for j, c in enumerate(line) if c in BOUNDARY), len(line))
-            idle.open(head + typed[:cut] + "\n" + tail)
-            await asyncio.sleep(10)
-            future, row = idle.ask(len(head) + cut)
-            await asyncio.wait_for(future, 120)
-            first_after_idle.append(row["ms"])
+            for how in ("unwarmed", "warmed"):  # the same place, with and without the rest
+                idle = Typist(client, (folder / f"idle_{k}_{how}.py").as_uri(), rng)
+                idle.cursor_idle = how == "warmed"
+                idle.open(head + typed[:cut] + "\n" + tail)
+                await idle.pause(len(head) + cut, 10)
+                future, row = idle.ask(len(head) + cut)
+                await asyncio.wait_for(future, 120)
+                first_after_idle[how].append(row["ms"])
+                idle.close()  # not context for the next one
         typist = Typist(client, (folder / "typed.py").as_uri(), rng)
         typist.open(text)
         warm, _ = typist.ask(len(text))  # the model is loaded before the clock starts
@@ -355,8 +387,10 @@ def _report(args, requests, started, rss, first_after_idle, tasks, passes_typed)
         "p50_ms": _percentile(ms, 0.5),
         "p99_ms": _percentile(ms, 0.99),
         "mean_ms": statistics.fmean(ms) if ms else None,
-        "first_after_idle_ms": first_after_idle,
-        "first_after_idle_p50_ms": _percentile(first_after_idle, 0.5),
+        "first_after_idle_ms": first_after_idle["warmed"],
+        "first_after_idle_p50_ms": _percentile(first_after_idle["warmed"], 0.5),
+        "first_after_idle_unwarmed_ms": first_after_idle["unwarmed"],
+        "first_after_idle_unwarmed_p50_ms": _percentile(first_after_idle["unwarmed"], 0.5),
         "per_minute": minutes,
         "waited_requests": [  # [seconds from the start, ms or null, characters answered]
             [round(r["at"] - started, 2), r["ms"], len(r["text"] or "")] for r in counted
@@ -402,6 +436,7 @@ def main() -> None:
         ("answered with text", pct(share)),
         ("accepted", pct(r["accepted"] / r["waited_on"] if r["waited_on"] else None)),
         ("first request after 10 s idle, p50", ms(r["first_after_idle_p50_ms"])),
+        ("  the same, no cursorIdle sent, p50", ms(r["first_after_idle_unwarmed_p50_ms"])),
         ("server RSS growth after minute 2", pct(r["rss_growth_after_2_min"])),
     ]
     for name, value in rows:

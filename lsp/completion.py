@@ -291,6 +291,8 @@ class CompletionService:
     cache: Cache | None = None
     suggestions: OrderedDict[str, Suggestion] = field(default_factory=OrderedDict)
     _inflight: dict[str, Inflight] = field(default_factory=dict)
+    _warming: dict[str, threading.Event] = field(default_factory=dict)  # uri -> its cancel
+    _warmed: dict[str, tuple[int, int]] = field(default_factory=dict)  # uri -> (version, offset)
     _last: dict[str, str] = field(default_factory=dict)  # uri -> latest suggestion id
 
     async def complete(
@@ -311,6 +313,9 @@ class CompletionService:
         `place` names the document in the prompt (`build_prompt`)."""
         if self.cache is None or self.cache.size != settings.cache_size:
             self.cache = Cache(settings.cache_size, settings.cache_ttl_s, self.clock)
+        warming = self._warming.pop(uri, None)
+        if warming is not None:  # this request's own prefill goes first (see `warm`)
+            warming.set()
         last = self.suggestions.get(self._last.get(uri, ""))
         same = last is not None and not last.resolved and last.model_version == self.host.version
         if same and (last.version, last.offset) == (version, offset):
@@ -350,6 +355,72 @@ class CompletionService:
                 return None
             self.cache.put(key, output)
             return self._remember(uri, version, offset, prefix, output, me.suggestion_id, key)
+
+    async def warm(
+        self,
+        *,
+        uri: str,
+        version: int,
+        text: str,
+        offset: int,
+        language: str,
+        neighbours: list[Neighbour],
+        settings: CompletionSettings,
+        model: ModelSettings,
+        place: tuple[str, str] = ("", ""),
+    ) -> bool:
+        """Prefill the prompt a completion at `offset` would send, in the prefetch lane, and
+        nothing more: the engine's prefix cache then holds it, and the user's first request
+        there computes only what was typed since (and the text after the cursor). Nothing is
+        suggested or recorded. Skipped while a completion for `uri` runs, or when this place was
+        warmed last; a completion for `uri` cancels a warm-up still running (the engine stores a
+        prompt only once it is complete, so the completion's own prefill must go first).
+        Returns whether the prompt was prefilled."""
+        if (
+            uri in self._inflight
+            or uri in self._warming
+            or self._warmed.get(uri)
+            == (
+                version,
+                offset,
+            )
+        ):
+            return False
+        cancel = threading.Event()
+        self._warming[uri] = cancel
+        try:
+            engine = await self.host.get(model)
+            if cancel.is_set():
+                return False
+            prompt = build_prompt(
+                text[:offset],
+                text[offset:],
+                language,
+                neighbours,
+                settings,
+                engine.context_length - settings.max_tokens - 8,
+                uri=uri,
+                place=place,
+            )
+            request = Request(
+                prompt=prompt,
+                params=SamplingParams(max_tokens=1, temperature=0.0, logprobs=False),
+                cancel=cancel,
+                priority="prefetch",
+            )
+            result = await self.host.call(engine.generate, request)
+        except EngineError as exc:  # the model failed to load (said once) or to run
+            log.info("warming %s failed: %s", uri, exc)
+            return False
+        finally:
+            if self._warming.get(uri) is cancel:
+                del self._warming[uri]
+        done = result.completions[0].finish_reason != "cancelled" and not cancel.is_set()
+        if done:
+            if len(self._warmed) >= 256:  # documents warmed long ago: forget them
+                self._warmed.clear()
+            self._warmed[uri] = (version, offset)
+        return done
 
     async def _generate(
         self,

@@ -18,10 +18,14 @@ Custom messages (all names under `flywheel/`; the clients in lsp/clients use the
                           ContentModified (-32801) when `version` is not the document's version,
                           before or after the model ran; the client applies it only at `version`
                           and runs `command` (flywheel.acceptCompletion) when it does.
-  client -> server notifications (typed below: `CompletionEventParams`)
+  client -> server notifications (typed below: `CompletionEventParams`, `CursorIdleParams`)
     flywheel/completionShown              {suggestionId}
     flywheel/completionPartiallyAccepted  {suggestionId, acceptedChars}
     flywheel/completionRejected           {suggestionId}
+    flywheel/cursorIdle                   {textDocument: {uri, version}, position}: the cursor
+                          rests there (the user reads, or opened the file); the server prefills
+                          the prompt a completion there would send, so the first keystroke
+                          finds it computed (completion.py `CompletionService.warm`)
   test-only requests (`flywheel lsp --manual-clock`)
     flywheel/debug/advanceClock  {seconds} -> {checks, flushed}
     flywheel/debug/flush         {} -> {flushed}
@@ -82,6 +86,7 @@ NEXT_EDIT = "flywheel/nextEdit"
 COMPLETION_SHOWN = "flywheel/completionShown"
 COMPLETION_PARTIALLY_ACCEPTED = "flywheel/completionPartiallyAccepted"
 COMPLETION_REJECTED = "flywheel/completionRejected"
+CURSOR_IDLE = "flywheel/cursorIdle"
 ADVANCE_CLOCK = "flywheel/debug/advanceClock"
 FLUSH = "flywheel/debug/flush"
 
@@ -129,6 +134,19 @@ class CompletionEventNotification:
 
 
 @attrs.define
+class CursorIdleParams:
+    text_document: types.VersionedTextDocumentIdentifier  # the version the position is in
+    position: types.Position
+
+
+@attrs.define
+class CursorIdleNotification:
+    params: CursorIdleParams
+    method: str = CURSOR_IDLE
+    jsonrpc: str = "2.0"
+
+
+@attrs.define
 class AdvanceClockParams:
     seconds: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
 
@@ -146,6 +164,7 @@ MESSAGE_TYPES: dict[str, type] = {
     COMPLETION_SHOWN: CompletionEventNotification,
     COMPLETION_PARTIALLY_ACCEPTED: CompletionEventNotification,
     COMPLETION_REJECTED: CompletionEventNotification,
+    CURSOR_IDLE: CursorIdleNotification,
     ADVANCE_CLOCK: AdvanceClockRequest,
 }
 

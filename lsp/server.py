@@ -52,12 +52,14 @@ from lsp.protocol import (
     COMPLETION_REJECTED,
     COMPLETION_SHOWN,
     CONTENT_MODIFIED,
+    CURSOR_IDLE,
     FLUSH,
     NEXT_EDIT,
     REQUEST_FAILED,
     STATUS,
     AdvanceClockParams,
     CompletionEventParams,
+    CursorIdleParams,
     FlywheelProtocol,
     NextEditParams,
     NextEditResult,
@@ -472,6 +474,29 @@ def completion_partially_accepted(ls: FlywheelServer, params: CompletionEventPar
 @SERVER.feature(COMPLETION_REJECTED)
 def completion_rejected(ls: FlywheelServer, params: CompletionEventParams) -> None:
     _lifecycle(ls, params, "rejected")
+
+
+@SERVER.feature(CURSOR_IDLE)
+async def cursor_idle(ls: FlywheelServer, params: CursorIdleParams) -> None:
+    """The cursor rests: prefill what a completion there would need (`CompletionService.warm`)."""
+    uri, version = params.text_document.uri, params.text_document.version
+    doc = ls.document(uri)
+    if not ls.settings.completion.enabled or doc is None or (doc.version or 0) != version:
+        return  # the document moved on: the next rest will say where the cursor is now
+    text = doc.source
+    if not _suggestible(text):
+        return
+    await ls.completions.warm(
+        uri=uri,
+        version=version,
+        text=text,
+        offset=offset_at(text, params.position),
+        language=doc.language_id or "",
+        neighbours=_neighbours(ls, uri, doc.language_id or ""),
+        settings=ls.settings.completion,
+        model=ls.settings.model,
+        place=_place(ls, uri),
+    )
 
 
 # --- next edit ---------------------------------------------------------------------------------

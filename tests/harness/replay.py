@@ -3,7 +3,8 @@
 Each turn is the raw text of an assistant turn in our chat format (tool calls written with
 `<tool_call>...</tool_call>`), parsed exactly as the real backends parse it; or an exception
 instance, raised by `generate` to test engine failures. It implements the Engine Protocol, and
-records every request it received so tests can check what the model was shown.
+records every request it received so tests can check what the model was shown. A warm-up (one
+token in the prefetch lane: the language server prefilling a prompt) uses no turn.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ class ReplayEngine:
     def generate(self, request: Request) -> Result:
         with self._lock:
             self.requests.append(request)
+            if request.priority == "prefetch" and request.params.max_tokens == 1:
+                return _prefilled(request, self._version)  # a warm-up: it uses no turn
             if not self.turns:
                 raise AssertionError("the replay engine ran out of recorded turns")
             turn = self.turns.pop(0)
@@ -85,3 +88,11 @@ class ReplayEngine:
 
     def close(self) -> None:
         pass
+
+
+def _prefilled(request: Request, version: str) -> Result:
+    """The answer to a prompt the server only prefills (lsp/completion.py `warm`): one token."""
+    comp = Completion(
+        text="", token_ids=[0], logprobs=None, finish_reason="length", model_version=version
+    )
+    return Result([comp], RequestMetrics(prompt_tokens=len(str(request.prompt)) // 4))

@@ -7,6 +7,8 @@ It runs the shipped server (lsp.cli.main) unchanged, except that the engine host
 loads the turns the model will emit next:
 
     flywheel/test/replay  {"turns": [TURN, ...]} -> {"loaded": n}
+    flywheel/test/requests  {} -> {"requests": [{priority, maxTokens, prompt}, ...]}: the prompt
+                          requests the model received so far
     TURN: the raw text of an assistant turn (tool calls as <tool_call>...</tool_call>), or
           {"error": "message"} (the engine raises EngineError), or
           {"waitForCancel": true} (the turn blocks until the request is cancelled, then answers;
@@ -25,6 +27,9 @@ Launcher flags for clients that cannot send that request (the editor tiers):
     --next-edit OLD=>NEW
                         answer every next-edit prompt with its region, OLD replaced by NEW (the
                         first occurrence): the edit a model would predict next
+    --requests-log FILE with either of the two: one JSON line per prompt request the model gets
+                        ({priority, maxTokens}), for the tiers that cannot ask
+                        flywheel/test/requests
 
 The agent harness, tools, workspace, server and telemetry are the real ones. This file lives in
 tests/ on purpose: no test double ships in the package.
@@ -97,6 +102,20 @@ def _turn(raw):
     return str(raw)
 
 
+@SERVER.feature("flywheel/test/requests")
+def requests_seen(ls, params) -> dict:
+    """What the model was asked so far: each request's lane, token budget and prompt."""
+    with ENGINE._lock:
+        seen = list(ENGINE.requests)
+    return {
+        "requests": [
+            {"priority": r.priority, "maxTokens": r.params.max_tokens, "prompt": r.prompt}
+            for r in seen
+            if isinstance(r.prompt, str)
+        ]
+    }
+
+
 @SERVER.feature("flywheel/test/replay")
 def load_turns(ls, params) -> dict:
     turns = [_turn(t) for t in (plain(params) or {}).get("turns", [])]
@@ -109,9 +128,12 @@ class _PromptsAnswered:
     """ENGINE, except that prompt requests get fixed answers: `completion` for inline
     completions; for next-edit prompts, the region with `rewrite` (old, new) applied."""
 
-    def __init__(self, completion: str | None, rewrite: tuple[str, str] | None) -> None:
+    def __init__(
+        self, completion: str | None, rewrite: tuple[str, str] | None, log: str | None = None
+    ) -> None:
         self.completion = completion
         self.rewrite = rewrite
+        self.log = Path(log) if log else None
 
     def __getattr__(self, name: str):
         return getattr(ENGINE, name)
@@ -129,6 +151,10 @@ class _PromptsAnswered:
         return self.completion if before.rstrip().endswith(":") else ""
 
     def generate(self, request: Request) -> Result:
+        if self.log is not None and isinstance(request.prompt, str):
+            row = {"priority": request.priority, "maxTokens": request.params.max_tokens}
+            with self.log.open("a") as f:
+                f.write(json.dumps(row) + "\n")
         text = self._answer(request.prompt) if isinstance(request.prompt, str) else None
         if text is None:
             return ENGINE.generate(request)
@@ -158,10 +184,11 @@ def main(argv: list[str]) -> int:
     completion = _pop_flag(argv, "--completion")
     rule = _pop_flag(argv, "--next-edit")
     rewrite = tuple(rule.split("=>", 1)) if rule else None
+    log = _pop_flag(argv, "--requests-log")
     if turns_file:
         ENGINE.turns[:] = [_turn(t) for t in json.loads(Path(turns_file).read_text())]
     answered = completion is not None or rewrite is not None
-    SERVER.host.engine = _PromptsAnswered(completion, rewrite) if answered else ENGINE
+    SERVER.host.engine = _PromptsAnswered(completion, rewrite, log) if answered else ENGINE
     SERVER.host.settings = ModelSettings(name="replay")
     return lsp_main(argv)
 

@@ -179,6 +179,7 @@ def code_server(tmp_path, request):
         server = (
             f"{sys.executable} -m tests.lsp.replay_server --model replay --db {db} "
             f"--turns {turns} --completion {shlex.quote(MODEL_TEXT)} "
+            f"--requests-log {tmp_path / 'requests.jsonl'} "
             f'--next-edit {shlex.quote(rule)} "$@"'
         )
     wrapper.write_text(f"#!/bin/sh\necho $$ > {pidfile}\ncd {REPO} && exec {server}\n")
@@ -227,6 +228,7 @@ def code_server(tmp_path, request):
             "db": db,
             "env": env,
             "lsp_pid": pidfile,
+            "requests": tmp_path / "requests.jsonl",
         }
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # code-server, its extension hosts, the LSP server
@@ -306,6 +308,9 @@ def test_ghost_text_and_agent_proposal_in_code_server(code_server, tmp_path):
     assert (rating["task_id"], rating["rating"]) == (task["id"], 1)
     (session,) = rows(db, "SELECT * FROM sessions")
     assert session["editor"].startswith("Visual Studio Code") or session["editor"]
+    # where the cursor rested, the server prefilled a completion's prompt (cursorIdle.ts)
+    seen = [json.loads(x) for x in code_server["requests"].read_text().splitlines()]
+    assert {"priority": "prefetch", "maxTokens": 1} in seen
 
 
 @pytest.mark.parametrize("code_server", [{"next_edit": sessions.NEXT_EDIT_RULE}], indirect=True)

@@ -3,7 +3,8 @@
 // What it does: starts the server over stdio with vscode-languageclient 11, which forwards LSP
 // 3.18 inline completions (ghost text; accepting runs the item's flywheel.acceptCompletion
 // command) and $/progress; reports what became of each ghost text (feedback.ts); asks for and
-// shows next edits (nextEdit.ts); shows the model version and state in the status bar, and a
+// shows next edits (nextEdit.ts); tells the server where the cursor rests, so that it prefills
+// the prompt before the first keystroke (cursorIdle.ts); shows the model version and state in the status bar, and a
 // restart when the server stopped (status.ts); streams flywheel/taskStep into the "Flywheel
 // Agent" output; and turns each flywheel/proposal into a review in the editor itself (no pop-up):
 // removed lines red, new lines green beside them (inlineReview.ts), code lenses to accept or
@@ -34,6 +35,7 @@ import {
   ServerOptions,
   State,
 } from "vscode-languageclient/node";
+import { CursorIdle } from "./cursorIdle";
 import { InlineFeedback } from "./feedback";
 import { NextEdits } from "./nextEdit";
 import { InlineReview, shiftAfter } from "./inlineReview";
@@ -109,6 +111,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.workspace.getConfiguration("flywheel").get<boolean>("inlineCompletion.enabled", true);
   const nextEdits: NextEdits = new NextEdits(wire, (doc) => feedback.showing(doc));
   const feedback: InlineFeedback = new InlineFeedback(wire, inlineEnabled, (doc) => nextEdits.busy(doc));
+  const cursorIdle = new CursorIdle(wire, inlineEnabled);
 
   const makeClient = (): LanguageClient => {
     const [program, ...args] = vscode.workspace.getConfiguration("flywheel").get<string[]>("server.command") ?? [
@@ -267,6 +270,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     { dispose: () => closeStopped?.() },
     feedback,
     nextEdits,
+    cursorIdle,
     vscode.workspace.onDidChangeConfiguration((e) => {
       if (!e.affectsConfiguration("flywheel")) return;
       status.render();

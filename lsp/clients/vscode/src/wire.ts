@@ -9,6 +9,7 @@ export const NEXT_EDIT = "flywheel/nextEdit";
 export const COMPLETION_SHOWN = "flywheel/completionShown";
 export const COMPLETION_PARTIALLY_ACCEPTED = "flywheel/completionPartiallyAccepted";
 export const COMPLETION_REJECTED = "flywheel/completionRejected";
+export const CURSOR_IDLE = "flywheel/cursorIdle";
 export const ACCEPT_COMPLETION = "flywheel.acceptCompletion"; // the server's command
 
 export const REQUEST_CANCELLED = -32800; // LSP's RequestCancelled: we cancelled it

@@ -18,6 +18,10 @@
 --- text is held back, so that Tab has one meaning; an edit pause with ghost text on screen does
 --- not ask.
 ---
+--- Where the cursor rests ('updatetime' without a key: CursorHold, CursorHoldI) the server is told
+--- (flywheel/cursorIdle) and prefills the prompt a completion there would send, so that the first
+--- keystroke finds it computed.
+---
 --- The VS Code client (lsp/clients/vscode/src) follows the same contract.
 
 local S = {}
@@ -179,6 +183,18 @@ local function draw(e, keys)
   table.insert(virt, { { ("  [Flywheel next edit: %s to jump, again to accept; %s to dismiss]"):format(keys.accept or ":FlywheelNextEditAccept", keys.dismiss or ":FlywheelNextEditDismiss"), "Comment" } })
   local anchor = math.min(math.max(erow - ((e.ecol == 0 and erow > srow) and 1 or 0), srow), last - 1)
   vim.api.nvim_buf_set_extmark(e.bufnr, S.ns, anchor, 0, { virt_lines = virt, priority = 210 })
+end
+
+--- The cursor rests in `bufnr`: the server warms the place (see the header).
+function S.cursor_idle(c, bufnr)
+  local win = vim.fn.bufwinid(bufnr)
+  if win == -1 or not vim.api.nvim_buf_is_valid(bufnr) then
+    return
+  end
+  notify_server(c, "flywheel/cursorIdle", {
+    textDocument = { uri = vim.uri_from_bufnr(bufnr), version = version_of(bufnr) },
+    position = vim.lsp.util.make_position_params(win, "utf-16").position,
+  })
 end
 
 --- Ask the server for the next edit in `bufnr` (the previous request still in flight is
@@ -347,6 +363,9 @@ function S.attach(c, bufnr, keys)
   })
   vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave" }, {
     group = group, buffer = bufnr, callback = function() S.end_inline(c, false) end,
+  })
+  vim.api.nvim_create_autocmd({ "CursorHold", "CursorHoldI" }, {
+    group = group, buffer = bufnr, callback = function() S.cursor_idle(c, bufnr) end,
   })
 end
 
