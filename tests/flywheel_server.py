@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -45,25 +45,29 @@ def running_server(model: Path | str, *flags: str, deadline_s: float = 120.0) ->
             return log.read()[-4000:]
 
         try:
-            deadline = time.monotonic() + deadline_s
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(
-                        f"flywheel serve exited with {process.returncode}:\n{output()}"
-                    )
-                try:
-                    if httpx.get(url + "/health", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"flywheel serve did not answer in {deadline_s}s:\n{output()}"
-                    )
-                time.sleep(0.1)  # poll interval while the server imports torch and loads weights
+            wait_for_health(process, url, "flywheel serve", deadline_s, output)
             yield url
         finally:
             stop(process, 20)
+
+
+def wait_for_health(
+    process: subprocess.Popen, url: str, what: str, deadline_s: float, output: Callable[[], str]
+) -> None:
+    """Until `url`/health answers 200; raises with the server's `output()` when it exits or
+    does not answer within `deadline_s`."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}:\n{output()}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not answer in {deadline_s}s:\n{output()}")
+        time.sleep(0.1)  # poll interval while the server imports and loads
 
 
 def stop(process: subprocess.Popen, grace_s: float) -> None:

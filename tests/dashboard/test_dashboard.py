@@ -17,7 +17,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +25,7 @@ import httpx
 import pytest
 
 from tests.dashboard.fixture_db import build
-from tests.flywheel_server import free_port, stop
+from tests.flywheel_server import free_port, stop, wait_for_health
 
 HERE = Path(__file__).parent
 PANELS = [
@@ -90,18 +89,9 @@ def dashboard(db: Path, *flags: str) -> Iterator[str]:
     ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"flywheel dashboard exited:\n{process.stdout.read().decode()}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("flywheel dashboard did not answer in 60 s")
-            time.sleep(0.1)  # poll interval while the server imports and binds
+        wait_for_health(
+            process, url, "flywheel dashboard", 60, lambda: process.stdout.read().decode()
+        )
         yield url
     finally:
         stop(process, 10)

@@ -10,6 +10,7 @@ import torch
 from agent.engine import EngineConfig, Request, SamplingParams, SpeculativeConfig
 from agent.engine.local.batched import Part, forward_parts, supports_ragged, takes_trees
 from agent.engine.local.engine import LocalEngine
+from agent.engine.local.kv_cache import KVCache
 from agent.engine.local.model_runner import LoadedModel
 from agent.engine.scheduler import BATCH_ROWS, STEP, EngineThread, Step
 from agent.model import build_trunk
@@ -250,21 +251,29 @@ def test_under_int8_a_verify_step_computes_plain_decodings_steps_bit_for_bit():
     products' bf16 outputs turn the least rounding difference into a possible flip of a greedy
     token). int8 products are per row and each position attends alone; float32 BLAS products
     round by row count, so there the equality is close, not exact."""
-    from agent.engine.local.kv_cache import KVCache
     from agent.engine.local.lowbit import use_int8_linear
 
     trunk = build_trunk("40m", vocab_size=512, seed=3).eval()  # the base's layer shapes
     use_int8_linear(trunk)
+    verify, steps = verify_and_steps(trunk, prompt_len=500, alone=True)
+    assert torch.equal(verify, steps)
+
+
+def verify_and_steps(trunk, prompt_len: int, alone: bool = False) -> tuple:
+    """The logits of one verify step over 6 random tokens after a random prompt, and those of
+    6 one-row decode steps over the same tokens ([1, 6, vocab] each)."""
+
     torch.manual_seed(0)
-    prompt, new = torch.randint(0, 512, (1, 500)), torch.randint(0, 512, (1, 6))
+    vocab = trunk.config.vocab_size
+    prompt, new = torch.randint(0, vocab, (1, prompt_len)), torch.randint(0, vocab, (1, 6))
     layers = trunk.config.num_hidden_layers
     with torch.inference_mode():
         one, several = KVCache(layers), KVCache(layers)
         forward_parts(trunk, [Part(prompt, one, last_only=True)])
         forward_parts(trunk, [Part(prompt, several, last_only=True)])
         steps = [forward_parts(trunk, [Part(new[:, j : j + 1], one)])[0][0] for j in range(6)]
-        ((verify, _),) = forward_parts(trunk, [Part(new, several, alone=True)])
-    assert torch.equal(verify, torch.cat(steps, dim=1))
+        ((verify, _),) = forward_parts(trunk, [Part(new, several, alone=alone)])
+    return verify, torch.cat(steps, dim=1)
 
 
 @pytest.mark.parametrize("exact", [False, True])
@@ -290,7 +299,6 @@ def test_under_int8_a_tree_step_computes_each_branchs_decode_steps_bit_for_bit()
     """A tree of drafts (`Part.parents`): two branches after the last token, [x, a1, a2] and
     [x, b1, b2], in one verify step. Each row is what plain decoding's step at that point of its
     own branch computes, and keeping branch b's rows leaves the cache plain decoding would."""
-    from agent.engine.local.kv_cache import KVCache
     from agent.engine.local.lowbit import use_int8_linear
 
     trunk = build_trunk("40m", vocab_size=512, seed=3).eval()
@@ -323,7 +331,6 @@ def test_under_int8_a_tree_step_computes_each_branchs_decode_steps_bit_for_bit()
 def test_a_tree_step_off_the_kernels_attends_through_a_masked_call():
     """A float32 trunk has no kernel of ours: a tree part's rows see their own branch through a
     mask, and come out close to each branch's own decode steps."""
-    from agent.engine.local.kv_cache import KVCache
 
     trunk = build_trunk("test", vocab_size=256, seed=2).eval()
     assert not takes_trees(trunk)

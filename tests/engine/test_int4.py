@@ -20,10 +20,9 @@ from agent.engine import (
     SpeculativeConfig,
 )
 from agent.engine.local import cpu_kernels
-from agent.engine.local.batched import Part, forward_parts, takes_trees
+from agent.engine.local.batched import takes_trees
 from agent.engine.local.engine import LocalEngine
 from agent.engine.local.few_rows import FewRowsLinear
-from agent.engine.local.kv_cache import KVCache
 from agent.engine.local.lowbit import (
     INT4_GROUP_SIZES,
     Int4Linear,
@@ -35,6 +34,7 @@ from agent.engine.local.lowbit import (
 )
 from agent.engine.local.model_runner import LoadedModel
 from agent.model import build_trunk
+from tests.engine.test_batched import verify_and_steps
 from tests.engine.test_speculative_equivalence import code_prompts, greedy_outputs
 
 pytestmark = pytest.mark.skipif(
@@ -245,17 +245,8 @@ def test_under_int4_a_verify_step_computes_plain_decodings_steps_bit_for_bit(liv
     model = LoadedModel.load(str(lively_qwen2), dtype="int4")
     trunk = model.trunk
     assert takes_trees(trunk)
-    torch.manual_seed(0)
-    vocab = trunk.config.vocab_size
-    prompt, new = torch.randint(0, vocab, (1, 200)), torch.randint(0, vocab, (1, 6))
-    layers = trunk.config.num_hidden_layers
-    with torch.inference_mode():
-        one, several = KVCache(layers), KVCache(layers)
-        forward_parts(trunk, [Part(prompt, one, last_only=True)])
-        forward_parts(trunk, [Part(prompt, several, last_only=True)])
-        steps = [forward_parts(trunk, [Part(new[:, j : j + 1], one)])[0][0] for j in range(6)]
-        ((verify, _),) = forward_parts(trunk, [Part(new, several)])
-    assert torch.equal(verify, torch.cat(steps, dim=1))
+    verify, steps = verify_and_steps(trunk, prompt_len=200)
+    assert torch.equal(verify, steps)
 
 
 @kernels

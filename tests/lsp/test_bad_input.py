@@ -15,6 +15,17 @@ class Wire:
         self.next_id = 0
         self.seen: list[dict] = []
 
+    @classmethod
+    async def spawn(cls, *cmd: str) -> Wire:
+        """The server `cmd` starts, its stdio piped to a new Wire (`.proc` is the process)."""
+        proc = await asyncio.create_subprocess_exec(
+            *cmd,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        return cls(proc)
+
     def send_raw(self, body: bytes) -> None:
         self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
 
@@ -61,13 +72,8 @@ def inline(uri: str, line: int = 0, character: int = 0) -> dict:
 
 async def test_bad_input_never_stops_the_server(tmp_path):
     cmd = server_command("--model", str(tmp_path / "no-such-checkpoint"), "--consent", "off")
-    proc = await asyncio.create_subprocess_exec(
-        *cmd,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    wire = Wire(proc)
+    wire = await Wire.spawn(*cmd)
+    proc = wire.proc
     try:
         await asyncio.wait_for(_scenario(wire, tmp_path), timeout=120)
     finally:

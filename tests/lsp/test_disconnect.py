@@ -22,13 +22,8 @@ WAITING = b"replay: waiting for cancel"
 
 async def _start(tmp_path):
     db = tmp_path / "t.db"
-    proc = await asyncio.create_subprocess_exec(
-        *replay_command("--model", "replay", "--db", str(db)),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    return proc, Wire(proc), db
+    wire = await Wire.spawn(*replay_command("--model", "replay", "--db", str(db)))
+    return wire.proc, wire, db
 
 
 async def _until_waiting(proc, count: int) -> None:

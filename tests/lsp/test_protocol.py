@@ -17,13 +17,8 @@ async def _start(tmp_path, configuration_reply=None) -> tuple[asyncio.subprocess
     """A server with a model that cannot open (no weights load); `configuration_reply`: the raw
     JSON-RPC reply (without id) given to workspace/configuration."""
     cmd = server_command("--model", str(tmp_path / "no-such-checkpoint"), "--consent", "off")
-    proc = await asyncio.create_subprocess_exec(
-        *cmd,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    wire = Wire(proc)
+    wire = await Wire.spawn(*cmd)
+    proc = wire.proc
     caps = {"workspace": {"configuration": configuration_reply is not None}}
     rid = wire.send("initialize", {"processId": None, "capabilities": caps, "rootUri": None})
     assert "capabilities" in (await wire.answer(rid))["result"]
