@@ -211,8 +211,10 @@ async def cycle(args: argparse.Namespace, db: Path, options: list[str]) -> dict:
     async for line in proc.stdout:
         print("  cycle | " + line.decode(errors="replace").rstrip(), flush=True)
     rc = await proc.wait()
-    (new,) = set(work.glob("*/summary.json")) - before
-    summary = json.loads(new.read_text())
+    new = set(work.glob("*/summary.json")) - before
+    if len(new) != 1:  # killed (out of memory, say): a cycle writes its summary otherwise
+        raise SystemExit(f"flywheel cycle exited with {rc} and wrote no summary (see above)")
+    summary = json.loads(new.pop().read_text())
     return dict(
         command="flywheel " + " ".join(command[3:]),
         rc=rc,

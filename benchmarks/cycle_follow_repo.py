@@ -122,6 +122,7 @@ async def run(args: argparse.Namespace) -> dict:
         before = await go_through(editor, src, cursors, "editor before")
         since = len(editor.statuses)
         options = [*CYCLE_ARGS, "--workspace", str(src)] + (QUICK if args.quick else [])
+        options += [f"--set={pair}" for pair in args.set]
         result = await cycle(args, editor.db, options)  # the editor's telemetry: the user's
         promoted = registry.promoted()
         result["promoted_after"] = promoted
@@ -150,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lines", type=int, default=60, help="held-out lines the editor asks at")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--quick", action="store_true", help="a tiny model, a few steps")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="STAGE.KEY=VALUE", help="to the cycle"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.lines = min(args.lines, 4)
