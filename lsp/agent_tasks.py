@@ -117,6 +117,21 @@ def task_root(workspace: Any, uri: str | None) -> Path:
     )
 
 
+def prompt_place(workspace: Any, uri: str) -> tuple[str, str]:
+    """(repository, path) by which the completion prompt names a document: the workspace folder
+    that holds it (`task_root`) and the path inside it, as `flywheel train repo` names a
+    workspace's files, so what a model learned of the repository applies in the editor; ("", "")
+    when no folder holds it (the prompt then names its own folder and file)."""
+    path = file_path(uri)
+    try:
+        root = task_root(workspace, uri)
+    except JsonRpcException:
+        return "", ""
+    if path is None or root not in path.parents:
+        return "", ""
+    return root.name, path.relative_to(root).as_posix()
+
+
 def open_buffers(workspace: Any, root: Path, max_chars: int) -> dict[str, Buffer]:
     """Open documents under `root` by relative path; too large or binary ones are left out."""
     out: dict[str, Buffer] = {}

@@ -37,7 +37,7 @@ from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
 from agent.engine import EngineError
-from lsp.agent_tasks import TaskRunner, task_actions, task_root
+from lsp.agent_tasks import TaskRunner, prompt_place, task_actions
 from lsp.completion import CompletionService, Neighbour
 from lsp.configuration import apply_settings, pull_configuration
 from lsp.documents import looks_binary, offset_at
@@ -45,7 +45,7 @@ from lsp.feedback import SurvivalTracker
 from lsp.load_progress import LoadProgress
 from lsp.model_host import ModelHost
 from lsp.next_edit import NextEditService, VersionMoved
-from lsp.proposals import ReviewService, file_path
+from lsp.proposals import ReviewService
 from lsp.protocol import (
     ADVANCE_CLOCK,
     COMPLETION_PARTIALLY_ACCEPTED,
@@ -334,27 +334,25 @@ def did_close(ls: FlywheelServer, params: types.DidCloseTextDocumentParams) -> N
 # --- completions -------------------------------------------------------------------------------
 
 
-def _neighbours(ls: FlywheelServer, uri: str, language: str) -> list[Neighbour]:
-    out = []
-    for other_uri, doc in ls.workspace.text_documents.items():
-        if other_uri != uri and doc.language_id == language and not looks_binary(doc.source):
-            out.append(Neighbour(other_uri, doc.source[:4000], _place(ls, other_uri)[1]))
-    return out[:3]
-
-
-def _place(ls: FlywheelServer, uri: str) -> tuple[str, str]:
-    """(repository, path) by which the completion prompt names a document: the workspace folder
-    that holds it and the path inside it, as `flywheel train repo` names a workspace's files, so
-    what a model learned of the repository applies in the editor; ("", "") when no folder holds
-    it (the prompt then names its own folder and file)."""
-    path = file_path(uri)
-    try:
-        root = task_root(ls.workspace, uri)
-    except JsonRpcException:
-        return "", ""
-    if path is None or root not in path.parents:
-        return "", ""
-    return root.name, path.relative_to(root).as_posix()
+def _at(ls: FlywheelServer, uri: str, doc: Any, position: types.Position) -> dict[str, Any]:
+    """What a completion (or a warm-up) at `position` of the open `doc` is asked with: the text,
+    the other open documents of its language, the settings, and the names the prompt gives it."""
+    text, language = doc.source, doc.language_id or ""
+    neighbours = [
+        Neighbour(other, d.source[:4000], prompt_place(ls.workspace, other)[1])
+        for other, d in ls.workspace.text_documents.items()
+        if other != uri and d.language_id == language and not looks_binary(d.source)
+    ][:3]
+    return dict(
+        uri=uri,
+        text=text,
+        offset=offset_at(text, position),
+        language=language,
+        neighbours=neighbours,
+        settings=ls.settings.completion,
+        model=ls.settings.model,
+        place=prompt_place(ls.workspace, uri),
+    )
 
 
 async def _suggest(ls: FlywheelServer, uri: str, position: types.Position, trigger: str):
@@ -367,18 +365,8 @@ async def _suggest(ls: FlywheelServer, uri: str, position: types.Position, trigg
     text, version = doc.source, doc.version or 0
     if not _suggestible(text):
         return None, None
-    suggestion = await ls.completions.complete(
-        uri=uri,
-        version=version,
-        text=text,
-        offset=offset_at(text, position),
-        language=doc.language_id or "",
-        trigger=trigger,
-        neighbours=_neighbours(ls, uri, doc.language_id or ""),
-        settings=ls.settings.completion,
-        model=ls.settings.model,
-        place=_place(ls, uri),
-    )
+    at = _at(ls, uri, doc, position)
+    suggestion = await ls.completions.complete(version=version, trigger=trigger, **at)
     now = ls.document(uri)  # pygls changes the document object in place
     if suggestion is not None and (now is None or (now.version or 0) != version):
         # The user typed on while the model ran. Some clients (Neovim's) draw an answer to an
@@ -483,20 +471,8 @@ async def cursor_idle(ls: FlywheelServer, params: CursorIdleParams) -> None:
     doc = ls.document(uri)
     if not ls.settings.completion.enabled or doc is None or (doc.version or 0) != version:
         return  # the document moved on: the next rest will say where the cursor is now
-    text = doc.source
-    if not _suggestible(text):
-        return
-    await ls.completions.warm(
-        uri=uri,
-        version=version,
-        text=text,
-        offset=offset_at(text, params.position),
-        language=doc.language_id or "",
-        neighbours=_neighbours(ls, uri, doc.language_id or ""),
-        settings=ls.settings.completion,
-        model=ls.settings.model,
-        place=_place(ls, uri),
-    )
+    if _suggestible(doc.source):
+        await ls.completions.warm(version=version, **_at(ls, uri, doc, params.position))
 
 
 # --- next edit ---------------------------------------------------------------------------------

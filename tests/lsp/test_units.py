@@ -119,27 +119,25 @@ def test_other_open_files_are_repository_context_in_qwens_format_within_the_budg
 def test_the_prompt_names_files_by_workspace_and_path_as_repository_training_does(tmp_path):
     """A document inside the editor's workspace folder is named in the prompt by that folder and
     its path inside it: the names `flywheel train repo` trains with (training/repo_pretrain.py)."""
-    from types import SimpleNamespace
-
     from pygls.workspace import Workspace
 
+    from lsp.agent_tasks import prompt_place
     from lsp.completion import Neighbour, build_prompt
-    from lsp.server import _place
     from lsp.settings import CompletionSettings
 
     shop = tmp_path / "shop"
     (shop / "billing").mkdir(parents=True)
     (shop / "billing" / "cart.py").write_text("def total(items):\n    return 0\n")
     (shop / "app.py").write_text("x = 1\n")
-    ls = SimpleNamespace(workspace=Workspace(shop.as_uri()))
+    workspace = Workspace(shop.as_uri())
     cart = (shop / "billing" / "cart.py").as_uri()
-    assert _place(ls, cart) == ("shop", "billing/cart.py")
-    assert _place(ls, (shop / "app.py").as_uri()) == ("shop", "app.py")
-    assert _place(ls, "untitled:Untitled-1") == ("", "")
+    assert prompt_place(workspace, cart) == ("shop", "billing/cart.py")
+    assert prompt_place(workspace, (shop / "app.py").as_uri()) == ("shop", "app.py")
+    assert prompt_place(workspace, "untitled:Untitled-1") == ("", "")
     outside = tmp_path / "notes" / "scratch.py"  # no workspace folder holds it: its own folder
     outside.parent.mkdir()
     outside.write_text("")
-    assert _place(ls, outside.as_uri()) == ("notes", "scratch.py")
+    assert prompt_place(workspace, outside.as_uri()) == ("notes", "scratch.py")
 
     neighbours = [Neighbour(cart, "def total(items):\n    return 0\n", "billing/cart.py")]
     prompt = build_prompt(
