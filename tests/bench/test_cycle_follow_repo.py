@@ -3,27 +3,12 @@ nothing, but the editor, the cycle's repository stage, the gate and the report a
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "cycle_follow_repo", ROOT / "benchmarks" / "cycle_follow_repo.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import cycle_follow_repo as bench
 
 
 def test_paired_exact_compares_the_same_lines():
-    bench = _bench()
     before = [{"exact": e} for e in (False, False, True, False)]
     after = [{"exact": e} for e in (True, True, True, False)]
     out = bench.paired_exact(before, after)
@@ -34,7 +19,6 @@ def test_paired_exact_compares_the_same_lines():
 
 
 def test_quick_run_asks_the_editor_before_and_after_the_cycle(tmp_path):
-    bench = _bench()
     out = tmp_path / "follow.json"
     code = bench.main(
         ["--quick", "--repo", "flywheel", "--work", str(tmp_path / "w"), "--json", str(out)]
