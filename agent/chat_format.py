@@ -198,6 +198,21 @@ def assistant_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+def heal(prefix: str) -> tuple[str, str]:
+    """(prompt prefix, healed): a cursor at the start of a line or inside its indentation ends
+    the prefix in the middle of what the model sees as one token (a line break and the spaces
+    after it are usually one BPE token), and a model asked to continue from there writes poorly.
+    The prompt stops before the line break instead; the completion must then begin with the
+    `healed` text, which the reader of the output removes (token healing). The language server's
+    prompts, repository pretraining's samples and the simulated user's requests all heal, so the
+    model is trained where it is asked."""
+    head = prefix.rstrip(" \t")
+    if head.endswith("\n"):
+        cut = len(head) - 1
+        return prefix[:cut], prefix[cut:]
+    return prefix, ""
+
+
 def render_fim(prefix: str, suffix: str) -> str:
     return f"{FIM_PREFIX}{prefix}{FIM_SUFFIX}{suffix}{FIM_MIDDLE}"
 

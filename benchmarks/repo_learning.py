@@ -15,8 +15,8 @@ The same requests and lines are asked of every model, so `before` and each later
 compared request by request: a paired bootstrap (2,000 resamples of the requests, seed 0) gives
 95% intervals of the difference of each score; accept rate is a ratio (accepted / shown), so each
 resample recomputes it from the resampled requests. HumanEval single-line infilling
-(benchmarks/infill.py, `flywheel bench infill`, FIM prompts) is run before and after, to see what
-the repository's model forgot.
+(benchmarks/infill.py, `flywheel bench infill`, FIM prompts) is run on each of the three models,
+to see what each stage forgot.
 
 Repositories (`REPOS`): Flywheel itself at a named commit (its files at that commit, from `git
 archive`), and two Python packages from PyPI whose first release came after 2024-10, after the
@@ -302,17 +302,20 @@ def measure(repo: Repo, model: str, work: Path, args, log) -> dict:
         },
     }
     if args.infill_limit >= 0:
-        result["infill"] = _cached(folder / "infill.json", lambda: infill(model, final, args))
+        models = {"before": model, "cpt": cpt["model"]} | (
+            {"tab": tab["model"]} if tab.get("model") else {}
+        )
+        result["infill"] = _cached(folder / "infill.json", lambda: infill(models, args))
     return result
 
 
-def infill(before: str, after: str, args) -> dict:
-    """HumanEval single-line infilling (FIM prompts) for the starting and the final model."""
+def infill(models: dict[str, str], args) -> dict:
+    """HumanEval single-line infilling (FIM prompts) of each model: what each stage forgot."""
     from benchmarks.infill import infill_tasks, run_model
 
     tasks = infill_tasks(args.infill_limit)
     out = {}
-    for name, model in (("before", before), ("after", after)):
+    for name, model in models.items():
         (score,), _ = run_model(model, tasks, ("fim",), log=lambda line: None)
         out[name] = {"pass_at_1": score.pass_at_1, "exact": score.exact, "tasks": score.tasks}
     return out

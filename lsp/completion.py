@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent.chat_format import END, EOS, SPECIAL_TOKENS, render_repo_fim
+from agent.chat_format import END, EOS, SPECIAL_TOKENS, heal, render_repo_fim
 from agent.engine import Cancelled, EngineError, Request, SamplingParams
 from lsp.model_host import ModelHost
 from lsp.settings import CompletionSettings, ModelSettings, NextEditSettings
@@ -132,19 +132,6 @@ class Neighbour:
     uri: str
     text: str
     name: str = ""  # its path as the prompt names it (see `build_prompt`); "" = its file name
-
-
-def heal(prefix: str) -> tuple[str, str]:
-    """(prompt prefix, healed): a cursor at the start of a line or inside its indentation ends
-    the prefix in the middle of what the model sees as one token (a line break and the spaces
-    after it are usually one BPE token), and a model asked to continue from there writes poorly.
-    The prompt stops before the line break instead; the completion must then begin with the
-    `healed` text, which `clean_output` removes (token healing)."""
-    head = prefix.rstrip(" \t")
-    if head.endswith("\n"):
-        cut = len(head) - 1
-        return prefix[:cut], prefix[cut:]
-    return prefix, ""
 
 
 PREFIX_STEP = 512  # characters: where a long prefix starts moves in steps of this size

@@ -3,8 +3,12 @@
 The prompt is the repository-level fill-in-the-middle prompt (`chat_format.render_repo_fim`):
 the repository's name, other train files as context (training/repo_pretrain.py `context_files`,
 the same pieces repository pretraining trains on), the current file's text before the cursor and
-after the end of the cursor's line. The completion is what the model writes up to the end of that
-line: decoding stops at the first line break or `<|endoftext|>`.
+after the end of the cursor's line. As the language server's prompt, it is token-healed
+(`chat_format.heal`): a cursor at a line start or in its indentation ends the prompt before that
+line's break, and the model must first write the healed break and indentation. The completion is
+what the model writes after them, up to the end of the line: decoding stops at the next line break
+or `<|endoftext|>`. An output that does not start with the healed text cannot be shown at the
+cursor (the language server drops it too): it counts as no suggestion.
 
 Declining: a model that writes `<|endoftext|>` first proposes nothing. The simulated user then
 sees no suggestion (neither accepted nor rejected), and completion RL (training/tab_rl.py) can
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from agent.chat_format import EOS, render_repo_fim
+from agent.chat_format import EOS, heal, render_repo_fim
 from training.repo_files import RepoFile
 
 # Where a word ends inside a line, so a cursor (a request, a FIM middle's start) may stand after it.
@@ -38,10 +42,15 @@ class Cursor:
     suffix: str  # the file's text after the cursor's line (from its line break)
     expected: str  # what the author wrote from the cursor to the end of the line
 
+    @property
+    def healed(self) -> str:
+        """The line break and indentation the healed prompt leaves to the model ("" mid-line)."""
+        return heal(self.prefix)[1]
+
 
 @dataclass
 class Completion:
-    text: str  # up to the end of the line, without the line break; "" = declined
+    text: str  # after the healed text, up to the end of the line; "" = no suggestion
     ids: list[int]  # the sampled tokens (the stop token included)
     logprobs: list[float]  # log-probability of each sampled token under the sampling policy
     declined: bool  # the first token was end-of-text
@@ -73,12 +82,13 @@ def cursor_at(file: RepoFile, offset: int) -> Cursor:
 def cursor_prompt(
     repo: str, context: list[RepoFile], cursor: Cursor, budget_chars: int, context_share: float
 ) -> str:
-    """The repository-level FIM prompt for `cursor` within about `budget_chars` characters."""
+    """The repository-level FIM prompt for `cursor` within about `budget_chars` characters,
+    healed (the completion starts with `cursor.healed`)."""
     from training.repo_pretrain import context_files
 
     ctx = context_files(context, cursor.path, int(budget_chars * context_share))
     own = budget_chars - sum(len(p) + len(t) for p, t in ctx)
-    prefix = cursor.prefix[-max(own * 2 // 3, 1) :]
+    prefix = heal(cursor.prefix)[0][-max(own * 2 // 3, 1) :]
     suffix = cursor.suffix[: max(own // 3, 0)]
     return render_repo_fim(repo, ctx, cursor.path, prefix, suffix)
 
@@ -97,9 +107,13 @@ def complete(
     max_new_tokens: int = 48,
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
+    healed: str = "",
 ) -> Completion:
-    """Decode from prompt `ids` to the end of the line (see the module docstring)."""
-    return complete_many(trunk, tokenizer, ids, 1, max_new_tokens, temperature, generator)[0]
+    """Decode from prompt `ids` to the end of the line, after `healed` (see the module
+    docstring)."""
+    return complete_many(trunk, tokenizer, ids, 1, max_new_tokens, temperature, generator, healed)[
+        0
+    ]
 
 
 @torch.no_grad()
@@ -111,6 +125,7 @@ def complete_many(
     max_new_tokens: int = 48,
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
+    healed: str = "",
 ) -> list[Completion]:
     """`samples` completions of one prompt, one after another from a copy of the prompt's KV
     cache: the prompt (most of the cost) runs once. The same as `samples` calls of `complete`
@@ -128,12 +143,15 @@ def complete_many(
             max_new_tokens,
             temperature,
             generator,
+            healed,
         )
         for i in range(samples)
     ]
 
 
-def _decode(trunk, tokenizer, past, logits, max_new_tokens, temperature, generator) -> Completion:
+def _decode(
+    trunk, tokenizer, past, logits, max_new_tokens, temperature, generator, healed
+) -> Completion:
     device = next(trunk.parameters()).device
     eos = tokenizer.convert_tokens_to_ids(EOS)
     sampled: list[int] = []
@@ -152,10 +170,13 @@ def _decode(trunk, tokenizer, past, logits, max_new_tokens, temperature, generat
         if token == eos:
             break
         text = tokenizer.decode(sampled, skip_special_tokens=False)
-        if "\n" in text:
+        if not (text.startswith(healed) or healed.startswith(text)):
+            break  # it does not continue the cursor's line: nothing to show
+        if "\n" in text[len(healed) :]:
             break
         out = trunk(input_ids=torch.tensor([[token]], device=device), cache=past, use_cache=True)
         past = getattr(out, "cache", None) or out.past_key_values
         logits = out.logits[0, -1].float()
-    line = text.split("\n", 1)[0].split(EOS, 1)[0]
+    rest = text[len(healed) :] if text.startswith(healed) else ""
+    line = rest.split("\n", 1)[0].split(EOS, 1)[0]
     return Completion(line, sampled, logprobs, declined=sampled[:1] == [eos])

@@ -176,7 +176,7 @@ def line_exact_match(
     for c in cursors:
         prompt = cursor_prompt(repo, train, c, budget, config.context_share)
         ids = prompt_ids(tokenizer, prompt, config.seq_len - config.max_new_tokens)
-        out = complete(trunk, tokenizer, ids, config.max_new_tokens)
+        out = complete(trunk, tokenizer, ids, config.max_new_tokens, healed=c.healed)
         rows.append(
             {
                 "path": c.path,

@@ -23,6 +23,10 @@ own format, `chat_format.render_repo_fim` (the repository's name, a few other tr
                                and suffix in fill-in-the-middle form; the model learns the span
                                and then `<|endoftext|>` (it must learn to stop)
 
+Both are token-healed as the language server's prompts are (`chat_format.heal`): a prefix that
+ends at a line start or in its indentation ends before that line break instead, and the trained
+tokens begin with the break and the indentation, which is what the model writes when it is asked.
+
 Loss is computed on the trained tokens only (the continuation, or the middle and its end token):
 the repository context and the prompt are conditioning, never targets. Context files are other
 *train* files (same folder first), never held-out ones, so the evaluation never sees its answer.
@@ -46,7 +50,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agent.chat_format import EOS, PAD, render_repo_fim
+from agent.chat_format import EOS, PAD, heal, render_repo_fim
 from agent.files import atomic_write_text
 from training.line_completion import WORD_BOUNDARY
 from training.recipe import Recipe
@@ -146,13 +150,13 @@ def make_sample(
         start = sum(len(x) for x in lines[:at]) + cut
         if fim:
             middle = "".join(lines[at : at + span])[cut:][: own // 2]
-            prefix = file.text[max(0, start - own // 3) : start]
+            prefix, healed = heal(file.text[max(0, start - own // 3) : start])
             suffix = file.text[start + len(middle) :][: own // 6]
             prompt = render_repo_fim(repo, context, file.path, prefix, suffix)
-            ids, mask = encode_sample(tokenizer, prompt, middle + EOS)
+            ids, mask = encode_sample(tokenizer, prompt, healed + middle + EOS)
         else:
-            prefix = file.text[max(0, start - own // 3) : start]
-            target = file.text[start : start + own - len(prefix)]
+            prefix, healed = heal(file.text[max(0, start - own // 3) : start])
+            target = healed + file.text[start : start + own - len(prefix) - len(healed)]
             ids, mask = encode_sample(
                 tokenizer, render_repo_fim(repo, context, file.path, prefix, None), target
             )

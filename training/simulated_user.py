@@ -2,13 +2,14 @@
 
 For measurement, and for a new user with no history. The user "writes" each held-out file as its
 author did; at the requests below it asks the model for a completion (training/line_completion.py,
-the repository-level FIM prompt) and judges it against what the author actually wrote next, up to
-the end of the line:
+the repository-level FIM prompt, token-healed as the language server's is) and judges it against
+what the author actually wrote next, up to the end of the line:
 
     accepted  the suggestion equals the rest of the line (trailing blanks ignored), or is a prefix
               of it at least `min_prefix_chars` long (a correct start the user takes)
     rejected  anything else that is shown
-    declined  the model wrote nothing (`<|endoftext|>` first): not shown, neither
+    declined  the model wrote nothing (`<|endoftext|>` first), or text that does not continue the
+              cursor's line (not the healed line break and indentation): not shown, neither
 
 Requests (`requests`): cursors at line starts (after the indentation) and at word boundaries
 (after a space, `(`, `.`, `=` or `,` inside a line), on lines with at least `min_rest_chars`
@@ -115,7 +116,9 @@ def session(
     try:
         for cursor in requests(files, config):
             ids = prompt_for(tokenizer, repo, context, cursor, config)
-            done: Completion = complete(trunk, tokenizer, ids, config.max_new_tokens)
+            done: Completion = complete(
+                trunk, tokenizer, ids, config.max_new_tokens, healed=cursor.healed
+            )
             out.append(judge(cursor, done.text, config))
     finally:
         trunk.train(was_training)

@@ -63,7 +63,7 @@ def logged_samples(
     db_path: str, tokenizer, user: UserConfig
 ) -> list[tuple[list[int], list[int], Outcome]]:
     """(prompt ids, output ids, outcome) for each logged inline suggestion with an outcome."""
-    from agent.chat_format import render_repo_fim
+    from agent.chat_format import heal, render_repo_fim
     from telemetry import open_db
     from telemetry.acceptance import outcomes_from_db
 
@@ -85,15 +85,17 @@ def logged_samples(
             continue  # metrics-only consent stores no context: nothing to learn from
         uri = context.get("path") or o.extra.get("document_uri") or "file.py"
         path = str(uri).rsplit("/", 1)[-1]
+        prefix, healed = heal(str(context["prefix"]))  # as the server asked; it stored the rest
         prompt = render_repo_fim(
             str(context.get("repo", "")),
             [],
             path,
-            context["prefix"][-room * 2 :],
+            prefix[-room * 2 :],
             str(context.get("suffix", ""))[:room],
         )
         ids = tokenizer(prompt, add_special_tokens=False)["input_ids"][-room:]
-        output = tokenizer(o.output + ("" if "\n" in o.output else "\n"), add_special_tokens=False)
+        said = healed + o.output + ("" if "\n" in o.output else "\n")
+        output = tokenizer(said, add_special_tokens=False)
         out.append((ids, output["input_ids"][: user.max_new_tokens], o))
     if not out:
         raise TabError(
@@ -123,6 +125,7 @@ def simulated_group(policy, spec, cursor, context, repo, user, step, generator, 
         recipe.max_tokens,
         recipe.temperature,
         generator,
+        cursor.healed,
     )
     for i, done in enumerate(samples):
         outcome = judge(cursor, done.text, user)

@@ -61,7 +61,7 @@ def test_quick_run_writes_every_stage_and_comparison(tmp_path, capsys):
     for scores in repo["scores"].values():
         assert {"ppl", "exact", "accept_rate", "shown_per_request"} <= set(scores)
     assert repo["paired"]["tab_vs_before"]["requests"] == 6
-    assert {"before", "after"} <= set(repo["infill"]) and repo["infill"]["before"]["tasks"] == 2
+    assert {"before", "cpt"} <= set(repo["infill"]) and repo["infill"]["before"]["tasks"] == 2
     assert repo["timings_s"]["cpt_and_both_evaluations"] > 0
     assert "accept" in capsys.readouterr().out
     # a second run takes every finished stage from the work folder

@@ -92,7 +92,7 @@ def test_a_repository_without_python_and_one_without_consent_are_refused(tmp_pat
 
 
 def test_samples_train_only_the_continuation_or_the_middle(tmp_path, tokenizer):
-    from agent.chat_format import EOS, FIM_MIDDLE, FIM_SUFFIX
+    from agent.chat_format import EOS, FIM_MIDDLE, FIM_SUFFIX, heal
     from training.repo_pretrain import make_sample
 
     files = read_repo(RepoConfig(root=str(make_workspace(tmp_path / "ws")))).train
@@ -107,10 +107,13 @@ def test_samples_train_only_the_continuation_or_the_middle(tmp_path, tokenizer):
             assert all(mask[first:]) and not any(mask[:first])  # one trained span, at the end
             text = tokenizer.decode(ids[:first])
             assert "<|repo_name|>ws" in text and "<|file_sep|>shop/" in text
+            before = text.split(FIM_SUFFIX)[0] if fim else text
+            # healed, as the language server's prompts are: never ended inside an indentation
+            assert not before.endswith(" ") or heal(before)[1] == ""
             if fim:
                 assert text.endswith(FIM_MIDDLE) and tokenizer.decode(ids).endswith(EOS)
-                starts.add(text.split(FIM_SUFFIX)[0][-1:] == "\n")
-    assert starts == {True, False}  # middles start at line starts and inside lines
+                starts.add(tokenizer.decode(ids[first:]).startswith("\n"))
+    assert starts == {True, False}  # middles start at (healed) line starts and inside lines
 
 
 def test_lines_are_picked_deterministically_and_spread_over_files(tmp_path):

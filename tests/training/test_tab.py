@@ -297,3 +297,47 @@ def test_samples_that_share_the_prompt_pass_equal_separate_completions(tiny_chec
     for a, b in zip(shared, alone, strict=True):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
     assert len({tuple(c.ids) for c in shared}) > 1  # sampled: they differ from each other
+
+
+class Scripted(torch.nn.Module):
+    """A model that writes `tokens` one after another, whatever it is given."""
+
+    def __init__(self, tokens: list[int], vocab: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.tokens, self.vocab = tokens, vocab
+
+    def forward(self, input_ids, cache=None, use_cache=True):
+        from types import SimpleNamespace
+
+        step = cache["step"] if cache else 0
+        logits = torch.zeros(1, input_ids.shape[1], self.vocab)
+        logits[0, -1, self.tokens[min(step, len(self.tokens) - 1)]] = 1.0
+        return SimpleNamespace(logits=logits, past_key_values={"step": step + 1})
+
+
+@pytest.mark.parametrize(
+    "prefix, written, suggestion",
+    [
+        ("def f(x):\n    ", "\n    return x\n", "return x"),  # the healed break, then the line
+        ("def f(x):\n    ", "\n    return x", "return x"),  # ended by <|endoftext|>
+        ("def f(x):\n    ", "  # more\n", ""),  # does not continue the cursor's line: nothing
+        ("def f(x):\n    ", "\nreturn x\n", ""),  # another indentation than the cursor's
+        ("def f(x):\n", "\nreturn x\n", "return x"),  # a cursor at column 0
+        ("y = f(", "x)\n    z", "x)"),  # mid-line: nothing was healed
+    ],
+)
+def test_a_completion_starts_with_the_healed_text_or_is_not_shown(
+    tokenizer, prefix, written, suggestion
+):
+    from agent.chat_format import EOS
+    from training.line_completion import complete, cursor_at
+
+    cursor = cursor_at(RepoFile("a.py", prefix + "pass\n"), len(prefix))
+    tokens = tokenizer(written, add_special_tokens=False)["input_ids"]
+    tokens.append(tokenizer.convert_tokens_to_ids(EOS))
+    done = complete(
+        Scripted(tokens, len(tokenizer)), tokenizer, [1, 2, 3], 12, healed=cursor.healed
+    )
+    assert done.text == suggestion
+    assert judge(cursor, done.text, UserConfig()).shown == bool(suggestion)
