@@ -96,6 +96,7 @@ QUICK_REPO = {  # recipe overrides for --quick: seconds per stage
     "log_every": 1,
     "eval_every": 2,
     "precision": "fp32",
+    "rehearsal_share": 0.0,  # the tiny model's context is shorter than a conversation
 }
 QUICK_TAB = {"steps": 1, "group_size": 2, "tasks_per_step": 2, "max_tokens": 8}
 
