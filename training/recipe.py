@@ -95,6 +95,8 @@ class Recipe:
     # left to right); training/repo_pretrain.py
     repo_context: float = 0.25  # repo: share of seq_len that other files of the repository
     # may take as context
+    train_context: bool = False  # repo: the loss also covers the row's conditioning code (the
+    # context files, prefix and suffix: train files too), not only the continuation or middle
     code_data: str = ""  # sft: a repository data folder (training/repo_pretrain.py) whose code
     # rows, in the inline-completion prompt's format, are mixed into the conversations so that
     # an agent adapter keeps (and learns) fill-in-the-middle

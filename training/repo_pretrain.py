@@ -31,9 +31,12 @@ With `rehearsal_share`, that share of micro-batches are agent conversations inst
 oracle trajectories of synthetic tasks, loss on the assistant's turns), so that the adapter keeps
 the tool-calling the agent needs while it learns the repository.
 
-Loss is computed on the trained tokens only (the continuation, or the middle and its end token):
-the repository context and the prompt are conditioning, never targets. Context files are other
-*train* files (same folder first), never held-out ones, so the evaluation never sees its answer.
+Loss is computed on the trained tokens: the continuation, or the middle and its end token; with
+`train_context` also every code token of the prompt (the context files, the prefix and the
+suffix, all train files), which gives a step several times more of the repository to learn from
+at the same cost. Special tokens and the repository's name are never targets. Context files are
+other *train* files (same folder first), never held-out ones, so the evaluation never sees its
+answer.
 `repo_context` is the share of `seq_len` those files may take; a row that still does not fit is
 built again with smaller pieces. A sample is a pure function of (seed, rank, index), so a resumed
 run sees the data it would have seen without the kill.
@@ -52,9 +55,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from agent.chat_format import EOS, PAD, heal, render_repo_fim
+from agent.chat_format import EOS, PAD, SPECIAL_TOKENS, heal, render_repo_fim
 from agent.files import atomic_write_text
 from training.line_completion import WORD_BOUNDARY
 from training.recipe import Recipe
@@ -116,11 +118,22 @@ def context_files(
     return out
 
 
-def encode_sample(tokenizer, prompt: str, target: str) -> tuple[list[int], list[int]]:
-    """Token ids of prompt + target, and 1 on the target's tokens (the trained positions)."""
+def encode_sample(
+    tokenizer, prompt: str, target: str, train_prompt: bool = False
+) -> tuple[list[int], list[int]]:
+    """Token ids of prompt + target, and 1 on the trained positions: the target's tokens, and
+    with `train_prompt` the prompt's code too (after its first line, the repository's name; no
+    special token)."""
     p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     t = tokenizer(target, add_special_tokens=False)["input_ids"]
-    return p + t, [0] * len(p) + [1] * len(t)
+    keep = [0] * len(p)
+    if train_prompt:
+        special = set(tokenizer.convert_tokens_to_ids(SPECIAL_TOKENS))
+        head = len(
+            tokenizer(prompt.split("\n", 1)[0] + "\n", add_special_tokens=False)["input_ids"]
+        )
+        keep = [int(i >= head and token not in special) for i, token in enumerate(p)]
+    return p + t, keep + [1] * len(t)
 
 
 def make_sample(
@@ -131,6 +144,7 @@ def make_sample(
     seq_len: int,
     fim_fraction: float,
     context_share: float,
+    train_prompt: bool = False,
 ) -> tuple[list[int], list[int]]:
     """One row (ids, trained mask) of at most seq_len + 1 tokens (see the module docstring)."""
     weights = np.array([len(f.text) for f in files], dtype=np.float64)
@@ -157,13 +171,12 @@ def make_sample(
             prefix, healed = heal(file.text[max(0, start - own // 3) : start])
             suffix = file.text[start + len(middle) :][: own // 6]
             prompt = render_repo_fim(repo, context, file.path, prefix, suffix)
-            ids, mask = encode_sample(tokenizer, prompt, healed + middle + EOS)
+            ids, mask = encode_sample(tokenizer, prompt, healed + middle + EOS, train_prompt)
         else:
             prefix, healed = heal(file.text[max(0, start - own // 3) : start])
             target = healed + file.text[start : start + own - len(prefix) - len(healed)]
-            ids, mask = encode_sample(
-                tokenizer, render_repo_fim(repo, context, file.path, prefix, None), target
-            )
+            prompt = render_repo_fim(repo, context, file.path, prefix, None)
+            ids, mask = encode_sample(tokenizer, prompt, target, train_prompt)
         if len(ids) <= seq_len + 1:
             break
         scale *= 0.7 * (seq_len + 1) / len(ids)
@@ -189,8 +202,10 @@ def masked_loss(trunk, b: dict) -> tuple[torch.Tensor, dict]:
     trained = b["mask"][:, 1:]  # [batch, seq]
     if not bool(trained.any()):
         return hidden.sum() * 0.0, {"trained_tokens": 0}
-    logits = trunk.get_output_embeddings()(hidden[trained])  # [trained, vocab]
-    loss = F.cross_entropy(logits.float(), ids[:, 1:][trained])
+    from training.stages import token_cross_entropy
+
+    head = trunk.get_output_embeddings()
+    loss = token_cross_entropy(head, hidden[trained], ids[:, 1:][trained])
     return loss, {"trained_tokens": int(trained.sum()), "tokens": int(ids[:, :-1].numel())}
 
 
@@ -285,6 +300,7 @@ def build_job(recipe: Recipe, device: torch.device, rank: int):
                 recipe.seq_len,
                 recipe.fim_fraction,
                 recipe.repo_context,
+                recipe.train_context,
             )
             for _ in range(recipe.batch_size)
         ]

@@ -431,6 +431,25 @@ def shared_prefix_groups(
     return group_of, prefixes
 
 
+LOGIT_CHUNK = 1024  # trained positions whose logits exist at once in `token_cross_entropy`
+
+
+def token_cross_entropy(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of `head(hidden)` [n, vocab] against `targets` [n], a chunk of
+    LOGIT_CHUNK positions at a time, each recomputed in the backward pass: with Qwen's 152k
+    vocabulary, the float logits of 4k positions and their gradient would be 7 GB."""
+    from torch.utils.checkpoint import checkpoint
+
+    def chunk_loss(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(head(h).float(), t, reduction="sum")
+
+    total = hidden.new_zeros((), dtype=torch.float32)
+    for i in range(0, len(targets), LOGIT_CHUNK):
+        h, t = hidden[i : i + LOGIT_CHUNK], targets[i : i + LOGIT_CHUNK]
+        total = total + checkpoint(chunk_loss, h, t, use_reentrant=False)
+    return total / max(len(targets), 1)
+
+
 def sft_loss(trunk: nn.Module, b: dict) -> tuple[torch.Tensor, dict]:
     """Cross-entropy on the assistant tokens of a batch from `collate_sft` (shared prefix or not).
 
@@ -447,8 +466,8 @@ def sft_loss(trunk: nn.Module, b: dict) -> tuple[torch.Tensor, dict]:
     else:
         hidden = body(input_ids=ids[:, :-1]).last_hidden_state  # [batch, seq, dim]
     trained = b["mask"][:, 1:]  # [batch, seq]
-    logits = trunk.get_output_embeddings()(hidden[trained])  # [trained, vocab]
-    return F.cross_entropy(logits.float(), ids[:, 1:][trained]), {
+    head = trunk.get_output_embeddings()
+    return token_cross_entropy(head, hidden[trained], ids[:, 1:][trained]), {
         "assistant_tokens": int(trained.sum()),
         "tokens": b["tokens"],
     }

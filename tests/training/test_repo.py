@@ -117,6 +117,26 @@ def test_samples_train_only_the_continuation_or_the_middle(tmp_path, tokenizer):
     assert starts == {True, False}  # middles start at (healed) line starts and inside lines
 
 
+def test_with_train_context_the_prompts_code_is_learnt_too(tmp_path, tokenizer):
+    """The context files, prefix and suffix are train code: with `train_prompt` every token of
+    them is a target, but no special token and not the repository's name."""
+    from agent.chat_format import SPECIAL_TOKENS
+    from training.repo_pretrain import make_sample
+
+    files = read_repo(RepoConfig(root=str(make_workspace(tmp_path / "ws")))).train
+    special = set(tokenizer.convert_tokens_to_ids(SPECIAL_TOKENS))
+    for seed in range(6):
+        args = (tokenizer, "ws", files, np.random.default_rng(seed), 96, 0.5, 0.25)
+        ids, only_target = make_sample(*args)
+        same, mask = make_sample(*args[:3], np.random.default_rng(seed), 96, 0.5, 0.25, True)
+        assert same == ids and sum(mask) > sum(only_target)
+        assert all(m for m, t in zip(mask, only_target, strict=True) if t)  # the target still is
+        trained = [t for t, m in zip(ids, mask, strict=True) if m]
+        assert not special & set(trained[:-1])  # (a FIM row's last target is its end token)
+        head = len(tokenizer("<|repo_name|>ws\n", add_special_tokens=False)["input_ids"])
+        assert tokenizer.decode(ids[:head]) == "<|repo_name|>ws\n" and not any(mask[:head])
+
+
 def test_lines_are_picked_deterministically_and_spread_over_files(tmp_path):
     from training.repo_eval import pick_lines
 

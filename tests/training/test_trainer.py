@@ -446,3 +446,23 @@ def test_sft_mixes_code_rows_and_reports_their_held_out_loss(tmp_path, tiny_chec
     missing = replace(recipe, code_data=str(tmp_path / "nowhere"))
     with pytest.raises(stages.StageError, match="has no files.json"):
         stages.build(missing, torch.device("cpu"))
+
+
+def test_chunked_cross_entropy_equals_the_whole_one_and_its_gradient(monkeypatch):
+    """`token_cross_entropy` computes the logits a chunk at a time (and again in the backward
+    pass): the loss and the gradients are those of one cross-entropy over every position."""
+    import torch.nn.functional as F
+
+    monkeypatch.setattr(stages, "LOGIT_CHUNK", 3)
+    torch.manual_seed(0)
+    head = torch.nn.Linear(8, 11, bias=False)
+    hidden = torch.randn(10, 8, requires_grad=True)
+    targets = torch.randint(0, 11, (10,))
+    chunked = stages.token_cross_entropy(head, hidden, targets)
+    (g_hidden, g_head) = torch.autograd.grad(chunked, (hidden, head.weight))
+    whole = F.cross_entropy(head(hidden), targets)
+    (w_hidden, w_head) = torch.autograd.grad(whole, (hidden, head.weight))
+    assert chunked.item() == pytest.approx(whole.item(), abs=1e-6)
+    assert torch.allclose(g_hidden, w_hidden, atol=1e-6) and torch.allclose(
+        g_head, w_head, atol=1e-6
+    )
