@@ -306,19 +306,32 @@ def measure(repo: Repo, model: str, work: Path, args, log) -> dict:
         models = {"before": model, "cpt": cpt["model"]} | (
             {"tab": tab["model"]} if tab.get("model") else {}
         )
-        result["infill"] = _cached(folder / "infill.json", lambda: infill(models, args))
+        result["infill"] = infill(models, args, folder / "infill.json")
     return result
 
 
-def infill(models: dict[str, str], args) -> dict:
-    """HumanEval single-line infilling (FIM prompts) of each model: what each stage forgot."""
+def infill(models: dict[str, str], args, path: Path) -> dict:
+    """HumanEval single-line infilling (FIM prompts) of each model: what each stage forgot.
+    Kept in `path` per model version, so a stage trained again is scored again alone."""
+    from agent.model import checkpoint_version, resolve_model
     from benchmarks.infill import infill_tasks, run_model
 
     tasks = infill_tasks(args.infill_limit)
-    out = {}
+    out = json.loads(path.read_text()) if path.exists() else {}
     for name, model in models.items():
+        version = checkpoint_version(resolve_model(model))
+        if out.get(name, {}).get("version") == version:
+            continue
+        t0 = time.monotonic()
         (score,), _ = run_model(model, tasks, ("fim",), log=lambda line: None)
-        out[name] = {"pass_at_1": score.pass_at_1, "exact": score.exact, "tasks": score.tasks}
+        out[name] = {
+            "version": version,
+            "pass_at_1": score.pass_at_1,
+            "exact": score.exact,
+            "tasks": score.tasks,
+            "seconds": round(time.monotonic() - t0, 1),
+        }
+        path.write_text(json.dumps(out, indent=2) + "\n")
     return out
 
 

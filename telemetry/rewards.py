@@ -252,6 +252,20 @@ def tab_v1(s: Signals) -> float | None:
     return value if value > 0 else -TAB_REJECT_COST
 
 
+def tab_v2(s: Signals) -> float | None:
+    """tab@1, except that an output the editor cannot show (`unfit`: it does not continue the
+    cursor's line, e.g. it skips the line break a healed prompt left to it) costs what a rejected
+    suggestion does. Under tab@1 such an output was silence, paid better than a rejection, and
+    completion RL learnt to write it everywhere instead of suggesting.
+
+    >>> [tab_v2(x) for x in ({"shown": False}, {"shown": False, "unfit": True})]
+    [0.0, -0.25]
+    """
+    if s.get("unfit"):
+        return -TAB_REJECT_COST
+    return tab_v1(s)
+
+
 def _weighted(weights: dict[str, float], s: Signals) -> float | None:
     values = {key: REWARDS[key].fn(s) for key in weights}
     known = {k: v for k, v in values.items() if v is not None}
@@ -290,6 +304,7 @@ REWARDS: dict[str, RewardFunction] = {
         RewardFunction(
             "tab", 1, tab_v1, "inline completion: accepted/kept +, rejected -, silent 0"
         ),
+        RewardFunction("tab", 2, tab_v2, "tab@1, and an output that cannot be shown -"),
     ]
 }
 

@@ -54,6 +54,7 @@ class Completion:
     ids: list[int]  # the sampled tokens (the stop token included)
     logprobs: list[float]  # log-probability of each sampled token under the sampling policy
     declined: bool  # the first token was end-of-text
+    fits: bool = True  # it wrote the healed text first (the editor can show it at the cursor)
 
 
 def spread_cursors(files: list[RepoFile], offsets: list[list[int]], budget: int) -> list[Cursor]:
@@ -179,4 +180,5 @@ def _decode(
         logits = out.logits[0, -1].float()
     rest = text[len(healed) :] if text.startswith(healed) else ""
     line = rest.split("\n", 1)[0].split(EOS, 1)[0]
-    return Completion(line, sampled, logprobs, declined=sampled[:1] == [eos])
+    declined = sampled[:1] == [eos]
+    return Completion(line, sampled, logprobs, declined, declined or text.startswith(healed))

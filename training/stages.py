@@ -434,7 +434,9 @@ def shared_prefix_groups(
 LOGIT_CHUNK = 1024  # trained positions whose logits exist at once in `token_cross_entropy`
 
 
-def token_cross_entropy(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def token_cross_entropy(
+    head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
     """Mean cross-entropy of `head(hidden)` [n, vocab] against `targets` [n], a chunk of
     LOGIT_CHUNK positions at a time, each recomputed in the backward pass: with Qwen's 152k
     vocabulary, the float logits of 4k positions and their gradient would be 7 GB."""

@@ -5,8 +5,9 @@
 
 A policy gradient (Dr. GRPO, training/rl/grpo.py, and the RL trainer's `Policy` update,
 training/rl/policy.py) on suggestion outcomes, rewarded by the versioned `tab` reward
-(telemetry/rewards.py `tab@1`: accepted or kept -> its share, up to +1; shown and rejected ->
--0.25; declined -> 0), weighted by the recipe's `[rewards]` table like every RL stage.
+(telemetry/rewards.py `tab@2`: accepted or kept -> its share, up to +1; shown and rejected ->
+-0.25; declined -> 0; an output that cannot be shown at the cursor -> -0.25), weighted by the
+recipe's `[rewards]` table like every RL stage.
 
 Two sources of outcomes, one scoring path (telemetry/acceptance.py):
 
@@ -29,11 +30,13 @@ evaluation (training/repo_eval.py) still judges code no stage saw.
 
 Declining: a sampled completion whose first token is `<|endoftext|>` shows nothing and earns 0.
 Where the other samples at a cursor are mostly rejected (-0.25), silence is above the group's
-mean and gets more likely; where they are accepted, it falls below and gets less likely.
+mean and gets more likely; where they are accepted, it falls below and gets less likely. An
+output that does not continue the cursor's line (it skips the line break a healed prompt leaves
+to the model) is not silence: the editor cannot show it, and it costs what a rejection does.
 
 What a run writes: OUT/metrics.jsonl (one line per update), OUT/model (the updated checkpoint,
 written beside and renamed into place), and, unless `--no-register`, a registry candidate whose
-lineage names the reward (`tab@1`) and the source. A killed run starts over cleanly: nothing is
+lineage names the reward (`tab@2`) and the source. A killed run starts over cleanly: nothing is
 written to OUT/model or the registry before the last update.
 """
 
@@ -105,8 +108,13 @@ def logged_samples(
     return out
 
 
-def _scored(spec: RewardSpec, task: str, i: int, turn: Turn, outcome: Outcome) -> Trajectory:
-    return spec.score(Trajectory(task, i, [turn], signals=signals(outcome)))
+def _scored(
+    spec: RewardSpec, task: str, i: int, turn: Turn, outcome: Outcome, unfit: bool = False
+) -> Trajectory:
+    """The sample scored by the recipe's rewards; `unfit`: its output could not be shown at the
+    cursor (see tab@2)."""
+    s = signals(outcome) | ({"unfit": True} if unfit else {})
+    return spec.score(Trajectory(task, i, [turn], signals=s))
 
 
 def simulated_group(policy, spec, cursor, context, repo, user, step, generator, tally) -> list:
@@ -130,9 +138,11 @@ def simulated_group(policy, spec, cursor, context, repo, user, step, generator, 
     for i, done in enumerate(samples):
         outcome = judge(cursor, done.text, user)
         fate = "accepted" if outcome.accepted else "rejected" if outcome.shown else "declined"
+        fate = fate if done.fits else "unfit"
         tally[fate] += 1
         turn = Turn(ids, done.ids, done.logprobs, step)
-        group.append(_scored(spec, f"{cursor.path}:{len(cursor.prefix)}", i, turn, outcome))
+        task = f"{cursor.path}:{len(cursor.prefix)}"
+        group.append(_scored(spec, task, i, turn, outcome, unfit=not done.fits))
     if zero_variance([t.reward for t in group]):
         return []
     return group_rows(group, step)[0]
@@ -192,7 +202,7 @@ def train_tab(
     metrics = out / "metrics.jsonl"
     metrics.write_text("")
 
-    updates, tally = 0, {"accepted": 0, "rejected": 0, "declined": 0}
+    updates, tally = 0, {"accepted": 0, "rejected": 0, "declined": 0, "unfit": 0}
     for step in range(recipe.steps):
         rows, samples = [], 0
         policy.trunk.eval()

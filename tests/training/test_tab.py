@@ -58,6 +58,9 @@ def test_tab_reward_pays_acceptance_charges_rejection_and_ignores_silence():
     kept = {"shown": True, "accepted": False, "survival": {300: 0.8}}
     assert compute_reward("tab@1", kept) == 0.8  # typed anyway and still there at 5 minutes
     assert compute_reward("tab@1", {}) is None
+    # tab@2: an output the editor cannot show at the cursor is not silence
+    assert compute_reward("tab@2", {"shown": False, "unfit": True}) == -0.25
+    assert compute_reward("tab@2", {"shown": False}) == 0.0
     # a cursor where every shown sample is rejected: silence is above the mean, so it is pushed up
     from training.rl.grpo import group_advantages
 
@@ -199,7 +202,7 @@ def test_train_tab_from_telemetry_raises_accepted_and_lowers_rejected_suggestion
     # What was accepted gains, and gains on what was rejected
     assert up > 0 and up > down, (up, down)
     (version,) = Registry(tmp_path / "registry").versions()
-    assert version["reward"] == "tab@1 x 1" and version["id"] == summary["version"]
+    assert version["reward"] == "tab@2 x 1" and version["id"] == summary["version"]
     lines = (tmp_path / "tab" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 6 and all(math.isfinite(json.loads(x).get("loss", 0.0)) for x in lines)
 
@@ -339,5 +342,5 @@ def test_a_completion_starts_with_the_healed_text_or_is_not_shown(
     done = complete(
         Scripted(tokens, len(tokenizer)), tokenizer, [1, 2, 3], 12, healed=cursor.healed
     )
-    assert done.text == suggestion
+    assert done.text == suggestion and done.fits == written.startswith(cursor.healed)
     assert judge(cursor, done.text, UserConfig()).shown == bool(suggestion)
