@@ -22,7 +22,7 @@ def test_the_tab_recipe_is_an_rl_recipe_that_says_how_to_launch_it():
 
     path = RECIPES[0].parent / "tab.toml"
     recipe = load_rl_recipe(path)
-    assert recipe.env == "tab" and recipe.rewards == {"tab@1": 1.0}
+    assert recipe.env == "tab" and recipe.rewards == {"tab@2": 1.0}
     assert "flywheel train tab" in path.read_text().split("\nname")[0]
 
 
