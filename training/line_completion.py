@@ -112,9 +112,10 @@ def complete(
 ) -> Completion:
     """Decode from prompt `ids` to the end of the line, after `healed` (see the module
     docstring)."""
-    return complete_many(trunk, tokenizer, ids, 1, max_new_tokens, temperature, generator, healed)[
-        0
-    ]
+    (done,) = complete_many(
+        trunk, tokenizer, ids, 1, max_new_tokens, temperature, generator, healed
+    )
+    return done
 
 
 @torch.no_grad()
