@@ -13,6 +13,12 @@ A candidate scored on several task sets (the agent benchmark, and a repository's
 from training/repo_eval.py, where the tasks are held-out files scored by `nll` and `exact`) is
 judged on each set both versions share, and accepted only when no set shows it worse.
 
+A lane (agent/registry.py) is judged against the version that serves it now: a completion
+candidate against the completion lane's version (else the promoted one). `GateConfig.gain` names
+metrics on which the candidate must also be *better beyond noise* (the whole interval above 0;
+by default `LANE_GAIN`'s for the lane): a completion version, trained on the user's repository, replaces its parent only for a measured
+gain on the repository's held-out files, not for being no worse.
+
 When a result has no per-task scores for a metric but reports a mean with an interval
 (`summary[metric] = {"mean", "ci95": [lo, hi]}`), the gate falls back to comparing intervals:
 worse when the candidate's upper end lies below the current version's lower end.
@@ -52,6 +58,9 @@ import numpy as np
 from agent.stats import bootstrap_interval
 
 DEFAULT_METRICS = ("passed", "pass", "correct", "resolved", "score", "reward")
+# lane -> metrics a candidate must gain on unless GateConfig.gain says otherwise: a completion
+# version is trained on the user's repository, and replaces its parent only when it learnt it
+LANE_GAIN = {"completion": ("nll",)}
 LOWER_IS_BETTER = ("tokens", "steps", "wall_s", "seconds", "invalid_calls", "lint_delta")
 
 
@@ -63,6 +72,7 @@ class GateConfig:
     metrics: tuple[str, ...] = ()  # metrics to gate on; () = what the benchmark declares
     tolerance: dict[str, float] = field(default_factory=dict)  # metric -> allowed loss (>= 0)
     min_tasks: int = 1  # fewer common tasks than this: no decision (refused)
+    gain: tuple[str, ...] = ()  # metrics on which the candidate must be better beyond noise
 
     def __post_init__(self) -> None:
         if not 0.5 < self.confidence < 1:
@@ -82,6 +92,11 @@ class Comparison:
     tolerance: float
     worse: bool  # the whole interval lies below -tolerance
     method: str  # "paired bootstrap" | "interval overlap"
+
+    @property
+    def better(self) -> bool:
+        """The whole interval lies above 0: a measured gain."""
+        return self.interval[0] > 0
 
 
 @dataclass
@@ -273,17 +288,21 @@ def _by_interval(
 # --- the gate over a registry ----------------------------------------------------------------
 
 
-def gate_promotion(registry, candidate: str, config: GateConfig | None = None) -> Decision:
-    """Decide whether `candidate` may replace the promoted version of `registry`.
+def gate_promotion(
+    registry, candidate: str, config: GateConfig | None = None, lane: str = "agent"
+) -> Decision:
+    """Decide whether `candidate` may replace the version of `registry` that serves `lane`.
 
-    Uses, for every task set the promoted version was also scored on, the candidate's newest
-    result on it (the agent benchmark and a repository's held-out files, say): accepted when no
-    set shows it worse. Raises GateError when that cannot be decided (no result, no shared set).
+    Uses, for every task set that version was also scored on, the candidate's newest result on
+    it (the agent benchmark and a repository's held-out files, say): accepted when no set shows
+    it worse and each `config.gain` metric shows a gain. Raises GateError when that cannot be
+    decided (no result, no shared set).
     """
+    config = config or GateConfig()
     cid = registry.resolve(candidate)
-    current = registry.promoted()
+    current = registry.serving(lane)
     if current == cid:
-        raise GateError(f"{cid} is already the promoted version")
+        raise GateError(f"{cid} already serves the {lane} lane")
     other = _other_base(registry, cid, current) if current is not None else None
     if other:
         return Decision(False, [other], cid, current)
@@ -315,9 +334,23 @@ def gate_promotion(registry, candidate: str, config: GateConfig | None = None) -
         compare(result, theirs[task_set], config, (cid, current))
         for task_set, result in newest.items()
     ]
+    gain = config.gain or LANE_GAIN.get(lane, ())
     if len(decisions) == 1:
-        return decisions[0]
-    return _merge(decisions, [str(r.get("benchmark") or t) for t, r in newest.items()])
+        return _require_gain(decisions[0], gain)
+    merged = _merge(decisions, [str(r.get("benchmark") or t) for t, r in newest.items()])
+    return _require_gain(merged, gain)
+
+
+def _require_gain(decision: Decision, gain: tuple[str, ...]) -> Decision:
+    """Reject an accepted decision that shows no gain on one of the `gain` metrics."""
+    missing = [m for m in gain if not any(c.metric == m and c.better for c in decision.comparisons)]
+    if decision.accepted and missing:
+        decision.accepted = False
+        decision.reasons[0] = (
+            f"rejected: not worse, but no gain beyond noise on {', '.join(missing)} "
+            "(this lane needs one)"
+        )
+    return decision
 
 
 def _merge(decisions: list[Decision], names: list[str]) -> Decision:

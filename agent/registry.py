@@ -3,7 +3,7 @@
 A registry is a folder (the command line's default: `$XDG_DATA_HOME/flywheel/models`):
 
     index.json           what the registry knows: every version with its lineage, status,
-                         benchmark results and gate decisions, the promoted pointer, and an
+                         benchmark results and gate decisions, the two lanes' pointers, and an
                          event log (add, attach, gate, promote, rollback)
     index.json.bak       the index as it was before the last write (to recover a damaged index)
     index.lock           writers hold an exclusive fcntl lock on it, so two never interleave
@@ -16,8 +16,15 @@ Vocabulary:
     version id   `v<N>-<8 hex>`: N counts up, the hex is the sha256 of the weights' manifest.
                  `vN` alone names the same version. The checkpoint's own `flywheel.json` is
                  rewritten with this id, so an engine serving it reports it as `model_version`.
-    status       candidate (added, not promoted) | promoted (the one servers run; at most one) |
-                 retired (was promoted, then replaced or rolled back)
+    lane         what a version serves. `agent`: the promoted version, which servers run for
+                 everything (the agent, chat, edits) and, by default, for inline completions.
+                 `completion`: a version that serves inline completions only (the language
+                 server's ghost text and next edits), such as one trained on the user's own
+                 repository (training/cycle/repo.py): it may know the repository better and
+                 the agent's tool calls worse, so it never replaces the promoted version
+    status       candidate (added, not promoted) | promoted (the agent lane's, at most one) |
+                 completions (the completion lane's, at most one) | retired (was promoted or
+                 served completions, then replaced or rolled back)
     verified     every file named in MANIFEST.json is present with its size and sha256, nothing
                  else is in the folder, and MANIFEST.json hashes to what the index recorded
 
@@ -32,7 +39,7 @@ What it does not do: decide whether a version is good enough (agent/gate.py does
 records the decision it is given), read the environment (only `path_from_cli`, for command-line
 entry points), or delete versions.
 
-`RegistryWatcher` follows the promoted pointer for a running engine (`flywheel serve`, the
+`RegistryWatcher` follows one lane's pointer for a running engine (`flywheel serve`, the
 language server): it notices a change of index.json (a cheap stat, every few seconds and before
 requests), verifies the newly promoted version and swaps the engine to it; requests already
 running finish on the old weights (`Engine.swap`).
@@ -63,7 +70,10 @@ log = logging.getLogger("flywheel.registry")
 
 FORMAT = "flywheel-registry"
 FORMAT_VERSION = 1
-STATUSES = ("candidate", "promoted", "retired")
+STATUSES = ("candidate", "promoted", "completions", "retired")
+LANES = ("agent", "completion")
+_POINTER = {"agent": "promoted", "completion": "completion"}  # lane -> its key in index.json
+_SERVES = {"agent": "promoted version", "completion": "version serving completions"}
 MANIFEST = "MANIFEST.json"
 META = "flywheel.json"  # the checkpoint's version and lineage file (agent/model.py)
 
@@ -160,6 +170,7 @@ class Registry:
                 "format": FORMAT,
                 "format_version": FORMAT_VERSION,
                 "promoted": None,
+                "completion": None,
                 "versions": {},
                 "events": [],
             }
@@ -177,9 +188,12 @@ class Registry:
         versions = index.get("versions")
         if not isinstance(versions, dict) or not isinstance(index.get("events"), list):
             raise RegistryError(self._corrupt("its versions or events are missing"))
-        promoted = index.get("promoted")
-        if promoted is not None and promoted not in versions:
-            raise RegistryError(self._corrupt(f"it promotes {promoted!r}, which it does not list"))
+        index.setdefault("completion", None)  # written before the completion lane existed
+        for key in _POINTER.values():
+            if index.get(key) is not None and index[key] not in versions:
+                raise RegistryError(
+                    self._corrupt(f"its {key} version {index[key]!r} is not listed")
+                )
         for vid, record in versions.items():
             if not isinstance(record, dict) or record.get("status") not in STATUSES:
                 raise RegistryError(self._corrupt(f"version {vid!r} has no valid status"))
@@ -200,14 +214,22 @@ class Registry:
         """The id of the promoted version, or None."""
         return self.read_index()["promoted"]
 
+    def serving(self, lane: str = "agent", index: dict[str, Any] | None = None) -> str | None:
+        """The version that serves `lane`: the completion lane's own version, else the promoted
+        one (which serves completions until a completion version is promoted); None when
+        nothing is promoted."""
+        index = index or self.read_index()
+        return index.get(_POINTER[_lane(lane)]) or index["promoted"]
+
     def resolve(self, ref: str, index: dict[str, Any] | None = None) -> str:
-        """A full version id from an id, `vN`, or `promoted`."""
+        """A full version id from an id, `vN`, `promoted`, or `completion` (what serves it)."""
         index = index or self.read_index()
         versions = index["versions"]
-        if ref in ("promoted", "current"):
-            if index["promoted"] is None:
+        if ref in ("promoted", "current", "completion"):
+            vid = self.serving("completion" if ref == "completion" else "agent", index)
+            if vid is None:
                 raise RegistryError(f"no version of {self.root} is promoted yet")
-            return index["promoted"]
+            return vid
         if ref in versions:
             return ref
         matches = [vid for vid in versions if vid.split("-")[0] == ref]
@@ -432,62 +454,98 @@ class Registry:
             self._event(index, "gate", vid, accepted=bool(decision.get("accepted")))
             self._save(index)
 
-    def promote(self, ref: str, *, forced: bool = False, reason: str = "") -> str | None:
-        """Make `ref` the promoted version (after verifying it); returns the one it replaced.
+    def promote(
+        self, ref: str, *, forced: bool = False, reason: str = "", lane: str = "agent"
+    ) -> str | None:
+        """Make `ref` the version that serves `lane` (after verifying it); returns the one it
+        replaced there.
 
         The caller has run the gate (agent/gate.py) or was told to skip it (`forced`).
         """
-        return self._switch(ref, "promote", forced=forced, reason=reason)
+        return self._switch(ref, "promote", forced=forced, reason=reason, lane=lane)
 
-    def rollback(self, to: str | None = None, reason: str = "") -> tuple[str, str]:
-        """Promote the version that was promoted before the current one (or `to`).
+    def rollback(
+        self, to: str | None = None, reason: str = "", lane: str = "agent"
+    ) -> tuple[str, str]:
+        """Serve `lane` again from the version that served it before the current one (or `to`).
+        The completion lane with no earlier version of its own goes back to the promoted one.
 
-        Returns (the version that was promoted, the one promoted now).
+        Returns (the version that served the lane, the one that serves it now).
         """
         index = self.read_index()
-        current = index["promoted"]
+        current = index[_POINTER[_lane(lane)]]
         if current is None:
-            raise RegistryError(f"nothing to roll back: no version of {self.root} is promoted")
+            what = "is promoted" if lane == "agent" else "serves completions alone"
+            raise RegistryError(f"nothing to roll back: no version of {self.root} {what}")
         if to is None:
             earlier = [
                 e["version"]
                 for e in index["events"]
-                if e["action"] in ("promote", "rollback") and e["version"] != current
+                if e["action"] in ("promote", "rollback")
+                and e.get("lane", "agent") == lane
+                and e["version"] not in (current, None)
             ]
-            if not earlier:
+            if not earlier and lane == "agent":
                 raise RegistryError(
                     f"nothing to roll back to: {current} is the only version ever promoted"
                 )
-            to = earlier[-1]
+            to = earlier[-1] if earlier else None
+        if to is None:  # the completion lane: the promoted version serves completions again
+            with self._locked() as index:
+                index["versions"][current]["status"] = "retired"
+                index["completion"] = None
+                self._event(index, "rollback", None, previous=current, reason=reason, lane=lane)
+                self._save(index)
+            return current, index["promoted"]
         target = self.resolve(to, index)
         if target == current:
-            raise RegistryError(f"{target} is already the promoted version")
+            raise RegistryError(f"{target} is already the {_SERVES[lane]}")
         self._switch(
-            target, "rollback", forced=True, reason=reason or f"rolled back from {current}"
+            target,
+            "rollback",
+            forced=True,
+            reason=reason or f"rolled back from {current}",
+            lane=lane,
         )
         return current, target
 
-    def _switch(self, ref: str, action: str, *, forced: bool, reason: str) -> str | None:
+    def _switch(self, ref: str, action: str, *, forced: bool, reason: str, lane: str) -> str | None:
+        key = _POINTER[_lane(lane)]
         vid = self.resolve(ref)
         self.verify(vid)  # before taking the lock: hashing may take a while
         with self._locked() as index:
             vid = self.resolve(ref, index)
-            previous = index["promoted"]
+            previous = index[key]
             if previous == vid:
-                raise RegistryError(f"{vid} is already the promoted version")
+                raise RegistryError(f"{vid} is already the {_SERVES[lane]}")
+            if lane == "completion" and vid == index["promoted"]:
+                raise RegistryError(
+                    f"{vid} is the promoted version, which serves completions whenever no "
+                    "completion version is set: roll the completion lane back instead"
+                )
             if previous is not None:
                 index["versions"][previous]["status"] = "retired"
+            if lane == "agent" and index["completion"] == vid:
+                index["completion"] = None  # promoted, it serves both lanes
             record = index["versions"][vid]
-            record["status"] = "promoted"
+            record["status"] = "promoted" if lane == "agent" else "completions"
             record["promoted_at"] = time.time()
-            index["promoted"] = vid
-            self._event(index, action, vid, previous=previous, forced=forced, reason=reason)
+            index[key] = vid
+            self._event(
+                index, action, vid, previous=previous, forced=forced, reason=reason, lane=lane
+            )
             self._save(index)
         return previous
 
 
+def _lane(lane: str) -> str:
+    if lane not in LANES:
+        raise RegistryError(f"no lane {lane!r}: the registry's lanes are {', '.join(LANES)}")
+    return lane
+
+
 class RegistryWatcher:
-    """Keeps a running engine on the registry's promoted version.
+    """Keeps a running engine on the version that serves a lane (`lane`; the promoted one).
 
     `pending()` says which verified version to switch to, if any (cheap when index.json has not
     changed: one stat); `check()` also switches, through `swap(folder) -> version`
@@ -503,10 +561,12 @@ class RegistryWatcher:
         version: str | None,
         interval_s: float = 2.0,
         on_change: Callable[[str | None, str], None] | None = None,
+        lane: str = "agent",
     ) -> None:
         if interval_s <= 0:
             raise ValueError("the registry poll interval must be > 0 seconds")
         self.registry = registry
+        self.lane = _lane(lane)
         self.swap = swap
         self.version = version  # the version the engine runs now
         self.interval_s = interval_s
@@ -525,12 +585,12 @@ class RegistryWatcher:
         return (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def pending(self) -> tuple[str, Path] | None:
-        """(version, verified folder) when the promoted version differs from `version`."""
+        """(version, verified folder) when the lane's version differs from `version`."""
         stamp = self._stamp()
         if stamp == self._seen:
             return None
         try:
-            promoted = self.registry.promoted()
+            promoted = self.registry.serving(self.lane)
             if promoted is None or promoted == self.version:
                 self._seen = stamp
                 return None

@@ -120,9 +120,11 @@ class Editor:
         client.initialized(types.InitializedParams())
 
     def _status(self, params) -> None:
-        version = getattr(params, "modelVersion", None)
-        if version:
-            self.statuses.append(version)
+        """Each status's versions: the model's, and the completion lane's when it has one."""
+        for key in ("modelVersion", "completionModelVersion"):
+            version = getattr(params, key, None)
+            if version:
+                self.statuses.append(version)
 
     async def complete(self) -> dict:
         """One inline completion at the end of a small file, a new text each time."""

@@ -9,10 +9,12 @@
    with that line emptied after its indentation, and an inline completion is asked there. A
    line counts when the suggestion's first line is the author's line (trailing blanks ignored).
 3. `flywheel cycle --workspace SRC`: only the repository stage is due (the agent stages'
-   thresholds are out of reach). The gate compares the candidate with its parent on the
-   held-out files (perplexity per file, exact lines) and on the agent benchmark.
-4. When it promotes, the editor waits for the server's `flywheel/status` naming the new version,
-   then asks at the same lines again: every answer must come from the new version.
+   thresholds are out of reach). Its candidate is for the registry's completion lane: the gate
+   compares it with its parent on the held-out files (perplexity per file, exact lines) and
+   asks for a gain in perplexity; the agent keeps the promoted version.
+4. When it promotes, the editor waits for the server's `flywheel/status` naming the new version
+   as `completionModelVersion`, then asks at the same lines again: every answer must come from
+   the new version.
 
 It prints each step and a table, and writes the decision, the versions that answered and the
 editor's exact lines before and after (with a paired 95% bootstrap interval) to `--json`.
@@ -124,8 +126,9 @@ async def run(args: argparse.Namespace) -> dict:
         options = [*CYCLE_ARGS, "--workspace", str(src)] + (QUICK if args.quick else [])
         options += [f"--set={pair}" for pair in args.set]
         result = await cycle(args, editor.db, options)  # the editor's telemetry: the user's
-        promoted = registry.promoted()
+        promoted = registry.serving("completion")
         result["promoted_after"] = promoted
+        result["agent_after"] = registry.promoted()
         if promoted != v1:
             result["seconds_to_status"] = round(await editor.wait_for(promoted, since), 1)
         after = await go_through(editor, src, cursors, "editor after")

@@ -96,7 +96,6 @@ QUICK_REPO = {  # recipe overrides for --quick: seconds per stage
     "log_every": 1,
     "eval_every": 2,
     "precision": "fp32",
-    "rehearsal_share": 0.0,  # the tiny model's context is shorter than a conversation
 }
 QUICK_TAB = {"steps": 1, "group_size": 2, "tasks_per_step": 2, "max_tokens": 8}
 
@@ -230,6 +229,7 @@ def measure(repo: Repo, model: str, work: Path, args, log) -> dict:
         ROOT / "training" / "recipes" / "repo.toml",
         {
             **quick_repo,
+            **args.overrides["repo"],
             "name": f"bench-{repo.name}",
             "init": model,
             "out": str(run),
@@ -259,6 +259,7 @@ def measure(repo: Repo, model: str, work: Path, args, log) -> dict:
         ROOT / "training" / "recipes" / "tab.toml",
         {
             **(QUICK_TAB if args.quick else {}),
+            **args.overrides["tab"],
             "name": f"bench-tab-{repo.name}",
             "init": cpt["model"],
             "out": str(folder / "tab"),
@@ -335,6 +336,19 @@ def infill(models: dict[str, str], args, path: Path) -> dict:
     return out
 
 
+def stage_overrides(pairs: list[str]) -> dict | None:
+    """`--set repo.steps=96` -> {"repo": {"steps": 96}, "tab": {}}; None for any other stage."""
+    from training.recipe import parse_overrides
+
+    out: dict = {"repo": {}, "tab": {}}
+    for pair in pairs:
+        stage, _, rest = pair.partition(".")
+        if stage not in out or "=" not in rest:
+            return None
+        out[stage].update(parse_overrides([rest]))
+    return out
+
+
 def _scores(result: dict) -> dict:
     return {k: v["mean"] for k, v in result["summary"].items()} | {
         "exact_ci95": result["summary"]["exact"]["ci95"]
@@ -373,7 +387,21 @@ def main(argv: list[str] | None = None) -> int:
         "--infill-limit", type=int, default=0, help="HumanEval problems (0: all 164; -1: skip)"
     )
     p.add_argument("--quick", action="store_true", help="a tiny in-process model, a few steps")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="STAGE.KEY=VALUE",
+        help="override a recipe key of the repo or tab stage (repo.train_context=true)",
+    )
     args = p.parse_args(argv)
+    args.overrides = stage_overrides(args.set)
+    if args.overrides is None:
+        print(
+            f"repo_learning: --set takes repo.KEY=VALUE or tab.KEY=VALUE, got {args.set}",
+            file=sys.stderr,
+        )
+        return 2
     unknown = [r for r in args.repos.split(",") if r not in REPOS]
     if unknown:
         print(

@@ -13,6 +13,13 @@ Every suggestion and task records the engine's version (the registry id); each s
 recorded as a telemetry `model_version` event (id, path, promoted_at), and the completion cache
 (suggestions of the old weights) is dropped.
 
+The registry's completion lane (agent/registry.py) is followed the same way: when a version
+serves inline completions alone (one trained on the user's repository, say), a second engine host
+loads it, and the server's completions and next edits (`CompletionService.host`,
+`NextEditService.host`) run on it while the agent keeps the promoted version; the status names
+it as `completionModelVersion`. When the lane is rolled back to nothing, completions return to
+the promoted version and the second engine is closed.
+
 What it does not do: follow a registry when the user's settings chose another model (it only
 acts while the server's model is a folder of this registry), or load anything unverified.
 """
@@ -26,8 +33,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lsprotocol import types
+
 from agent.engine import EngineError
-from agent.registry import Registry, RegistryWatcher
+from agent.registry import Registry, RegistryError, RegistryWatcher
+from lsp.model_host import ModelHost
 
 log = logging.getLogger("flywheel.lsp")
 
@@ -38,19 +48,22 @@ class RegistryFollower:
         self.watcher = RegistryWatcher(
             self.registry, swap=_no_swap, version=None, interval_s=interval_s
         )
+        # the completion lane: its version is the promoted one until one of its own is set
+        self.completions = RegistryWatcher(
+            self.registry, swap=_no_swap, version=None, interval_s=interval_s, lane="completion"
+        )
 
     def initial_model(self) -> str:
         """The promoted version's verified folder (RegistryError when there is none)."""
         promoted = self.registry.promoted()
         if promoted is None:
-            from agent.registry import RegistryError
-
             raise RegistryError(
                 f"no version of the registry {self.registry.root} is promoted yet: "
                 "flywheel models add PATH --promote --force, or flywheel cycle"
             )
         folder = self.registry.verify(promoted)
         self.watcher.mark(promoted)
+        self.completions.mark(promoted)  # a completion version of its own loads on the first poll
         return str(folder)
 
     def follows(self, model_name: str) -> bool:
@@ -66,9 +79,16 @@ class RegistryFollower:
                 log.exception("registry follow failed")
 
     async def check(self, ls: Any) -> str | None:
-        """Switch the server to a newly promoted version; returns it, or None."""
+        """Switch the server to a newly promoted version (and its completions to the completion
+        lane's); returns the promoted version it switched to, or None."""
         if not self.follows(ls.settings.model.name):
+            await self._serve_completions(ls, None)  # the user chose another model: all of it
             return None
+        switched = await self._check_promoted(ls)
+        await self._check_completions(ls)
+        return switched
+
+    async def _check_promoted(self, ls: Any) -> str | None:
         loop = asyncio.get_running_loop()
         target = await loop.run_in_executor(None, self.watcher.pending)
         if target is None:
@@ -100,6 +120,61 @@ class RegistryFollower:
             )
         log.info("now serving %s from the registry", version)
         return version
+
+    async def _check_completions(self, ls: Any) -> None:
+        loop = asyncio.get_running_loop()
+        target = await loop.run_in_executor(None, self.completions.pending)
+        if target is None:
+            return
+        version, folder = target
+        own = version != self.watcher.version  # else the promoted version: the server's host
+        try:
+            await self._serve_completions(ls, (version, folder) if own else None)
+        except EngineError as exc:  # the host told the user; completions stay where they are
+            self.completions.defer(f"could not load {version} for completions: {exc}")
+            return
+        self.completions.mark(version)
+        if own:
+            ls.say_once(
+                f"inline completions now come from {version}; the agent stays on "
+                f"{self.watcher.version}",
+                types.MessageType.Info,
+            )
+        log.info("completions now come from %s", version)
+
+    async def _serve_completions(self, ls: Any, target: tuple[str, Path] | None) -> None:
+        """Completions and next edits from `target` (version, folder) on a second engine host,
+        or (None) from the server's own host again. EngineError when the version fails to load
+        or loads as another."""
+        current = ls.completions.host
+        if target is None:
+            if current is not ls.host:
+                ls.completions.host = ls.next_edits.host = ls.host
+                ls.completion_model = None
+                ls.completions.cache = None
+                ls._send_status(ls.host.status())
+                # requests still on it end as cancelled; closing waits for its threads
+                await asyncio.get_running_loop().run_in_executor(None, current.close)
+            return
+        version, folder = target
+        model = dataclasses.replace(ls.settings.model, name=str(folder))
+        host = current
+        if host is ls.host:  # the status of either host is the server's, with both versions
+            host = ModelHost(
+                on_status=lambda _: ls._send_status(ls.host.status()), on_error=ls._show_error
+            )
+        try:
+            await host.get(model)
+            if host.version != version:
+                raise EngineError(f"{folder} loaded as {host.version!r}, not {version}")
+        except EngineError:
+            if host is not current:
+                host.close()
+            raise
+        ls.completions.host = ls.next_edits.host = host
+        ls.completion_model = model
+        ls.completions.cache = None
+        ls._send_status(ls.host.status())
 
 
 def _no_swap(folder: str) -> str:

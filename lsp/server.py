@@ -64,7 +64,7 @@ from lsp.protocol import (
     NextEditParams,
     NextEditResult,
 )
-from lsp.settings import Settings, parse_settings
+from lsp.settings import ModelSettings, Settings, parse_settings
 
 log = logging.getLogger("flywheel.lsp")
 
@@ -111,6 +111,9 @@ class FlywheelServer(LanguageServer):
         self.host = ModelHost(
             on_status=self._send_status, on_error=self._show_error, on_progress=LoadProgress(self)
         )
+        # completions and next edits run on `host` unless the registry's completion lane
+        # serves them from a model of their own (`completion_model`, lsp/reload.py)
+        self.completion_model: ModelSettings | None = None
         self.completions = CompletionService(self.host, self.record, self.now)
         self.survival = SurvivalTracker(self.now)
         self.next_edits = NextEditService(
@@ -184,10 +187,18 @@ class FlywheelServer(LanguageServer):
         if not self.client_gone:
             self.protocol.notify(method, params)
 
+    def status(self, status: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The engine host's status (or `status`), with `completionModelVersion` when another
+        version serves completions (the registry's completion lane, lsp/reload.py)."""
+        status = self.host.status() if status is None else status
+        if self.completions.host is not self.host:
+            status = {**status, "completionModelVersion": self.completions.host.version}
+        return status
+
     def _send_status(self, status: dict[str, Any]) -> None:
         if self.client_gone:
             return
-        self.notify(STATUS, status)
+        self.notify(STATUS, self.status(status))
         version_now = status.get("modelVersion") or ""
         if version_now and version_now != self._model_version:
             if not self._model_version:  # the engine is ready: the session learns its model
@@ -222,6 +233,8 @@ class FlywheelServer(LanguageServer):
             if not self.recorder.close(timeout=timeout):
                 log.warning("telemetry could not be flushed within %.0f s", timeout)
             self.recorder, self.session_id = None, None
+        if self.completions.host is not self.host:
+            self.completions.host.close()
         self.host.close()
 
     def document(self, uri: str) -> Any:
@@ -350,7 +363,7 @@ def _at(ls: FlywheelServer, uri: str, doc: Any, position: types.Position) -> dic
         language=language,
         neighbours=neighbours,
         settings=ls.settings.completion,
-        model=ls.settings.model,
+        model=ls.completion_model or ls.settings.model,
         place=prompt_place(ls.workspace, uri),
     )
 
@@ -488,7 +501,7 @@ async def next_edit_request(ls: FlywheelServer, params: NextEditParams) -> NextE
         if not _suggestible(doc.source):
             return None
         edit = await ls.next_edits.suggest(
-            doc, params.position, ls.settings.next_edit, ls.settings.model
+            doc, params.position, ls.settings.next_edit, ls.completion_model or ls.settings.model
         )
     except VersionMoved as moved:
         raise JsonRpcException(
@@ -572,7 +585,7 @@ def rate(ls: FlywheelServer, *args: Any) -> dict[str, Any]:
 
 @SERVER.command("flywheel.status")
 def status(ls: FlywheelServer, *args: Any) -> dict[str, Any]:
-    return ls.host.status()
+    return ls.status()
 
 
 # --- code actions ------------------------------------------------------------------------------

@@ -447,7 +447,11 @@ def _tab(args: argparse.Namespace) -> int:
     if summary.get("model"):
         print(f"model written to {summary['model']}")
     if summary.get("version"):
-        print(f"registered as {summary['version']}: use --model registry:{summary['version']}")
+        vid = summary["version"]
+        print(
+            f"registered as {vid}: use --model registry:{vid}, or serve your editor's inline "
+            f"completions from it: flywheel models promote {vid} --lane completion"
+        )
     return 0
 
 
@@ -499,7 +503,11 @@ def _repo(args: argparse.Namespace) -> int:
         )
     print(f"model written to {summary['model']}")
     if summary.get("version"):
-        print(f"registered as {summary['version']}: use --model registry:{summary['version']}")
+        vid = summary["version"]
+        print(
+            f"registered as {vid}: use --model registry:{vid}, or serve your editor's inline "
+            f"completions from it: flywheel models promote {vid} --lane completion"
+        )
     return 0
 
 

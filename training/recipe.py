@@ -103,13 +103,6 @@ class Recipe:
     code_share: float = 0.0  # sft: share of micro-batches that are code rows
     code_seq_len: int = 1024  # sft: tokens per code row; a code micro-batch holds
     # batch_size * seq_len // code_seq_len rows, about a conversation micro-batch's tokens
-    rehearsal_share: float = 0.0  # repo: share of micro-batches that are agent conversations
-    # (oracle trajectories of synthetic tasks), so that learning a repository's code does not
-    # cost the agent its tool-calling (training/repo_pretrain.py `Rehearsal`)
-    rehearsal_projects: int = 4  # repo: synthetic projects whose tasks give those conversations
-    rehearsal_seed: int = 104729  # repo: their seed; neither the starter's (0) nor the cycle
-    # benchmark's (7919), so the gate never scores a task that was rehearsed
-    rehearsal_seq_len: int = 2304  # repo: tokens per conversation row (they are 1-2.3k long)
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
@@ -133,10 +126,6 @@ class Recipe:
             raise RecipeError("fim_fraction must be in [0, 1] and repo_context in [0, 1)")
         if not 0.0 <= self.code_share < 1.0 or self.code_seq_len < 16:
             raise RecipeError("code_share must be in [0, 1) and code_seq_len >= 16")
-        if not 0.0 <= self.rehearsal_share < 1.0 or self.rehearsal_seq_len < 16:
-            raise RecipeError("rehearsal_share must be in [0, 1) and rehearsal_seq_len >= 16")
-        if self.rehearsal_share and self.rehearsal_projects < 1:
-            raise RecipeError("rehearsal_projects must be >= 1 when rehearsal_share > 0")
         if self.code_share and not self.code_data:
             raise RecipeError("code_share > 0 needs `code_data` (a repository data folder)")
         if self.stage == "sft" and not self.sft_data:

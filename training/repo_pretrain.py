@@ -27,9 +27,8 @@ Both are token-healed as the language server's prompts are (`chat_format.heal`):
 ends at a line start or in its indentation ends before that line break instead, and the trained
 tokens begin with the break and the indentation, which is what the model writes when it is asked.
 
-With `rehearsal_share`, that share of micro-batches are agent conversations instead (`Rehearsal`:
-oracle trajectories of synthetic tasks, loss on the assistant's turns), so that the adapter keeps
-the tool-calling the agent needs while it learns the repository.
+The result serves inline completions (the registry's completion lane, agent/registry.py), not
+the agent: an adapter trained on code alone calls the agent's tools worse.
 
 Loss is computed on the trained tokens: the continuation, or the middle and its end token; with
 `train_context` also every code token of the prompt (the context files, the prefix and the
@@ -235,46 +234,8 @@ class CodeRows:
         return [self._row(self.train, rng) for _ in range(self.rows)]
 
 
-class Rehearsal:
-    """Agent conversations mixed into the repository stage (`rehearsal_share`): oracle
-    trajectories of synthetic tasks (training/tasks), in the harness's chat format. A repository
-    adapter trained on code alone drifts from the tool-calling the agent needs, and the cycle's
-    gate rejects it on the agent benchmark; rehearsing a few conversations keeps it. The tasks
-    are generated once per run into OUT/rehearsal/ (seconds: `rehearsal_projects` small
-    projects, every task verified by its tests), from `rehearsal_seed`."""
-
-    def __init__(self, recipe: Recipe, tokenizer):
-        from training.stages import encode_conversation, read_conversations
-
-        folder = Path(recipe.out) / "rehearsal"
-        if not (folder / "trajectories.jsonl").exists():
-            write_rehearsal(folder, recipe.rehearsal_projects, recipe.rehearsal_seed)
-        rows = read_conversations([str(folder / "trajectories.jsonl")])
-        encoded = [encode_conversation(tokenizer, r, recipe.rehearsal_seq_len + 1) for r in rows]
-        self.rows = [e for e in encoded if sum(e[1]) > 0]
-        if not self.rows:
-            raise RepoError(f"no rehearsal conversation in {folder} fits rehearsal_seq_len")
-        self.per_batch = max(1, recipe.batch_size * recipe.seq_len // recipe.rehearsal_seq_len)
-
-    def sample(self, rng: np.random.Generator) -> list[tuple[list[int], list[int]]]:
-        return [self.rows[int(rng.integers(0, len(self.rows)))] for _ in range(self.per_batch)]
-
-
-def write_rehearsal(folder: Path, projects: int, seed: int) -> None:
-    """Synthetic tasks and their oracle trajectories in `folder`, written atomically."""
-    from training.tasks.dataset import export
-    from training.tasks.generation import generate_tasks
-
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    export(generate_tasks(projects, seed=seed, heldout_fraction=0.0), tmp, seed=seed)
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
-
-
 def build_job(recipe: Recipe, device: torch.device, rank: int):
-    """The `repo` stage for training/trainer.py: code rows, and with `rehearsal_share` that
-    share of micro-batches made of agent conversations (`Rehearsal`)."""
+    """The `repo` stage for training/trainer.py: micro-batches of code rows."""
     from training.repo_eval import heldout_perplexity
     from training.stages import Job, _load_init, _rng
 
@@ -285,12 +246,9 @@ def build_job(recipe: Recipe, device: torch.device, rank: int):
     trunk, tokenizer = ckpt.trunk, ckpt.tokenizer
     pad = tokenizer.convert_tokens_to_ids(PAD)
     pad = pad if isinstance(pad, int) and pad >= 0 else 0
-    rehearsal = Rehearsal(recipe, tokenizer) if recipe.rehearsal_share else None
 
     def batch(index: int) -> dict:
         rng = _rng(recipe, rank, index)
-        if rehearsal is not None and rng.random() < recipe.rehearsal_share:
-            return collate(rehearsal.sample(rng), pad, device)
         rows = [
             make_sample(
                 tokenizer,

@@ -30,8 +30,9 @@ def test_quick_run_asks_the_editor_before_and_after_the_cycle(tmp_path):
         r["path"] for r in report["editor_before"]
     ]
     assert report["versions_before"] in ([], [report["baseline"]])
-    summary = report["cycle"]["summary"]
-    assert summary["stages"] == ["repo"] and "repo_benchmark" in summary
-    assert summary["status"] in ("promoted", "rejected")
-    if summary["status"] == "promoted":  # then every answer after it came from the new version
-        assert report["editor_follows"] and report["versions_after"] == [summary["candidate"]]
+    lane = report["cycle"]["summary"]["completion"]
+    assert lane["stages"] == ["repo"] and "repo_benchmark" in lane
+    assert lane["status"] in ("promoted", "rejected")
+    assert report["cycle"]["agent_after"] == report["baseline"]  # the agent keeps its version
+    if lane["status"] == "promoted":  # then every answer after it came from the new version
+        assert report["editor_follows"] and report["versions_after"] == [lane["candidate"]]

@@ -33,15 +33,21 @@ def test_a_changed_workspace_trains_a_candidate_gated_on_its_held_out_files(
     registry.promote(v1, forced=True)
     lines: list[str] = []
     summary = cycle.run_cycle(_config(registry, tmp_path, ws), log=lines.append)
-    assert summary["stages"] == ["repo"] and summary["status"] in ("promoted", "rejected")
-    candidate = summary["candidate"]
-    assert set(summary["repo_benchmark"]) == {candidate, v1}
+    lane = summary["completion"]  # a candidate for inline completions, gated on its own
+    assert lane["stages"] == ["repo"] and lane["status"] in ("promoted", "rejected")
+    assert summary["status"] == lane["status"] and "candidate" not in summary
+    assert summary["reason"].startswith("nothing for the agent to learn from")
+    candidate = lane["candidate"]
+    assert lane["parent"] == v1 and set(lane["repo_benchmark"]) == {candidate, v1}
     theirs = [r for r in registry.benchmarks(v1) if r["benchmark"] == "repo_heldout"]
-    mine = [r for r in registry.benchmarks(candidate) if r["benchmark"] == "repo_heldout"]
+    mine = registry.benchmarks(candidate)  # the agent benchmark does not judge it
     assert len(theirs) == len(mine) == 1 and theirs[0]["task_set"] == mine[0]["task_set"]
     (gate,) = registry.get(candidate)["gate"]
-    assert any(r.startswith("repo_heldout: nll:") for r in gate["reasons"])
-    assert any(r.startswith("repo_heldout: exact:") for r in gate["reasons"])
+    assert any(r.startswith("nll:") for r in gate["reasons"])
+    assert any(r.startswith("exact:") for r in gate["reasons"])
+    assert registry.promoted() == v1  # the agent's version never changes for it
+    expected = candidate if lane["status"] == "promoted" else v1
+    assert registry.serving("completion") == expected
     assert any("characters new or changed" in x and "enough" in x for x in lines)
 
     # nothing changed since: no stage, and the next cycle is skipped

@@ -153,3 +153,38 @@ def test_every_shared_task_set_is_judged_and_one_worse_set_rejects(registry, tin
     assert {c.metric for c in decision.comparisons} == {"pass", "nll"}
     registry.attach_benchmark(v2, result("repo_heldout", "r", "nll", "lower", [0.9] * 6))
     assert gate_promotion(registry, v2).accepted  # the newest result on each set counts
+
+
+def test_a_completion_candidate_must_gain_on_the_version_serving_completions(
+    registry, tiny_checkpoint
+):
+    """The completion lane compares with the version that serves completions now, and a
+    candidate that is merely not worse on the repository's held-out files stays out."""
+
+    def heldout(nll: list[float]) -> dict:
+        return {
+            "benchmark": "repo_heldout",
+            "task_set": "r",
+            "metrics": {"nll": {"direction": "lower"}, "exact": {"direction": "higher"}},
+            "tasks": [
+                {"id": f"f{i}", "scores": {"nll": v, "exact": 0.5}} for i, v in enumerate(nll)
+            ],
+        }
+
+    v1, v2, v3 = (registry.add(tiny_checkpoint) for _ in range(3))
+    registry.promote(v1, forced=True)
+    registry.attach_benchmark(v1, heldout([1.0, 1.1, 0.9] * 2))
+    registry.attach_benchmark(v2, heldout([1.0, 1.1, 0.9] * 2))  # the same scores
+    same = gate_promotion(registry, v2, lane="completion")
+    assert not same.accepted and same.current == v1
+    assert same.reasons[0] == (
+        "rejected: not worse, but no gain beyond noise on nll (this lane needs one)"
+    )
+    assert gate_promotion(registry, v2).accepted  # the agent lane asks for no gain
+    registry.attach_benchmark(v2, heldout([0.8, 0.85, 0.7] * 2))
+    assert gate_promotion(registry, v2, lane="completion").accepted
+    registry.promote(v2, lane="completion")
+    registry.attach_benchmark(v3, heldout([0.9, 0.95, 0.8] * 2))  # better than v1, not v2
+    later = gate_promotion(registry, v3, lane="completion")
+    assert later.current == v2 and not later.accepted
+    assert later.reasons[0] == "rejected: worse than the current version beyond noise on nll"

@@ -81,3 +81,41 @@ def test_a_promotion_during_a_reload_lands_right_after_it(
     assert watcher.version == engine.model_version == v3
     assert [f.rsplit("/", 1)[-1] for f in loads] == [v2, v3]
     engine.close()
+
+
+def test_the_language_server_serves_completions_from_the_completion_lane(
+    registry, tiny_checkpoint, perturbed_checkpoint, tmp_path
+):
+    """`flywheel lsp --model registry` over stdio: a version promoted into the completion lane
+    answers the inline completions while the agent's version stays; rolled back, the promoted
+    version answers them again."""
+    import asyncio
+
+    from benchmarks.cycle_follow import Editor
+
+    v1, v2 = registry.add(tiny_checkpoint), registry.add(perturbed_checkpoint)
+    registry.promote(v1, forced=True)
+    folder = tmp_path / "ws"
+    folder.mkdir()
+
+    async def go() -> None:
+        editor = Editor(registry.root, folder, tmp_path / "editor.db", max_tokens=4)
+        await editor.start()
+        try:
+            assert (await editor.complete())["model_version"] == v1
+            since = len(editor.statuses)
+            registry.promote(v2, forced=True, lane="completion")
+            await editor.wait_for(v2, since, timeout=120)
+            assert (await editor.complete())["model_version"] == v2
+            state = await editor.client.workspace_execute_command_async(
+                editor.types.ExecuteCommandParams(command="flywheel.status", arguments=[])
+            )
+            assert (state["modelVersion"], state["completionModelVersion"]) == (v1, v2)
+            since = len(editor.statuses)
+            registry.rollback(lane="completion")
+            await editor.wait_for(v1, since, timeout=120)
+            assert (await editor.complete())["model_version"] == v1
+        finally:
+            await editor.stop()
+
+    asyncio.run(go())

@@ -146,3 +146,58 @@ def test_an_adapter_folder_is_a_version_too(registry, tmp_path):
     (adapter / "adapter_model.safetensors").write_bytes(b"weights")
     version = registry.add(adapter)
     assert (registry.verify(version) / "adapter_config.json").exists()
+
+
+def test_the_completion_lane_serves_completions_beside_the_promoted_version(
+    registry, tiny_checkpoint, tiny_checkpoint_b, perturbed_checkpoint
+):
+    v1, v2, v3 = (
+        registry.add(c) for c in (tiny_checkpoint, tiny_checkpoint_b, perturbed_checkpoint)
+    )
+    registry.promote(v1, forced=True)
+    assert registry.serving("completion") == v1  # the promoted version, until one of its own
+    assert registry.resolve("completion") == v1
+    with pytest.raises(RegistryError, match="the promoted version, which serves completions"):
+        registry.promote(v1, forced=True, lane="completion")
+    assert registry.promote(v2, forced=True, lane="completion") is None
+    assert (registry.promoted(), registry.serving("completion")) == (v1, v2)
+    assert registry.get(v2)["status"] == "completions"
+    # no earlier version of its own: completions come from the promoted version again
+    assert registry.rollback(lane="completion") == (v2, v1)
+    assert registry.serving("completion") == v1 and registry.get(v2)["status"] == "retired"
+    with pytest.raises(RegistryError, match="nothing to roll back"):
+        registry.rollback(lane="completion")
+    registry.promote(v2, forced=True, lane="completion")
+    assert registry.promote(v3, forced=True, lane="completion") == v2
+    assert registry.rollback(lane="completion") == (v3, v2)
+    assert registry.serving("completion") == v2 and registry.get(v3)["status"] == "retired"
+    # agent rollbacks never pick a completion version; promoting one makes it serve both lanes
+    registry.promote(v3, forced=True, lane="completion")
+    registry.promote(v3, forced=True)  # the agent lane
+    assert registry.promoted() == v3 and registry.read_index()["completion"] is None
+    assert registry.rollback() == (v3, v1)
+    with pytest.raises(RegistryError, match="no lane 'tab'"):
+        registry.serving("tab")
+
+
+def test_an_index_from_before_the_completion_lane_is_read(registry, tiny_checkpoint):
+    v1 = registry.add(tiny_checkpoint)
+    registry.promote(v1, forced=True)
+    index = json.loads(registry.index_path.read_text())
+    del index["completion"]
+    registry.index_path.write_text(json.dumps(index))
+    assert registry.serving("completion") == v1 and registry.read_index()["completion"] is None
+
+
+def test_models_promote_and_rollback_a_completion_version(
+    registry, tiny_checkpoint, tiny_checkpoint_b, capsys
+):
+    reg = ["--registry", str(registry.root)]
+    registry.promote(registry.add(tiny_checkpoint), forced=True)
+    v2 = registry.add(tiny_checkpoint_b)
+    assert models_cli.main([*reg, "promote", "v2", "--force", "--lane", "completion"]) == 0
+    assert f"serving completions from {v2}" in capsys.readouterr().out
+    assert models_cli.main([*reg, "list"]) == 0
+    assert "completions" in capsys.readouterr().out
+    assert models_cli.main([*reg, "rollback", "--lane", "completion"]) == 0
+    assert "inline completions come from v1-" in capsys.readouterr().out

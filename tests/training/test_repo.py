@@ -192,7 +192,6 @@ def _run_cli(tmp_path, model, ws, *extra):
                 "eval_every=3",
                 'precision="fp32"',
                 'device="cpu"',
-                "rehearsal_share=0.0",  # a test of its own below
             )
             for a in ("--set", kv)
         ],
@@ -224,7 +223,6 @@ def test_train_repo_registers_an_adapter_with_its_split_and_scores(tmp_path, tin
 def test_a_failed_run_registers_nothing_and_says_so_in_one_line(
     tmp_path, tiny_checkpoint, monkeypatch, capsys
 ):
-    import torch
 
     from agent.registry import Registry
     from training import cli, repo_pretrain
@@ -346,7 +344,6 @@ def test_repo_eval_command_scores_a_model_on_a_split(tmp_path, tiny_checkpoint, 
 def test_perplexity_windows_score_every_file_token_once_with_the_header_as_context(
     tiny_checkpoint,
 ):
-    import torch
     import torch.nn.functional as F
 
     from agent.model import load_checkpoint
@@ -365,43 +362,3 @@ def test_perplexity_windows_score_every_file_token_once_with_the_header_as_conte
     total, count = file_nll(trunk, tok, header, CODE, len(header) + 16, 10_000, "cpu")
     assert count == len(ids) and total > 0  # many short windows, still each token once
     assert file_nll(trunk, tok, header, CODE, 4 * len(ids), 10, "cpu")[1] == 10
-
-
-def test_rehearsal_mixes_agent_conversations_into_the_repository_stage(tmp_path, tiny_checkpoint):
-    """With `rehearsal_share`, some micro-batches are oracle trajectories of synthetic tasks,
-    trained on the assistant's turns only; the rest stay code rows."""
-    from training.recipe import load_recipe
-    from training.repo_pretrain import build_job, prepare
-
-    recipe = load_recipe(
-        ROOT / "training" / "recipes" / "repo.toml",
-        {
-            "init": str(tiny_checkpoint),
-            "out": str(tmp_path / "run"),
-            "data": str(tmp_path / "run" / "data"),
-            "seq_len": 256,
-            "batch_size": 2,
-            "lora_rank": 4,
-            "precision": "fp32",
-            "device": "cpu",
-            "rehearsal_share": 0.5,
-            "rehearsal_projects": 1,
-            "rehearsal_seq_len": 2000,
-        },
-    )
-    prepare(recipe, RepoConfig(root=str(make_workspace(tmp_path / "ws"))), False, lambda _: None)
-    job = build_job(recipe, torch.device("cpu"), 0)
-    kinds = set()
-    for index in range(12):
-        b = job.batch(index)
-        text = job.tokenizer.decode(b["ids"][0])
-        chat = "<|im_start|>assistant" in text
-        kinds.add(chat)
-        trained = job.tokenizer.decode(b["ids"][0][b["mask"][0]])
-        if chat:  # the assistant's words are trained, the task's statement is not
-            assert "<|im_start|>user" not in trained and trained.strip()
-        else:
-            assert "<|repo_name|>" in text
-    assert kinds == {True, False}
-    manifest = json.loads((tmp_path / "run" / "rehearsal" / "manifest.json").read_text())
-    assert manifest["seed"] == recipe.rehearsal_seed != 7919  # never the cycle benchmark's tasks

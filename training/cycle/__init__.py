@@ -9,9 +9,10 @@ One cycle, in order:
                (`--workspace`) has at least `min_repo_chars` characters of new or changed code
     base       an empty registry first gets `base` (the starter model) as its promoted version
     export     telemetry.export of the whole store; the rows no earlier cycle used are new
+    repo       when the workspace changed enough: a candidate for the completion lane, trained
+               on the workspace's own code, scored on its held-out files and gated on its own
+               (repo.py); the summary's `completion`
     train      from the promoted version, the stages the new data calls for:
-                 repo      on the workspace's own code (repo.py: FIM and plain samples with
-                           repository context, its files split by path) when it changed enough
                  pretrain  on new code (file snapshots, task workspaces) when there are at least
                            `min_code_chars` characters of it
                  sft       on new good trajectories (tasks whose reward >= `min_reward`) when
@@ -31,10 +32,8 @@ One cycle, in order:
                comparison); pass@1 through the harness, and oracle_logprob (the mean
                log-probability of each task's oracle trajectory: a tiny model rarely passes a
                task, so pass@1 alone cannot tell two candidates apart)
-               and, after a repo stage, both on the workspace's held-out files (repo.py:
-               held-out perplexity per file, exact single-line completion)
-    gate       agent/gate.py, on every task set both were scored on (a candidate worse on the
-               agent tasks or on the repository is rejected); the decision is kept in the registry
+    gate       agent/gate.py, on every task set both were scored on; the decision is kept in the
+               registry
     promote    when accepted; running `flywheel serve` / `flywheel lsp --model registry`
                processes switch to it by themselves
 
@@ -72,7 +71,7 @@ from training.benchmark import BenchConfig, BenchTask
 
 # Each stage's recipe: training/recipes/cycle/STAGE.toml (`quick`: cycle/quick/STAGE.toml).
 RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "cycle"
-STAGES = ("repo", "pretrain", "sft", "rl", "mtp")
+STAGES = ("repo", "pretrain", "sft", "rl", "mtp")  # repo: the completion lane's (repo.py)
 
 
 @dataclass
@@ -342,9 +341,9 @@ def run_cycle(config: CycleConfig, log: Callable[[str], None] = print) -> dict[s
         summary: dict[str, Any] = {"id": cycle_id, "new_sessions": fresh, "status": "failed"}
         try:
             summary.update(_cycle(config, registry, state, folder, log, repo))
+            if summary.get("completion"):
+                state["repo_files"] = repo[1]
             if summary["status"] != "skipped":
-                if "repo" in summary.get("stages", []):
-                    state["repo_files"] = repo[1]
                 state.update(
                     watermark=newest,
                     cycles=state["cycles"] + 1,
@@ -378,17 +377,21 @@ def _cycle(
     new = _new_data(config, state, folder, log)
     out: dict[str, Any] = {"parent": parent, **{f"_{k}": v for k, v in new.used.items()}}
     out["data"] = new.summary
-    plan = _plan(config, new, repo)
+    if repo is not None:
+        from training.cycle.repo import completion_lane
+
+        out["completion"] = completion_lane(config, registry, folder, repo, log)
+    plan = _plan(config, new)
     if not plan:
         return _skip(
             out,
             log,
-            f"nothing to learn from: {len(new.sft)} new good trajectories (< "
+            f"nothing for the agent to learn from: {len(new.sft)} new good trajectories (< "
             f"{config.min_trajectories}), {new.code_chars} characters of new code "
             f"(< {config.min_code_chars}) and {new.rl_size} RL tasks (< {config.min_rl_tasks})",
         )
     current = str(registry.verify(parent))
-    current, recipes, repo_data = _train_stages(config, current, plan, new, folder, repo, log)
+    current, recipes = _train_stages(config, current, plan, new, folder, log)
     if not recipes:
         return _skip(out, log, "no stage changed the model: the RL stage found no learning signal")
     current = _redistill_mtp(config, current, folder, recipes, log)
@@ -409,13 +412,7 @@ def _cycle(
     out["candidate"] = candidate
     out["stages"] = list(recipes)
     log(f"candidate {candidate}; benchmarking ...")
-    results = _benchmark(config, registry, candidate, parent, log)
-    if repo_data is not None:
-        from training.cycle.repo import benchmark_repo
-
-        log("scoring on the repository's held-out files ...")
-        out["repo_benchmark"] = benchmark_repo(config, registry, candidate, parent, repo_data, log)
-    out["benchmark"] = results
+    out["benchmark"] = _benchmark(config, registry, candidate, parent, log)
     out.update(_decide(config, registry, candidate, parent, folder, log))
     return out
 
@@ -488,9 +485,9 @@ def _new_data(
     return _NewData(report.manifest, new_sft, new_text, pool, summary, used)
 
 
-def _plan(config: CycleConfig, new: _NewData, repo: tuple | None) -> list[str]:
-    """The stages the new data calls for, in the order they train."""
-    plan = ["repo"] if repo is not None else []
+def _plan(config: CycleConfig, new: _NewData) -> list[str]:
+    """The agent's stages the new data calls for, in the order they train."""
+    plan = []
     if new.code_chars >= config.min_code_chars:
         plan.append("pretrain")
     if len(new.sft) >= config.min_trajectories:
@@ -501,9 +498,10 @@ def _plan(config: CycleConfig, new: _NewData, repo: tuple | None) -> list[str]:
 
 
 def _skip(out: dict[str, Any], log: Callable[[str], None], reason: str) -> dict[str, Any]:
-    out["status"] = "skipped"
+    """No agent candidate: the cycle's status is the completion lane's when it ran."""
+    out["status"] = out.get("completion", {}).get("status", "skipped")
     out["reason"] = reason
-    log(f"cycle skipped: {reason}")
+    log(f"{'agent stages' if 'completion' in out else 'cycle'} skipped: {reason}")
     return out
 
 
@@ -513,24 +511,16 @@ def _train_stages(
     plan: list[str],
     new: _NewData,
     folder: Path,
-    repo: tuple | None,
     log: Callable[[str], None],
-) -> tuple[str, dict[str, Any], Path | None]:
-    """Each planned stage from the model the one before made. Returns the last model, each
-    stage's recipe (an RL stage that made no update has none, and changed nothing) and the
-    repo stage's data folder (None without one)."""
+) -> tuple[str, dict[str, Any]]:
+    """Each planned stage from the model the one before made. Returns the last model and each
+    stage's recipe (an RL stage that made no update has none, and changed nothing)."""
     from training.cycle.rl import train_rl_stage
 
     recipes: dict[str, Any] = {}
-    repo_data = None
     for stage in plan:
         log(f"training {stage} from {Path(current).name} ...")
-        if stage == "repo":
-            from training.cycle.repo import train_repo_stage
-
-            model, recipes[stage], repo_data = train_repo_stage(config, repo[2], current, folder)
-            new.summary["repo"] = {"changed_chars": repo[0], "split": str(repo_data / "split.json")}
-        elif stage == "pretrain":
+        if stage == "pretrain":
             from training.data import CorpusConfig, build_corpus
 
             _write_jsonl(folder / "new_code.jsonl", new.text)
@@ -566,7 +556,7 @@ def _train_stages(
                 stage, current, folder / stage, config, sft_data=[str(folder / "new_sft.jsonl")]
             )
         current = str(model)
-    return current, recipes, repo_data
+    return current, recipes
 
 
 def _redistill_mtp(
@@ -683,16 +673,20 @@ class _TelemetryRun:
             ended_at=time.time(),
             config=summary,
         )
-        if summary.get("candidate"):
-            bench = (summary.get("benchmark") or {}).get(summary["candidate"], {})
-            self.recorder.record(
-                "model_version",
-                id=summary["candidate"],
-                parent=summary.get("parent"),
-                stage="cycle",
-                metrics={"benchmark": bench, "gate": summary.get("reasons")},
-                promoted_at=time.time() if summary.get("status") == "promoted" else None,
-            )
+        for lane, part, scores in (
+            ("agent", summary, "benchmark"),
+            ("completion", summary.get("completion") or {}, "repo_benchmark"),
+        ):
+            if part.get("candidate"):
+                bench = (part.get(scores) or {}).get(part["candidate"], {})
+                self.recorder.record(
+                    "model_version",
+                    id=part["candidate"],
+                    parent=part.get("parent"),
+                    stage="cycle" if lane == "agent" else "cycle-completion",
+                    metrics={"benchmark": bench, "gate": part.get("reasons")},
+                    promoted_at=time.time() if part.get("status") == "promoted" else None,
+                )
         self.recorder.close()
 
 

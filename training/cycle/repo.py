@@ -1,15 +1,22 @@
-"""The cycle's repository stage: learn the user's workspace when its code has changed enough.
+"""The cycle's repository stage: learn the user's workspace for inline completions.
+
+A model trained on one repository's code completes that code better and calls the agent's tools
+worse (benchmarks/README.md, "Learning a repository"). So this stage makes a candidate for the
+registry's *completion* lane (agent/registry.py): the language server serves its ghost text and
+next edits from it, and the agent keeps the promoted version.
 
 due       the workspace (`CycleConfig.workspace`) is read as `flywheel train repo` reads it
           (training/repo_files.py: consent, exclusions, .gitignore, size limits, redaction); the
           characters of files that are new or changed since the last cycle that trained on it
           (a sha256 per file in WORK/state.json) must reach `min_repo_chars`
 train     the `repo` stage (training/repo_pretrain.py) with recipes/cycle/repo.toml, from the
-          promoted version, on the files' train split; the split is recorded in the cycle folder
+          version that serves completions now (the completion lane's, else the promoted one),
+          on the files' train split; the split is recorded in the cycle folder
 benchmark candidate and parent on the split's held-out files (training/repo_eval.py: held-out
           perplexity per file and exact single-line completion); the parent is scored only when
-          it has no result on the same task set. The gate (agent/gate.py) then judges this set
-          beside the agent benchmark's, and rejects a candidate worse on either.
+          it has no result on the same task set
+gate      agent/gate.py for the completion lane: not worse on either metric, and a gain beyond
+          noise in held-out perplexity (`nll`); then promoted into the completion lane
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+LANE = "completion"
 
 
 def repo_change(config, state: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
@@ -78,3 +87,39 @@ def benchmark_repo(
         s = result["summary"]
         log(f"  {vid}: held-out ppl {s['ppl']['mean']:.4g}, exact line {s['exact']['mean']:.3f}")
     return out
+
+
+def completion_lane(
+    config, registry, folder: Path, repo: tuple, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """Train, register, score and gate a completion candidate (the module docstring); returns
+    its part of the cycle's summary."""
+    from agent.gate import GateError, gate_promotion
+
+    changed, _, files = repo
+    parent = registry.serving(LANE)
+    log(f"training repo from {parent} (serves completions) ...")
+    model, recipe, data = train_repo_stage(config, files, str(registry.verify(parent)), folder)
+    split = {"changed_chars": changed, "split": str(data / "split.json")}
+    candidate = registry.add(
+        model,
+        parent=parent,
+        data={"repo": split},
+        recipe={"repo": recipe},
+        note=f"trained by {folder.name} for inline completions",
+    )
+    out: dict[str, Any] = {"candidate": candidate, "parent": parent, "stages": ["repo"]}
+    log(f"completion candidate {candidate}; scoring on the repository's held-out files ...")
+    out["repo_benchmark"] = benchmark_repo(config, registry, candidate, parent, data, log)
+    try:  # the lane's gate asks for a gain in held-out perplexity (agent/gate.py LANE_GAIN)
+        decision = gate_promotion(registry, candidate, config.gate, lane=LANE)
+    except GateError as exc:
+        return {**out, "status": "rejected", "reasons": [f"the gate could not decide: {exc}"]}
+    registry.record_gate(candidate, decision.to_dict())
+    if decision.accepted:
+        registry.promote(candidate, reason=f"gate accepted ({folder.name})", lane=LANE)
+    status = "promoted" if decision.accepted else "rejected"
+    for line in decision.reasons:
+        log(f"  {line}")
+    log(f"cycle {folder.name}: {candidate} {status} for completions (parent {parent})")
+    return {**out, "status": status, "reasons": decision.reasons}

@@ -19,6 +19,7 @@ import { lastShown } from "./wire";
 export interface ServerStatus {
   state: string;
   modelVersion?: string;
+  completionModelVersion?: string; // the registry's completion lane, when it has its own version
   message?: string;
   progress?: { percentage: number; message?: string }; // a first start preparing the model
 }
@@ -78,6 +79,9 @@ export class StatusItem implements vscode.Disposable {
     const action = s.state === "stopped" ? "Click to restart." : "Click to ask Flywheel.";
     this.item.tooltip = [
       `Flywheel: ${s.state}${s.modelVersion ? ` (model ${s.modelVersion})` : ""}`,
+      ...(s.completionModelVersion
+        ? [`Inline completions from model ${s.completionModelVersion}`]
+        : []),
       ...(s.message ? [firstLine(s.message, 200)] : []),
       `Telemetry consent: ${consent}`,
       `Inline completion: ${inline ? "on" : "off"}`,

@@ -392,7 +392,11 @@ function M.statusline()
     return ("Flywheel preparing the model %d%% %s"):format(p.percentage or 0, p.message or "")
   end
   local reason = (s.state == "error" or s.state == "stopped") and (s.message or "") ~= "" and (": " .. s.message) or ""
-  return ("Flywheel %s%s%s"):format(s.state or "?", (s.modelVersion or "") ~= "" and (" (" .. s.modelVersion .. ")") or "", reason)
+  local version = s.modelVersion or ""
+  if (s.completionModelVersion or "") ~= "" then -- the registry's completion lane
+    version = version .. ", completions " .. s.completionModelVersion
+  end
+  return ("Flywheel %s%s%s"):format(s.state or "?", version ~= "" and (" (" .. version .. ")") or "", reason)
 end
 
 --- The server's telemetry consent: shown without an argument, changed with one.
