@@ -34,6 +34,13 @@ def test_model_versions_come_from_the_registry_with_benchmark_and_gate(tmp_path)
     assert row["benchmark"] == "agent: pass@1 0.400 [0.200, 0.600]"
     assert row["gate"] == "accepted: no promoted version yet"
     assert panel.series["y"] == [0.4]
+    assert "serving completions" not in panel.stats
+    (ckpt / "model.safetensors").write_bytes(b"other weights")
+    v2 = reg.add(ckpt)
+    reg.promote(v2, forced=True, lane="completion")
+    panel = data.models_panel(None, reg.root)
+    assert [r["status"] for r in panel.rows] == ["promoted", "completions"]
+    assert panel.stats["serving completions"] == v2
 
 
 def test_a_damaged_registry_or_old_schema_is_a_sentence_not_a_crash(tmp_path):

@@ -13,7 +13,12 @@ from __future__ import annotations
 import io
 from typing import Any
 
-_STATUS_COLORS = {"promoted": "#2a7d2a", "candidate": "#3b6fb6", "retired": "#999999"}
+_STATUS_COLORS = {
+    "promoted": "#2a7d2a",
+    "completions": "#c07a12",  # the registry's completion lane
+    "candidate": "#3b6fb6",
+    "retired": "#999999",
+}
 
 
 def _plt():

@@ -308,6 +308,9 @@ def models_panel(db: Database | None, registry: Path | None) -> Panel:
             "versions": str(len(p.rows)),
             "promoted": next((r["version"] for r in p.rows if r["status"] == "promoted"), "none"),
         }
+        lane = next((r["version"] for r in p.rows if r["status"] == "completions"), None)
+        if lane:  # a version of the completion lane serves inline completions
+            p.stats["serving completions"] = lane
     return p
 
 
