@@ -249,6 +249,12 @@ def _repo_parser(sub) -> None:
     p.add_argument("--registry", default=None, help="model registry (default: the user's)")
     p.add_argument("--no-register", action="store_true", help="train and evaluate only")
     p.add_argument(
+        "--promote",
+        action="store_true",
+        help="then serve inline completions from the result when the gate finds a gain over "
+        "the version serving them (needs --model registry:completion)",
+    )
+    p.add_argument(
         "--no-resume", action="store_true", help="start over, reading the workspace again"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress lines")
@@ -467,6 +473,13 @@ def _repo(args: argparse.Namespace) -> int:
     out = args.out or base.out
     registry = None if args.no_register else path_from_cli(args.registry)
     parent, model = _registry_model(registry, args.model or base.init)
+    if args.promote and parent is None:
+        print(
+            "flywheel train repo: --promote compares the result with the version it started "
+            "from: use --model registry:completion (and no --no-register)",
+            file=sys.stderr,
+        )
+        return 2
     fill = {"out": out, "data": str(Path(out, "data")), "init": model}
     recipe = load_recipe(args.recipe, {**overrides, **fill})
     repo = RepoConfig(
@@ -504,6 +517,11 @@ def _repo(args: argparse.Namespace) -> int:
     print(f"model written to {summary['model']}")
     if summary.get("version"):
         vid = summary["version"]
+        if args.promote:
+            from agent.models_cli import promote
+            from agent.registry import Registry
+
+            return promote(Registry(registry), vid, force=False, lane="completion")
         print(
             f"registered as {vid}: use --model registry:{vid}, or serve your editor's inline "
             f"completions from it: flywheel models promote {vid} --lane completion"

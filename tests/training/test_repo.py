@@ -324,6 +324,30 @@ def test_started_from_a_registry_version_the_result_can_be_gated_against_it(
     assert missing.stderr.startswith("flywheel train repo: --model registry:v9:")
 
 
+def test_promote_serves_completions_from_the_result_when_the_gate_finds_a_gain(
+    tmp_path, tiny_checkpoint
+):
+    from agent.registry import Registry
+
+    registry = Registry(tmp_path / "registry")
+    v1 = registry.add(tiny_checkpoint)
+    registry.promote(v1, forced=True)
+    ws = make_workspace(tmp_path / "ws")
+    out = _run_cli(tmp_path, "registry:completion", ws, "--promote")
+    v2 = registry.versions()[-1]["id"]
+    decision = registry.get(v2)["gate"][-1]
+    assert decision["current"] == v1 and decision["reasons"][0] in out.stdout
+    if decision["accepted"]:
+        assert out.returncode == 0 and f"serving completions from {v2}" in out.stdout
+        assert registry.serving("completion") == v2
+    else:
+        assert out.returncode == 1 and registry.serving("completion") == v1
+    assert registry.promoted() == v1  # the agent's version never changes for it
+    alone = _run_cli(tmp_path / "alone", tiny_checkpoint, ws, "--promote")
+    assert alone.returncode == 2 and alone.stderr.count("\n") == 1
+    assert "--model registry:completion" in alone.stderr
+
+
 def test_repo_eval_command_scores_a_model_on_a_split(tmp_path, tiny_checkpoint, capsys):
     from training import repo_eval
     from training.repo_pretrain import write_repo_data
