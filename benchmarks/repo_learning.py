@@ -26,9 +26,8 @@ base model's training data: fastmcp (0.1.0's sdist files are dated 2024-11-30) a
     nice .venv/bin/python benchmarks/repo_learning.py      # -> benchmarks/results/repo_learning.json
     .venv/bin/python benchmarks/repo_learning.py --quick --repos flywheel --work /tmp/q  # a minute
 
-The full run is long on a 2-core CPU (an estimate to be measured: about 3 hours per repository,
-9 for the three: the CPT recipe's ~35 minutes, the tab recipe's ~60, and the evaluation of three
-models and the HumanEval infilling of two); `--repos` runs some of them, and a rerun with the
+The full run is long on a 2-core CPU (about an hour and a half per repository: the times of each
+stage are in benchmarks/README.md); `--repos` runs some of them, and a rerun with the
 same `--work` takes every finished stage from it. `--quick` builds a ~0.6M-parameter model
 in-process and runs every stage for a few steps: it measures nothing, but every step runs
 (tests/bench/test_repo_learning.py).
