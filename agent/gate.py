@@ -350,6 +350,8 @@ def _require_gain(decision: Decision, gain: tuple[str, ...]) -> Decision:
             f"rejected: not worse, but no gain beyond noise on {', '.join(missing)} "
             "(this lane needs one)"
         )
+    elif decision.accepted and gain:
+        decision.reasons[0] += f", and better beyond noise on {', '.join(gain)}"
     return decision
 
 
