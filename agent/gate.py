@@ -16,8 +16,7 @@ judged on each set both versions share, and accepted only when no set shows it w
 A lane (agent/registry.py) is judged against the version that serves it now: a completion
 candidate against the completion lane's version (else the promoted one). `GateConfig.gain` names
 metrics on which the candidate must also be *better beyond noise* (the whole interval above 0;
-by default `LANE_GAIN`'s for the lane): a completion version, trained on the user's repository, replaces its parent only for a measured
-gain on the repository's held-out files, not for being no worse.
+by default `LANE_GAIN`'s for the lane): a completion version, trained on the user's repository, replaces its parent only for a gain beyond noise on the repository's held-out files, not for being no worse.
 
 When a result has no per-task scores for a metric but reports a mean with an interval
 (`summary[metric] = {"mean", "ci95": [lo, hi]}`), the gate falls back to comparing intervals:
@@ -95,7 +94,7 @@ class Comparison:
 
     @property
     def better(self) -> bool:
-        """The whole interval lies above 0: a measured gain."""
+        """The whole interval lies above 0: better beyond noise."""
         return self.interval[0] > 0
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from lsprotocol import types
 
+MAX_DOCUMENT_CHARS = 20_000_000  # larger documents are kept but get no suggestions
+
 
 def _utf16_len(s: str) -> int:
     return len(s) + sum(1 for c in s if ord(c) > 0xFFFF)
@@ -78,3 +80,8 @@ def apply_change(
 def looks_binary(text: str) -> bool:
     """A NUL in the first 8 KB: the client opened a binary file (no completions for it)."""
     return "\x00" in text[:8192]
+
+
+def suggestible(text: str) -> bool:
+    """Documents too large or binary are kept but get no suggestions."""
+    return len(text) <= MAX_DOCUMENT_CHARS and not looks_binary(text)

@@ -40,7 +40,7 @@ from agent.engine import EngineError
 from lsp.agent_tasks import TaskRunner, prompt_place, task_actions
 from lsp.completion import CompletionService, Neighbour
 from lsp.configuration import apply_settings, pull_configuration
-from lsp.documents import looks_binary, offset_at
+from lsp.documents import MAX_DOCUMENT_CHARS, looks_binary, offset_at, suggestible
 from lsp.feedback import SurvivalTracker
 from lsp.load_progress import LoadProgress
 from lsp.model_host import ModelHost
@@ -68,7 +68,6 @@ from lsp.settings import ModelSettings, Settings, parse_settings
 
 log = logging.getLogger("flywheel.lsp")
 
-MAX_DOCUMENT_CHARS = 20_000_000  # larger documents are kept but get no suggestions
 SURVIVAL_POLL_S = 5.0  # how often the real clock checks survival (the manual clock: on advance)
 CLOSE_TIMEOUT_S = 10.0  # on exit: how long running tasks get to stop and telemetry to flush
 
@@ -111,9 +110,7 @@ class FlywheelServer(LanguageServer):
         self.host = ModelHost(
             on_status=self._send_status, on_error=self._show_error, on_progress=LoadProgress(self)
         )
-        # completions and next edits run on `host` unless the registry's completion lane
-        # serves them from a model of their own (`completion_model`, lsp/reload.py)
-        self.completion_model: ModelSettings | None = None
+        self.completion_model: ModelSettings | None = None  # the completion lane's (reload.py)
         self.completions = CompletionService(self.host, self.record, self.now)
         self.survival = SurvivalTracker(self.now)
         self.next_edits = NextEditService(
@@ -188,8 +185,7 @@ class FlywheelServer(LanguageServer):
             self.protocol.notify(method, params)
 
     def status(self, status: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The engine host's status (or `status`), with `completionModelVersion` when another
-        version serves completions (the registry's completion lane, lsp/reload.py)."""
+        """`status` (the host's), with `completionModelVersion` when the lane serves completions."""
         status = self.host.status() if status is None else status
         if self.completions.host is not self.host:
             status = {**status, "completionModelVersion": self.completions.host.version}
@@ -251,11 +247,6 @@ class FlywheelServer(LanguageServer):
 
 
 SERVER = FlywheelServer()
-
-
-def _suggestible(text: str) -> bool:
-    """Documents too large or binary are kept but get no suggestions."""
-    return len(text) <= MAX_DOCUMENT_CHARS and not looks_binary(text)
 
 
 def _command_object(args: tuple[Any, ...]) -> dict[str, Any]:
@@ -376,7 +367,7 @@ async def _suggest(ls: FlywheelServer, uri: str, position: types.Position, trigg
         log.info("completion for %s, which is not open: nothing to suggest", uri)
         return None, None
     text, version = doc.source, doc.version or 0
-    if not _suggestible(text):
+    if not suggestible(text):
         return None, None
     at = _at(ls, uri, doc, position)
     suggestion = await ls.completions.complete(version=version, trigger=trigger, **at)
@@ -484,7 +475,7 @@ async def cursor_idle(ls: FlywheelServer, params: CursorIdleParams) -> None:
     doc = ls.document(uri)
     if not ls.settings.completion.enabled or doc is None or (doc.version or 0) != version:
         return  # the document moved on: the next rest will say where the cursor is now
-    if _suggestible(doc.source):
+    if suggestible(doc.source):
         await ls.completions.warm(version=version, **_at(ls, uri, doc, params.position))
 
 
@@ -498,7 +489,7 @@ async def next_edit_request(ls: FlywheelServer, params: NextEditParams) -> NextE
     try:
         if asked is not None and asked != doc.version:
             raise VersionMoved(asked, doc.version)
-        if not _suggestible(doc.source):
+        if not suggestible(doc.source):
             return None
         edit = await ls.next_edits.suggest(
             doc, params.position, ls.settings.next_edit, ls.completion_model or ls.settings.model
