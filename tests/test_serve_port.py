@@ -36,3 +36,12 @@ def test_serve_on_a_busy_port_is_one_line_and_exit_2(tmp_path):
     ], proc.stderr
     print(f"flywheel serve on a busy port: exit 2 after {took:.2f} s")  # meant to be < 2 s;
     # reported, not asserted: a wall-clock bound would fail on a loaded machine
+
+
+def test_a_lane_without_the_registry_is_one_line_and_exit_2(tmp_path, capsys):
+    from agent.serve.cli import main
+
+    assert main(["--model", str(tmp_path / "ckpt"), "--lane", "completion", "--port", "0"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "flywheel serve: --lane names a registry lane: use it with --model registry"
+    ]

@@ -27,7 +27,9 @@ penalties and `logit_bias` (rejected with 400), embeddings, swapping weights ove
 `--model registry` serves the promoted version of the model registry (agent/registry.py) and
 follows it: a promotion or rollback is picked up within `--reload-interval` seconds, and before
 the next request at the latest; requests already running finish on the old weights. Only a
-version whose files verify against its manifest is loaded.
+version whose files verify against its manifest is loaded. `--lane completion` serves and
+follows the version serving the editor's completions instead (the promoted one until a
+completion version is promoted).
 
 Files, one role each:
 - `request_body.py`  request JSON -> engine `Request`, every field checked (400 on a bad one)

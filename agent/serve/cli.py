@@ -4,7 +4,9 @@
 
 The port is bound before the model loads, so a busy port is one line on stderr and exit 2 at
 once. `--model registry` serves the registry's promoted version and follows it (agent/registry.py
-`RegistryWatcher`); only a version whose files verify against its manifest is loaded.
+`RegistryWatcher`); only a version whose files verify against its manifest is loaded. With
+`--lane completion` it serves and follows the version that serves the editor's completions
+instead (a second server, for a client that asks for inline completions over HTTP).
 """
 
 import argparse
@@ -16,7 +18,7 @@ import sys
 from agent.engine import EngineConfig, EngineError, SpeculativeConfig
 from agent.engine.config import APPLY_COPY_BIAS, DRAFT_ALTERNATIVES, DTYPES, SPEC_METHODS
 from agent.model import add_model_argument
-from agent.registry import Registry, RegistryError, RegistryWatcher, path_from_cli
+from agent.registry import LANES, Registry, RegistryError, RegistryWatcher, path_from_cli
 from agent.serve.app import ServerConfig, build_app
 
 
@@ -95,6 +97,14 @@ def _parser() -> argparse.ArgumentParser:
         "(default: $FLYWHEEL_REGISTRY or $XDG_DATA_HOME/flywheel/models)",
     )
     r.add_argument(
+        "--lane",
+        choices=LANES,
+        default="agent",
+        help="the lane to serve and follow: agent (the promoted version) or completion (the "
+        "version serving inline completions; the promoted one until a completion version is "
+        "promoted) (default: %(default)s)",
+    )
+    r.add_argument(
         "--reload-interval",
         type=float,
         default=2.0,
@@ -163,15 +173,17 @@ def main(argv: list[str]) -> int:
         registry = None
         if args.reload_interval <= 0:
             raise EngineError(f"--reload-interval must be > 0 seconds, got {args.reload_interval}")
+        if args.lane != "agent" and args.model != "registry":
+            raise EngineError("--lane names a registry lane: use it with --model registry")
         if args.model == "registry":
             registry = Registry(path_from_cli(args.registry))
-            promoted = registry.promoted()
-            if promoted is None:
+            serving = registry.serving(args.lane)
+            if serving is None:
                 raise EngineError(
                     f"no version of the registry {registry.root} is promoted yet: "
                     "flywheel models add PATH --promote --force, or flywheel cycle"
                 )
-            config.model = str(registry.verify(promoted))
+            config.model = str(registry.verify(serving))
         try:  # before the model loads: a busy port is one line and exit 2 at once, and the
             # "serving on" line below is true when it is printed
             sock = _listen(server.host, server.port)
@@ -194,7 +206,11 @@ def main(argv: list[str]) -> int:
     watcher = None
     if registry is not None:
         watcher = RegistryWatcher(
-            registry, engine.swap, engine.model_version, interval_s=args.reload_interval
+            registry,
+            engine.swap,
+            engine.model_version,
+            interval_s=args.reload_interval,
+            lane=args.lane,
         )
         watcher.start()
     try:

@@ -55,6 +55,22 @@ def test_serve_follows_promotion_and_rollback(registry, tiny_checkpoint, perturb
         assert httpx.get(url + "/health", timeout=10).json()["model_version"] == v1
 
 
+def test_serve_follows_the_completion_lane(registry, tiny_checkpoint, perturbed_checkpoint):
+    """`--lane completion`: the promoted version until a completion version is promoted, then
+    that one; a rollback of the lane goes back to the promoted version."""
+    v1, v2 = registry.add(tiny_checkpoint), registry.add(perturbed_checkpoint)
+    registry.promote(v1, forced=True)
+    expected = {v: direct_ids(registry.verify(v)) for v in (v1, v2)}
+    flags = ("--registry", str(registry.root), "--lane", "completion", "--reload-interval", "600")
+    with running_server("registry", *flags) as url:
+        assert served(url) == (v1, expected[v1], v1)
+        registry.promote(v2, forced=True, lane="completion")
+        assert served(url) == (v2, expected[v2], v2)
+        assert registry.promoted() == v1  # the agent lane did not move
+        registry.rollback(lane="completion")
+        assert served(url) == (v1, expected[v1], v1)
+
+
 def test_a_promotion_during_a_reload_lands_right_after_it(
     registry, tiny_checkpoint, perturbed_checkpoint
 ):
