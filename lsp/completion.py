@@ -31,6 +31,10 @@ UTF-8 length is kept under the engine's context length minus the output budget: 
 BPE never makes more tokens than bytes. A suggestion typed into the middle of a line ends with
 that line (`stop_strings`, setting `multiline`).
 
+A model whose folder holds a confidence threshold (agent/confidence.py; completion RL fits it)
+shows only suggestions at or above it: the others are recorded, marked `withheld`, and not
+offered.
+
 What it does not do: talk LSP (server.py converts to and from lsprotocol types) or write
 telemetry itself (it calls `record`, which the server binds to the session).
 """
@@ -50,6 +54,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.chat_format import END, EOS, SPECIAL_TOKENS, heal, render_repo_fim
+from agent.confidence import worth_showing
 from agent.engine import Cancelled, EngineError, Request, SamplingParams
 from lsp.model_host import ModelHost
 from lsp.settings import CompletionSettings, ModelSettings, NextEditSettings
@@ -82,9 +87,11 @@ def suggestion_request(
     cancel: threading.Event,
     sid: str,
     priority: str,
+    logprobs: bool = False,
 ) -> Request:
     """The engine request of a suggestion (inline or next edit): the settings' token budget,
-    temperature and seed (negative: none), no logprobs, the suggestion's id as its request id."""
+    temperature and seed (negative: none), the suggestion's id as its request id; `logprobs` for
+    a suggestion the model's confidence threshold judges (agent/confidence.py)."""
     return Request(
         prompt=prompt,
         params=SamplingParams(
@@ -92,7 +99,7 @@ def suggestion_request(
             temperature=settings.temperature,
             seed=settings.seed if settings.seed >= 0 else None,
             stop=stop,
-            logprobs=False,
+            logprobs=logprobs,
         ),
         cancel=cancel,
         request_id=sid,
@@ -444,7 +451,10 @@ class CompletionService:
         me.row = {"sid": sid, **row}
         stop = stop_strings(prefix, settings)
         # ahead of a running agent turn's next step
-        request = suggestion_request(prompt, settings, stop, me.cancel, sid, "interactive")
+        show_min = self.host.show_min
+        request = suggestion_request(
+            prompt, settings, stop, me.cancel, sid, "interactive", show_min is not None
+        )
         started = time.perf_counter()
         try:
             result = await self.host.call(engine.generate, request)
@@ -479,6 +489,9 @@ class CompletionService:
         )
         if not output:
             self.record("suggestion_event", suggestion_id=sid, event="ignored")
+            return None
+        if not worth_showing(sample.logprobs, show_min):
+            self.record("suggestion_event", suggestion_id=sid, event="withheld")
             return None
         return output
 

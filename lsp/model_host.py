@@ -52,6 +52,7 @@ class ModelHost:
         self.engine: Engine | None = None
         self.settings: ModelSettings | None = None
         self.error: str | None = None
+        self.show_min: float | None = None  # the model's confidence threshold (agent/confidence.py)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flywheel-engine")
         self._loading: asyncio.Future[Engine] | None = None
         self._opening = False
@@ -123,6 +124,7 @@ class ModelHost:
             self.error_once(self.error)
             self._report()
             raise EngineError(self.error) from exc
+        self.show_min = await loop.run_in_executor(self._pool, _show_min, settings.name)
         self.engine, self._opening = engine, False
         self._report()
         return engine
@@ -244,6 +246,20 @@ def _prepare(settings: ModelSettings, progress: Callable[[float, str], None]) ->
                 progress(1.0, "the model could not be prepared")
             raise
     return engine_config(settings)
+
+
+def _show_min(model: str) -> float | None:
+    """The confidence below which the model's inline suggestions are not shown
+    (agent/confidence.py); None for a server URL or a folder without one."""
+    from agent.confidence import threshold
+    from agent.model import is_server_url, resolve_model
+
+    if is_server_url(model):
+        return None
+    try:
+        return threshold(resolve_model(model))
+    except (EngineError, OSError):
+        return None
 
 
 def _kind(config: EngineConfig) -> tuple:

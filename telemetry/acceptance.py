@@ -3,7 +3,8 @@
 Vocabulary (used by the simulated user, completion RL, the dashboard and the benchmark):
 
     request    the editor asked for a suggestion at a cursor
-    declined   the model proposed nothing (empty output): nothing was shown
+    declined   the model proposed nothing (empty output), or what it wrote was under its
+               confidence threshold (`withheld`, agent/confidence.py): nothing was shown
     shown      a non-empty suggestion was displayed
     accepted   the user took it (all of it, or `partially_accepted` with `accepted_chars`)
     rejected   shown and not accepted (dismissed, typed over, ignored)
@@ -16,8 +17,8 @@ Scores over a list of outcomes (`score`):
     accepted_chars_per_request  accepted characters / requests (what the user got per ask)
 
 `outcomes_from_db` reads the `suggestions`, `suggestion_events` and `survival` tables (a
-suggestion with an empty output is a declined request; one with an output but no event that
-put it on screen, cancelled or still pending, is left out); the simulated
+suggestion with an empty output or a `withheld` event is a declined request; one with an
+output but no event that put it on screen, cancelled or still pending, is left out); the simulated
 user (training/simulated_user.py) produces the same records from a repository's held-out files,
 so both are scored by `score`, and `signals` turns either into the signals of the versioned
 reward `tab` (telemetry/rewards.py).
@@ -107,6 +108,9 @@ def outcomes_from_db(conn, kind: str = "inline", since: float = 0.0) -> list[Out
         output = output or ""
         seen = {e for e, _ in events.get(sid, [])}
         shown = bool(output) and bool(seen & SHOWN_EVENTS)
+        extra = {"context": context, "document_uri": uri}
+        if output and not shown and "withheld" in seen:  # the model kept quiet: as declined
+            output, extra["withheld"] = "", output
         if output and not shown:
             continue  # cancelled before it was shown, or no outcome yet: not a request to score
         taken = 0
@@ -115,6 +119,5 @@ def outcomes_from_db(conn, kind: str = "inline", since: float = 0.0) -> list[Out
                 taken = len(output)
             elif event == "partially_accepted":
                 taken = max(taken, min(len(output), chars or 0))
-        extra = {"context": context, "document_uri": uri}
         out.append(Outcome(sid, output, shown, taken if shown else 0, kept.get(sid), extra))
     return out

@@ -21,6 +21,7 @@ SUGGESTION_EVENTS = frozenset(
         "ignored",
         "superseded",
         "cancelled",
+        "withheld",  # written, but under the model's confidence threshold: never on screen
     }
 )
 TASK_STATUSES = frozenset({"running", "done", "failed", "cancelled", "limit"})

@@ -192,6 +192,7 @@ def line_exact_match(
 def evaluate_repo(model: str, data: str | Path, config: RepoEvalConfig) -> dict:
     """Both measurements for a model (`--model` name or folder) on a data folder from
     `flywheel train repo` (RUN/data); returns a benchmark result (see the module docstring)."""
+    from agent.confidence import threshold
     from agent.model import load_checkpoint
     from training.repo_pretrain import read_repo_data
 
@@ -225,7 +226,7 @@ def evaluate_repo(model: str, data: str | Path, config: RepoEvalConfig) -> dict:
             max_new_tokens=config.max_new_tokens,
             context_share=config.context_share,
         )
-        outcomes = session(trunk, ckpt.tokenizer, repo, train, heldout, user)
+        outcomes = session(trunk, ckpt.tokenizer, repo, train, heldout, user, threshold(ckpt.path))
     split = json.loads(Path(data, "split.json").read_text())
     return repo_result(ckpt.version, split, ppl, lines, config, outcomes)
 
@@ -283,6 +284,7 @@ def repo_result(
                 "accepted_chars": o.accepted_chars,
                 "output": o.output,
                 "expected": o.extra.get("expected", ""),
+                **{k: o.extra[k] for k in ("confidence", "withheld") if k in o.extra},
             }
             for o in outcomes or []
         ],

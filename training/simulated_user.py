@@ -105,9 +105,13 @@ def session(
     context: list[RepoFile],
     files: list[RepoFile],
     config: UserConfig,
+    show_min: float | None = None,
 ) -> list[Outcome]:
     """The user replays `files` (held out) with `context` (train files) and judges the model's
-    greedy suggestions; one outcome per request."""
+    greedy suggestions; one outcome per request. A suggestion below the model's threshold
+    `show_min` (agent/confidence.py) is not shown; `extra` keeps its confidence, and what was
+    withheld."""
+    from agent.confidence import confidence, worth_showing
     from training.line_completion import complete
 
     out = []
@@ -119,7 +123,12 @@ def session(
             done: Completion = complete(
                 trunk, tokenizer, ids, config.max_new_tokens, healed=cursor.healed
             )
-            out.append(judge(cursor, done.text, config))
+            shown = worth_showing(done.logprobs, show_min)
+            outcome = judge(cursor, done.text if shown else "", config)
+            outcome.extra["confidence"] = confidence(done.logprobs)
+            if not shown:
+                outcome.extra["withheld"] = done.text
+            out.append(outcome)
     finally:
         trunk.train(was_training)
     return out

@@ -34,8 +34,15 @@ mean and gets more likely; where they are accepted, it falls below and gets less
 output that does not continue the cursor's line (it skips the line break a healed prompt leaves
 to the model) is not silence: the editor cannot show it, and it costs what a rejection does.
 
-What a run writes: OUT/metrics.jsonl (one line per update), OUT/model (the updated checkpoint,
-written beside and renamed into place), and, unless `--no-register`, a registry candidate whose
+Keeping quiet is learnt apart: the gradient above would have to make end-of-text the most likely
+first token where the model is unsure, and the model almost never samples it. So after the
+updates, with the recipe's `show_fit`, the trained model answers that many train-file requests
+greedily, and the confidence below which not showing earned more under the same rewards becomes
+its threshold (agent/confidence.py), kept in the model's flywheel.json: the language server and
+the evaluation withhold what falls under it.
+
+What a run writes: OUT/metrics.jsonl (one line per update), OUT/model (the updated checkpoint
+with its threshold, written beside and renamed into place), and, unless `--no-register`, a registry candidate whose
 lineage names the reward (`tab@2`) and the source. A killed run starts over cleanly: nothing is
 written to OUT/model or the registry before the last update.
 """
@@ -244,11 +251,40 @@ def train_tab(
     if not updates:
         log("no update was made (no group had a learning signal): nothing written or registered")
         return summary
+    if cursors and recipe.show_fit:
+        fit = dataclasses.replace(user, max_requests=recipe.show_fit, seed=recipe.seed + 1)
+        summary["show_threshold"] = fit_show_threshold(
+            policy.trunk, policy.tokenizer, spec, repo, train, fit
+        )
+        log(f"tab: suggestions show from confidence {summary['show_threshold']} up")
     return _finish(policy, recipe, summary, out, registry_root, parent, data, telemetry_db)
+
+
+def fit_show_threshold(trunk, tokenizer, spec, repo, train, user: UserConfig) -> float | None:
+    """The trained model's threshold (agent/confidence.py): its greedy suggestions at the
+    simulated user's requests on the train files (`user.max_requests` of them), each scored shown
+    and not shown by the rewards of `spec`; None when showing every one earns the most."""
+    from agent.confidence import fit_threshold
+    from training.simulated_user import session
+
+    outcomes = session(trunk, tokenizer, repo, train, train, user)
+    none = Turn([], [], [], 0)
+    quiet = Outcome("", "", False)
+    scored = [
+        (
+            o.extra["confidence"],
+            _scored(spec, o.request_id, 0, none, o).reward,
+            _scored(spec, o.request_id, 0, none, quiet).reward,
+        )
+        for o in outcomes
+    ]
+    return fit_threshold(scored)
 
 
 def _finish(policy, recipe, summary, out: Path, registry_root, parent, data, telemetry_db) -> dict:
     """OUT/model (written beside and renamed into place), then the registry candidate."""
+    from agent.confidence import KEY
+
     meta = {
         "version": f"{recipe.name}-step{recipe.steps}",
         "stage": "tab",
@@ -256,6 +292,8 @@ def _finish(policy, recipe, summary, out: Path, registry_root, parent, data, tel
         "parent": policy.checkpoint.version,
         **summary,
     }
+    if summary.get("show_threshold") is not None:
+        meta[KEY] = summary["show_threshold"]
     summary["model"] = str(policy.export(out / "model", meta))
     if registry_root is not None:
         from agent.registry import Registry

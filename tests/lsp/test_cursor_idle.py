@@ -50,6 +50,7 @@ class Engine:
 class Host:
     def __init__(self, engine: Engine) -> None:
         self.engine, self.version = engine, engine.model_version
+        self.show_min = None
 
     async def get(self, settings):
         return self.engine

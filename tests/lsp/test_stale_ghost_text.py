@@ -47,6 +47,7 @@ class Host:
     def __init__(self, engine: ScriptedEngine) -> None:
         self.engine = engine
         self.version = engine.model_version
+        self.show_min = None
 
     async def get(self, settings):
         return self.engine

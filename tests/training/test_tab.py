@@ -104,6 +104,7 @@ def logged_db(path: Path) -> Path:
     _log(rec, sid, "return x + 1 if x else 0", [("shown", None), ("partially_accepted", 6)])
     _log(rec, sid, "", [])  # declined: the model proposed nothing
     _log(rec, sid, "return 0", [("cancelled", None)])  # never on screen: not scored
+    _log(rec, sid, "return -1", [("withheld", None)])  # under the threshold: a quiet request
     rec.close()
     return path
 
@@ -119,20 +120,22 @@ def test_real_and_simulated_outcomes_are_scored_by_the_same_code(tmp_path):
         Outcome("a:2", "return None", True, 0),
         Outcome("a:3", "return x + 1 if x else 0", True, 6),
         Outcome("a:4", "", False),
+        Outcome("a:5", "", False, extra={"withheld": "return -1"}),
     ]
-    assert [(o.shown, o.accepted_chars) for o in real] == [
-        (o.shown, o.accepted_chars) for o in simulated
+    assert [(o.output, o.shown, o.accepted_chars) for o in real] == [
+        (o.output, o.shown, o.accepted_chars) for o in simulated
     ]
+    assert real[-1].extra["withheld"] == "return -1"
     assert (
         score(real)
         == score(simulated)
         == {
-            "requests": 4,
+            "requests": 5,
             "shown": 3,
             "accepted": 2,
             "accept_rate": 2 / 3,
-            "shown_per_request": 0.75,
-            "accepted_chars_per_request": 18 / 4,
+            "shown_per_request": 0.6,
+            "accepted_chars_per_request": 18 / 5,
         }
     )
     assert real[0].kept == 1.0 and compute_reward("tab@1", signals(real[1])) == -0.25
@@ -232,6 +235,40 @@ def test_train_tab_without_a_learning_signal_writes_and_registers_nothing(
     assert sum(rewarded.values()) == 6 and summary["updates"] == 0 and summary["model"] is None
     assert lines[-1].startswith("no update was made") and not (tmp_path / "tab" / "model").exists()
     assert not Registry(tmp_path / "registry").exists()
+
+
+def test_train_tab_fits_the_trained_models_threshold_and_the_evaluation_applies_it(
+    tmp_path, tiny_checkpoint
+):
+    """Logged outcomes train; the simulated user's train files fit the threshold. A random tiny
+    model is rejected at every train cursor there, so only its most confident suggestion is worth
+    showing, and the held-out evaluation withholds the rest."""
+    from agent.confidence import KEY
+    from tests.training.test_repo import make_workspace
+    from training.repo_eval import RepoEvalConfig, evaluate_repo
+    from training.repo_files import RepoConfig, read_repo
+    from training.repo_pretrain import write_repo_data
+    from training.tab_rl import train_tab
+
+    write_repo_data(
+        read_repo(RepoConfig(root=str(make_workspace(tmp_path / "ws")))), tmp_path / "data"
+    )
+    summary = train_tab(
+        _tab_recipe(tmp_path, tiny_checkpoint, steps=1, lr=3e-4, show_fit=8),
+        data=str(tmp_path / "data"),
+        telemetry_db=str(logged_db(tmp_path / "t.db")),
+        user=UserConfig(seq_len=128, max_new_tokens=8),
+        log=lambda line: None,
+    )
+    assert summary["updates"] == 1 and summary["show_threshold"] is not None
+    meta = json.loads((Path(summary["model"]) / "flywheel.json").read_text())
+    assert meta[KEY] == summary["show_threshold"]
+
+    config = RepoEvalConfig(seq_len=128, max_lines=0, requests=8, max_new_tokens=8)
+    rows = evaluate_repo(summary["model"], tmp_path / "data", config)["requests"]
+    withheld = [r for r in rows if "withheld" in r]
+    assert withheld and all(not r["shown"] and r["confidence"] < meta[KEY] for r in withheld)
+    assert all(r["confidence"] >= meta[KEY] for r in rows if r["shown"])
 
 
 def test_train_tab_refuses_missing_sources_in_one_line(tmp_path, tiny_checkpoint, capsys):

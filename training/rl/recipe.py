@@ -49,6 +49,8 @@ class RLRecipe:
     # --- sampling ---
     group_size: int = 8  # G: samples per task; the group's mean reward is the baseline
     tasks_per_step: int = 4  # groups per update
+    show_fit: int = 0  # tab: train-file requests the trained model answers greedily to fit the
+    # confidence below which its suggestions are not shown (agent/confidence.py); 0 = none
     max_tokens: int = 512  # output tokens per model turn
     temperature: float = 1.0  # sampling temperature (> 0); the trainer scores with the same one
     # --- which tasks (curriculum.py) ---
@@ -130,8 +132,8 @@ class RLRecipe:
             raise RecipeError("lr and is_cap must be > 0")
         if self.clip_low < 0 or self.clip_high < 0 or self.clip_low >= 1:
             raise RecipeError("clip_low must be in [0, 1) and clip_high >= 0")
-        if self.max_staleness < 0 or self.in_flight < 0 or self.task_limit < 0:
-            raise RecipeError("max_staleness, in_flight and task_limit must be >= 0")
+        if min(self.max_staleness, self.in_flight, self.task_limit, self.show_fit) < 0:
+            raise RecipeError("max_staleness, in_flight, task_limit and show_fit must be >= 0")
         if self.test_workers < 0 or self.lora_rank < 0 or self.lora_alpha < 0:
             raise RecipeError("test_workers, lora_rank and lora_alpha must be >= 0")
         if self.budget_s < 0:
