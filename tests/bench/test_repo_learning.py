@@ -72,6 +72,19 @@ def test_quick_run_writes_every_stage_and_comparison(tmp_path, capsys):
         == 0
     )
     assert json.loads(out.read_text())["repos"][0]["scores"] == repo["scores"]
+    # benchmarks/show_threshold.py on the finished run: the completion model's threshold
+    spec = importlib.util.spec_from_file_location(
+        "show_threshold", ROOT / "benchmarks" / "show_threshold.py"
+    )
+    show = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(show)
+    shown = tmp_path / "show.json"
+    argv = ["--work", str(tmp_path / "work"), "--repos", "flywheel", "--fit-requests", "4"]
+    assert show.main([*argv, "--json", str(shown)]) == 0
+    (measured,) = json.loads(shown.read_text())["repos"]
+    assert measured["paired"]["threshold_vs_cpt"]["requests"] == 6
+    assert len(measured["requests"]) == 6 and measured["timings_s"]["fit"] > 0
+    assert show.main(["--work", str(tmp_path / "none"), "--json", str(shown)]) == 2
 
 
 def test_unknown_repository_is_one_line(capsys):
