@@ -96,7 +96,7 @@ QUICK_REPO = {  # recipe overrides for --quick: seconds per stage
     "eval_every": 2,
     "precision": "fp32",
 }
-QUICK_TAB = {"steps": 1, "group_size": 2, "tasks_per_step": 2, "max_tokens": 8}
+QUICK_TAB = {"steps": 1, "group_size": 2, "tasks_per_step": 2, "max_tokens": 8, "show_fit": 4}
 
 
 # --- sources ---------------------------------------------------------------------------------
