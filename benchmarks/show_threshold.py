@@ -15,7 +15,6 @@ pretraining and with the completion-RL model shown without a threshold (95% pair
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -32,6 +31,7 @@ from benchmarks.repo_learning import paired_bootstrap  # noqa: E402
 def measure(folder: Path, fit_requests: int) -> dict:
     from agent.model import load_checkpoint
     from telemetry.acceptance import score
+    from training.repo_eval import RepoEvalConfig, request_row, simulated_user
     from training.repo_pretrain import read_repo_data
     from training.rl import load_rl_recipe
     from training.rl.reward import RewardSpec
@@ -39,7 +39,8 @@ def measure(folder: Path, fit_requests: int) -> dict:
     from training.tab_rl import fit_show_threshold
 
     recipe = load_rl_recipe(
-        ROOT / "training" / "recipes" / "tab.toml", {"init": "default", "out": str(folder)}
+        ROOT / "training" / "recipes" / "tab.toml",
+        {"init": "default", "out": str(folder), "show_fit": fit_requests},
     )
     spec = RewardSpec(recipe.rewards, recipe.effort_penalty, recipe.reward_version)
     repo, train, heldout = read_repo_data(folder / "repo" / "data")
@@ -55,31 +56,14 @@ def measure(folder: Path, fit_requests: int) -> dict:
     trunk = ckpt.trunk.eval()
     t0 = time.monotonic()
     # the train-file requests as the tab stage samples them (training/tab_rl.py, repo_learning.py)
-    user = UserConfig(seq_len=min(evaluated["config"]["seq_len"], 512), max_new_tokens=32)
-    fit = dataclasses.replace(user, max_requests=fit_requests, seed=recipe.seed + 1)
-    threshold = fit_show_threshold(trunk, ckpt.tokenizer, spec, repo, train, fit)
-    fit_s = time.monotonic() - t0
-    c = evaluated["config"]
-    replay = UserConfig(
-        min_prefix_chars=c["min_prefix_chars"],
-        max_requests=c["requests"],
-        seed=c["seed"],
-        seq_len=c["seq_len"],
-        max_new_tokens=c["max_new_tokens"],
-        context_share=c["context_share"],
+    user = UserConfig(
+        seq_len=min(evaluated["config"]["seq_len"], 512), max_new_tokens=recipe.max_tokens
     )
+    threshold = fit_show_threshold(trunk, ckpt.tokenizer, spec, repo, train, user, recipe)
+    fit_s = time.monotonic() - t0
+    replay = simulated_user(RepoEvalConfig(**evaluated["config"]))
     outcomes = session(trunk, ckpt.tokenizer, repo, train, heldout, replay, threshold)
-    rows = [
-        {
-            "id": o.request_id,
-            "shown": o.shown,
-            "accepted_chars": o.accepted_chars,
-            "output": o.output,
-            "expected": o.extra.get("expected", ""),
-            **{k: o.extra[k] for k in ("confidence", "withheld") if k in o.extra},
-        }
-        for o in outcomes
-    ]
+    rows = [request_row(o) for o in outcomes]
     return {
         "repo": folder.name,
         "model": final,

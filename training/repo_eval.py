@@ -216,19 +216,38 @@ def evaluate_repo(model: str, data: str | Path, config: RepoEvalConfig) -> dict:
     lines = line_exact_match(trunk, ckpt.tokenizer, repo, train, cursors, config)
     outcomes = []
     if config.requests:
-        from training.simulated_user import UserConfig, session
+        from training.simulated_user import session
 
-        user = UserConfig(
-            min_prefix_chars=config.min_prefix_chars,
-            max_requests=config.requests,
-            seed=config.seed,
-            seq_len=config.seq_len,
-            max_new_tokens=config.max_new_tokens,
-            context_share=config.context_share,
-        )
+        user = simulated_user(config)
         outcomes = session(trunk, ckpt.tokenizer, repo, train, heldout, user, threshold(ckpt.path))
     split = json.loads(Path(data, "split.json").read_text())
     return repo_result(ckpt.version, split, ppl, lines, config, outcomes)
+
+
+def simulated_user(config: RepoEvalConfig):
+    """The simulated user (training/simulated_user.py `UserConfig`) of an evaluation."""
+    from training.simulated_user import UserConfig
+
+    return UserConfig(
+        min_prefix_chars=config.min_prefix_chars,
+        max_requests=config.requests,
+        seed=config.seed,
+        seq_len=config.seq_len,
+        max_new_tokens=config.max_new_tokens,
+        context_share=config.context_share,
+    )
+
+
+def request_row(o) -> dict:
+    """One simulated-user request (a telemetry.acceptance `Outcome`) as a result row."""
+    return {
+        "id": o.request_id,
+        "shown": o.shown,
+        "accepted_chars": o.accepted_chars,
+        "output": o.output,
+        "expected": o.extra.get("expected", ""),
+        **{k: o.extra[k] for k in ("confidence", "withheld") if k in o.extra},
+    }
 
 
 def repo_result(
@@ -277,17 +296,7 @@ def repo_result(
         },
         "tasks": tasks,
         "lines": lines,
-        "requests": [
-            {
-                "id": o.request_id,
-                "shown": o.shown,
-                "accepted_chars": o.accepted_chars,
-                "output": o.output,
-                "expected": o.extra.get("expected", ""),
-                **{k: o.extra[k] for k in ("confidence", "withheld") if k in o.extra},
-            }
-            for o in outcomes or []
-        ],
+        "requests": [request_row(o) for o in outcomes or []],
     }
 
 

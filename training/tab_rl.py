@@ -252,21 +252,24 @@ def train_tab(
         log("no update was made (no group had a learning signal): nothing written or registered")
         return summary
     if cursors and recipe.show_fit:
-        fit = dataclasses.replace(user, max_requests=recipe.show_fit, seed=recipe.seed + 1)
         summary["show_threshold"] = fit_show_threshold(
-            policy.trunk, policy.tokenizer, spec, repo, train, fit
+            policy.trunk, policy.tokenizer, spec, repo, train, user, recipe
         )
         log(f"tab: suggestions show from confidence {summary['show_threshold']} up")
     return _finish(policy, recipe, summary, out, registry_root, parent, data, telemetry_db)
 
 
-def fit_show_threshold(trunk, tokenizer, spec, repo, train, user: UserConfig) -> float | None:
-    """The trained model's threshold (agent/confidence.py): its greedy suggestions at the
-    simulated user's requests on the train files (`user.max_requests` of them), each scored shown
-    and not shown by the rewards of `spec`; None when showing every one earns the most."""
+def fit_show_threshold(
+    trunk, tokenizer, spec, repo, train, user: UserConfig, recipe
+) -> float | None:
+    """The trained model's threshold (agent/confidence.py): its greedy suggestions at
+    `recipe.show_fit` requests of the simulated user on the train files (other cursors than the
+    updates drew: another seed), each scored shown and not shown by the rewards of `spec`; None
+    when showing every one earns the most."""
     from agent.confidence import fit_threshold
     from training.simulated_user import session
 
+    user = dataclasses.replace(user, max_requests=recipe.show_fit, seed=recipe.seed + 1)
     outcomes = session(trunk, tokenizer, repo, train, train, user)
     none = Turn([], [], [], 0)
     quiet = Outcome("", "", False)
