@@ -234,6 +234,23 @@ class ReviewService:
         ls.notify(PROPOSAL, proposal.as_json())
         return proposal
 
+    def review_edit(self, doc: Any, data: dict[str, Any]) -> dict[str, Any]:
+        """`flywheel.reviewEdit` {uri, version, text}: propose the open `doc`'s new text, refusing
+        a text that is not a string or a version the document has moved past."""
+        new_text = data.get("text")
+        if not isinstance(new_text, str):
+            raise JsonRpcInvalidParams(
+                "reviewEdit needs {uri, version, text}: text is the new document"
+            )
+        if data.get("version") not in (None, doc.version):
+            raise JsonRpcException(
+                f"the document is at version {doc.version}, not {data.get('version')}; "
+                "nothing was proposed",
+                code=REQUEST_FAILED,
+            )
+        proposal = self.propose(doc.uri, doc.version or 0, doc.source, new_text, None, "apply")
+        return {"proposal": proposal.as_json() if proposal else None}
+
     def get(self, proposal_id: Any) -> Proposal:
         try:
             return self.book.get(proposal_id)
@@ -309,3 +326,14 @@ class ReviewService:
             hunk.state = "rejected"
             self.ls.record("hunk_outcome", edit_id=proposal.id, idx=idx, outcome="rejected")
         return {"proposalId": proposal.id, "index": idx, "state": hunk.state}
+
+    async def accept_all(self, proposal: Proposal) -> dict[str, Any]:
+        """Apply every pending hunk, in order."""
+        pending = [h.idx for h in proposal.hunks if h.state == "pending"]
+        done = [await self.accept(proposal, idx) for idx in pending]
+        return {"proposalId": proposal.id, "accepted": len(done)}
+
+    def reject_all(self, proposal: Proposal) -> dict[str, Any]:
+        pending = [h.idx for h in proposal.hunks if h.state == "pending"]
+        done = [self.reject(proposal, idx) for idx in pending]
+        return {"proposalId": proposal.id, "rejected": len(done)}

@@ -55,7 +55,6 @@ from lsp.protocol import (
     CURSOR_IDLE,
     FLUSH,
     NEXT_EDIT,
-    REQUEST_FAILED,
     STATUS,
     AdvanceClockParams,
     CompletionEventParams,
@@ -640,20 +639,7 @@ def progress_cancel(ls: FlywheelServer, params: types.WorkDoneProgressCancelPara
 @SERVER.command("flywheel.reviewEdit")
 def review_edit(ls: FlywheelServer, *args: Any) -> dict[str, Any]:
     data = _command_object(args)
-    doc = ls.open_document(data.get("uri"))
-    new_text = data.get("text")
-    if not isinstance(new_text, str):
-        raise JsonRpcInvalidParams(
-            "reviewEdit needs {uri, version, text}: text is the new document"
-        )
-    if data.get("version") not in (None, doc.version):
-        raise JsonRpcException(
-            f"the document is at version {doc.version}, not {data.get('version')}; "
-            "nothing was proposed",
-            code=REQUEST_FAILED,
-        )
-    proposal = ls.review.propose(doc.uri, doc.version or 0, doc.source, new_text, None, "apply")
-    return {"proposal": proposal.as_json() if proposal else None}
+    return ls.review.review_edit(ls.open_document(data.get("uri")), data)
 
 
 @SERVER.command("flywheel.acceptHunk")
@@ -673,16 +659,12 @@ def reject_hunk(ls: FlywheelServer, *args: Any) -> dict[str, Any]:
 
 @SERVER.command("flywheel.acceptAll")
 async def accept_all(ls: FlywheelServer, *args: Any) -> dict[str, Any]:
-    proposal = ls.review.get(args[0] if args else None)
-    done = [await ls.review.accept(proposal, h.idx) for h in proposal.hunks if h.state == "pending"]
-    return {"proposalId": proposal.id, "accepted": len(done)}
+    return await ls.review.accept_all(ls.review.get(args[0] if args else None))
 
 
 @SERVER.command("flywheel.rejectAll")
 def reject_all(ls: FlywheelServer, *args: Any) -> dict[str, Any]:
-    proposal = ls.review.get(args[0] if args else None)
-    done = [ls.review.reject(proposal, h.idx) for h in proposal.hunks if h.state == "pending"]
-    return {"proposalId": proposal.id, "rejected": len(done)}
+    return ls.review.reject_all(ls.review.get(args[0] if args else None))
 
 
 def configure(
