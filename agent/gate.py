@@ -15,8 +15,11 @@ judged on each set both versions share, and accepted only when no set shows it w
 
 A lane (agent/registry.py) is judged against the version that serves it now: a completion
 candidate against the completion lane's version (else the promoted one). `GateConfig.gain` names
-metrics on which the candidate must also be *better beyond noise* (the whole interval above 0;
-by default `LANE_GAIN`'s for the lane): a completion version, trained on the user's repository, replaces its parent only for a gain beyond noise on the repository's held-out files, not for being no worse.
+metrics of which the candidate must also be *better beyond noise* on at least one (the whole
+interval above 0; by default `LANE_GAIN`'s for the lane): a completion version, trained on the
+user's repository and its suggestions, replaces its parent only for a gain beyond noise on the
+repository's held-out files (in perplexity, or in the simulated user's tab reward), not for
+being no worse.
 
 When a result has no per-task scores for a metric but reports a mean with an interval
 (`summary[metric] = {"mean", "ci95": [lo, hi]}`), the gate falls back to comparing intervals:
@@ -57,9 +60,10 @@ import numpy as np
 from agent.stats import bootstrap_interval
 
 DEFAULT_METRICS = ("passed", "pass", "correct", "resolved", "score", "reward")
-# lane -> metrics a candidate must gain on unless GateConfig.gain says otherwise: a completion
-# version is trained on the user's repository, and replaces its parent only when it learnt it
-LANE_GAIN = {"completion": ("nll",)}
+# lane -> metrics a candidate must gain on (one of them) unless GateConfig.gain says otherwise: a
+# completion version learns the user's repository (nll) or which suggestions they take (reward,
+# training/repo_eval.py), and replaces its parent only when it learnt one of them
+LANE_GAIN = {"completion": ("nll", "reward")}
 LOWER_IS_BETTER = ("tokens", "steps", "wall_s", "seconds", "invalid_calls", "lint_delta")
 
 
@@ -71,7 +75,7 @@ class GateConfig:
     metrics: tuple[str, ...] = ()  # metrics to gate on; () = what the benchmark declares
     tolerance: dict[str, float] = field(default_factory=dict)  # metric -> allowed loss (>= 0)
     min_tasks: int = 1  # fewer common tasks than this: no decision (refused)
-    gain: tuple[str, ...] = ()  # metrics on which the candidate must be better beyond noise
+    gain: tuple[str, ...] = ()  # the candidate must be better beyond noise on one of these
 
     def __post_init__(self) -> None:
         if not 0.5 < self.confidence < 1:
@@ -294,7 +298,7 @@ def gate_promotion(
 
     Uses, for every task set that version was also scored on, the candidate's newest result on
     it (the agent benchmark and a repository's held-out files, say): accepted when no set shows
-    it worse and each `config.gain` metric shows a gain. Raises GateError when that cannot be
+    it worse and one of the `config.gain` metrics shows a gain. Raises GateError when that cannot be
     decided (no result, no shared set).
     """
     config = config or GateConfig()
@@ -341,16 +345,16 @@ def gate_promotion(
 
 
 def _require_gain(decision: Decision, gain: tuple[str, ...]) -> Decision:
-    """Reject an accepted decision that shows no gain on one of the `gain` metrics."""
-    missing = [m for m in gain if not any(c.metric == m and c.better for c in decision.comparisons)]
-    if decision.accepted and missing:
+    """Reject an accepted decision that shows a gain on none of the `gain` metrics."""
+    gained = [m for m in gain if any(c.metric == m and c.better for c in decision.comparisons)]
+    if decision.accepted and gain and not gained:
         decision.accepted = False
         decision.reasons[0] = (
-            f"rejected: not worse, but no gain beyond noise on {', '.join(missing)} "
+            f"rejected: not worse, but no gain beyond noise on {' or '.join(gain)} "
             "(this lane needs one)"
         )
     elif decision.accepted and gain:
-        decision.reasons[0] += f", and better beyond noise on {', '.join(gain)}"
+        decision.reasons[0] += f", and better beyond noise on {', '.join(gained)}"
     return decision
 
 

@@ -23,11 +23,12 @@ the train files as context, in the prompt format inline completion uses (render_
                 (trailing blanks ignored)
 
 The result is a benchmark result the gate reads (agent/gate.py): one task per held-out file with
-scores `nll` (lower is better) and `exact` (share of its lines), `task_set` a hash of the split's
-fingerprint and the picked lines, so two versions scored on the same split compare task by task.
+scores `nll` (lower is better), `exact` (share of its lines) and, with requests, `reward` (the
+mean of the newest `tab` reward, telemetry/rewards.py, over its requests: what completion RL
+optimises), `task_set` a hash of the split's fingerprint and the picked lines, so two versions
+scored on the same split compare task by task.
 
-What it does not do: run the language server (the prompt is the same, the engine is not), or
-measure acceptance (training/simulated_user.py does).
+What it does not do: run the language server (the prompt is the same, the engine is not).
 """
 
 from __future__ import annotations
@@ -258,6 +259,13 @@ def repo_result(
         [split.get("fingerprint"), [(r["path"], r["offset"]) for r in lines], asdict(config)],
         sort_keys=True,
     )
+    from telemetry.acceptance import score, signals
+    from telemetry.rewards import get as reward_function
+
+    tab = reward_function("tab")
+    rewards: dict[str, list[float]] = {}  # held-out path -> the tab reward of each request there
+    for o in outcomes or []:
+        rewards.setdefault(o.request_id.rpartition(":")[0], []).append(tab.fn(signals(o)) or 0.0)
     tasks = []
     for path in split["heldout"]:
         mine = [r["exact"] for r in lines if r["path"] == path]
@@ -266,9 +274,10 @@ def repo_result(
             scores["nll"] = round(ppl["files"][path], 6)
         if mine:
             scores["exact"] = sum(mine) / len(mine)
+        if rewards.get(path):
+            scores["reward"] = float(np.mean(rewards[path]))
         if scores:
             tasks.append({"id": path, "scores": scores})
-    from telemetry.acceptance import score
 
     exact = np.array([float(r["exact"]) for r in lines])
     accepted = score(outcomes or [])
@@ -281,7 +290,9 @@ def repo_result(
         "metrics": {
             "nll": {"direction": "lower", "tolerance": 0.0},
             "exact": {"direction": "higher", "tolerance": 0.0},
+            **({"reward": {"direction": "higher", "tolerance": 0.0}} if rewards else {}),
         },
+        "reward": f"{tab.name}@{tab.version}" if rewards else None,
         "config": asdict(config),
         "summary": {
             "exact": {"mean": float(exact.mean()) if len(exact) else 0.0, "ci95": [low, high]},
@@ -293,6 +304,11 @@ def repo_result(
                 for k in ("accept_rate", "shown_per_request", "accepted_chars_per_request")
                 if outcomes
             },
+            **(
+                {"reward": {"mean": float(np.mean([r for v in rewards.values() for r in v]))}}
+                if rewards
+                else {}
+            ),
         },
         "tasks": tasks,
         "lines": lines,

@@ -23,6 +23,9 @@ Two sources of outcomes, one scoring path (telemetry/acceptance.py):
                and since the sampling log-probabilities were not stored, each is treated as
                on-policy (importance weight 1): REINFORCE with a batch baseline.
 
+Given both, each update holds both kinds; a database without such suggestions leaves the
+simulated user alone (the cycle's completion lane passes its database every time).
+
 The update is the agent RL stage's own (full-parameter, AdamW, clipped), on prompts of at most
 `--seq-len` tokens (the simulated user's `UserConfig.seq_len`) plus `max_tokens` sampled ones.
 The simulated user replays the train files, never the held-out ones, so the repository's held-out
@@ -107,11 +110,6 @@ def logged_samples(
         said = healed + o.output + ("" if "\n" in o.output else "\n")
         output = tokenizer(said, add_special_tokens=False)
         out.append((ids, output["input_ids"][: user.max_new_tokens], o))
-    if not out:
-        raise TabError(
-            f"{db_path} holds no inline suggestion with code and an outcome (shown, then accepted "
-            "or rejected, under consent 'code'): use Flywheel in the editor, or train from --data"
-        )
     return out
 
 
@@ -202,6 +200,14 @@ def train_tab(
         if not cursors:
             raise TabError(f"the train files of {data} offer no cursor to complete")
     logged = logged_samples(telemetry_db, policy.tokenizer, user) if telemetry_db else []
+    if telemetry_db and not logged:
+        none = (
+            f"{telemetry_db} holds no inline suggestion with code and an outcome (shown, then "
+            "accepted or rejected, under consent 'code')"
+        )
+        if not cursors:
+            raise TabError(f"{none}: use Flywheel in the editor, or train from --data")
+        log(f"{none}: the simulated user alone")
     rng = random.Random(recipe.seed)
     generator = torch.Generator().manual_seed(recipe.seed)
     out = Path(recipe.out)
@@ -245,7 +251,9 @@ def train_tab(
         "outcomes": tally,
         "reward": list(recipe.rewards),
         "reward_version": recipe.reward_version,
-        "source": "simulated" if data else "telemetry",
+        "source": "+".join(
+            n for n, used in (("simulated", cursors), ("telemetry", logged)) if used
+        ),
         "model": None,
     }
     if not updates:

@@ -34,7 +34,11 @@ def test_a_changed_workspace_trains_a_candidate_gated_on_its_held_out_files(
     lines: list[str] = []
     summary = cycle.run_cycle(_config(registry, tmp_path, ws), log=lines.append)
     lane = summary["completion"]  # a candidate for inline completions, gated on its own
-    assert lane["stages"] == ["repo"] and lane["status"] in ("promoted", "rejected")
+    assert lane["status"] in ("promoted", "rejected")
+    # no suggestion logged, and the tiny model's few samples are all rejected alike: the tab stage
+    # finds no learning signal, and the repo stage's model is the candidate
+    assert lane["tab"]["source"] == "simulated" and lane["tab"]["updates"] == 0
+    assert lane["stages"] == ["repo"]
     assert summary["status"] == lane["status"] and "candidate" not in summary
     assert summary["reason"].startswith("nothing for the agent to learn from")
     candidate = lane["candidate"]
@@ -45,6 +49,7 @@ def test_a_changed_workspace_trains_a_candidate_gated_on_its_held_out_files(
     (gate,) = registry.get(candidate)["gate"]
     assert any(r.startswith("nll:") for r in gate["reasons"])
     assert any(r.startswith("exact:") for r in gate["reasons"])
+    assert any(r.startswith("reward:") for r in gate["reasons"])  # the simulated user's tab reward
     assert registry.promoted() == v1  # the agent's version never changes for it
     expected = candidate if lane["status"] == "promoted" else v1
     assert registry.serving("completion") == expected
@@ -58,6 +63,28 @@ def test_a_changed_workspace_trains_a_candidate_gated_on_its_held_out_files(
     grown: list[str] = []
     cycle.run_cycle(_config(registry, tmp_path, ws, min_repo_chars=10**9), log=grown.append)
     assert f"{len(CODE * 10)} characters new or changed" in grown[0]
+
+
+def test_logged_suggestions_train_the_candidate_by_completion_rl_after_the_repo_stage(
+    registry, tiny_checkpoint, tmp_path
+):
+    """The completion lane's tab stage learns from the suggestions the editor logged (accepted
+    and rejected), beside the simulated user; its model, with its lineage, is the candidate."""
+    from tests.training.test_tab import logged_db
+
+    logged_db(tmp_path / "telemetry.db")
+    ws = make_workspace(tmp_path / "ws")
+    v1 = registry.add(tiny_checkpoint)
+    registry.promote(v1, forced=True)
+    config = _config(registry, tmp_path, ws, stages={"tab": {"tasks_per_step": 6}})
+    lane = cycle.run_cycle(config, log=lambda line: None)["completion"]
+    assert lane["stages"] == ["repo", "tab"] and lane["tab"]["updates"] == 1
+    assert lane["tab"]["source"] == "simulated+telemetry"
+    entry = registry.get(lane["candidate"])
+    assert set(entry["recipe"]) == {"repo", "tab"} and entry["reward"] == "tab@2 x 1"
+    assert entry["data"]["tab"]["outcomes"] == lane["tab"]["outcomes"]
+    (result,) = registry.benchmarks(lane["candidate"])
+    assert result["reward"] == "tab@2" and "reward" in result["metrics"]
 
 
 def test_a_workspace_without_code_consent_is_refused_naming_the_setting(registry, tmp_path):

@@ -178,7 +178,7 @@ def test_a_completion_candidate_must_gain_on_the_version_serving_completions(
     same = gate_promotion(registry, v2, lane="completion")
     assert not same.accepted and same.current == v1
     assert same.reasons[0] == (
-        "rejected: not worse, but no gain beyond noise on nll (this lane needs one)"
+        "rejected: not worse, but no gain beyond noise on nll or reward (this lane needs one)"
     )
     assert gate_promotion(registry, v2).accepted  # the agent lane asks for no gain
     registry.attach_benchmark(v2, heldout([0.8, 0.85, 0.7] * 2))
@@ -188,3 +188,33 @@ def test_a_completion_candidate_must_gain_on_the_version_serving_completions(
     later = gate_promotion(registry, v3, lane="completion")
     assert later.current == v2 and not later.accepted
     assert later.reasons[0] == "rejected: worse than the current version beyond noise on nll"
+
+
+def test_a_completion_candidate_may_gain_on_the_simulated_users_reward_instead(
+    registry, tiny_checkpoint
+):
+    """Completion RL leaves the held-out perplexity where it was: a gain in the simulated user's
+    reward promotes it, and a reward lost beyond noise keeps it out whatever its perplexity."""
+
+    def heldout(nll: list[float], reward: list[float]) -> dict:
+        return {
+            "benchmark": "repo_heldout",
+            "task_set": "r",
+            "metrics": {"nll": {"direction": "lower"}, "reward": {"direction": "higher"}},
+            "tasks": [
+                {"id": f"f{i}", "scores": {"nll": n, "reward": r}}
+                for i, (n, r) in enumerate(zip(nll, reward, strict=True))
+            ],
+        }
+
+    v1, v2, v3 = (registry.add(tiny_checkpoint) for _ in range(3))
+    registry.promote(v1, forced=True)
+    registry.attach_benchmark(v1, heldout([1.0, 1.1, 0.9] * 2, [0.1, 0.0, 0.2] * 2))
+    registry.attach_benchmark(v2, heldout([1.0, 1.1, 0.9] * 2, [0.3, 0.2, 0.35] * 2))
+    taken = gate_promotion(registry, v2, lane="completion")
+    assert taken.accepted
+    assert taken.reasons[0].endswith("and better beyond noise on reward")
+    registry.attach_benchmark(v3, heldout([0.8, 0.85, 0.7] * 2, [-0.2, -0.3, -0.1] * 2))
+    lost = gate_promotion(registry, v3, lane="completion")
+    assert not lost.accepted
+    assert lost.reasons[0] == "rejected: worse than the current version beyond noise on reward"

@@ -290,6 +290,22 @@ def test_train_tab_refuses_missing_sources_in_one_line(tmp_path, tiny_checkpoint
     )
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1 and "no telemetry database at" in err
+    from telemetry import open_db
+
+    open_db(str(tmp_path / "empty.db")).conn.close()  # a database, without a suggestion
+    code = cli.main(
+        [
+            "tab",
+            "--model",
+            str(tiny_checkpoint),
+            "--telemetry-db",
+            str(tmp_path / "empty.db"),
+            "--out",
+            str(tmp_path / "t"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and "holds no inline suggestion" in err
 
 
 def test_train_tab_from_a_registry_version_records_it_as_the_parent(

@@ -10,8 +10,9 @@ One cycle, in order:
     base       an empty registry first gets `base` (the starter model) as its promoted version
     export     telemetry.export of the whole store; the rows no earlier cycle used are new
     repo       when the workspace changed enough: a candidate for the completion lane, trained
-               on the workspace's own code, scored on its held-out files and gated on its own
-               (repo.py); the summary's `completion`
+               on the workspace's own code, then by completion RL on the simulated user and the
+               logged suggestions (the tab stage), scored on its held-out files and gated on its
+               own (repo.py); the summary's `completion`
     train      from the promoted version, the stages the new data calls for:
                  pretrain  on new code (file snapshots, task workspaces) when there are at least
                            `min_code_chars` characters of it
@@ -71,7 +72,7 @@ from training.benchmark import BenchConfig, BenchTask
 
 # Each stage's recipe: training/recipes/cycle/STAGE.toml (`quick`: cycle/quick/STAGE.toml).
 RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "cycle"
-STAGES = ("repo", "pretrain", "sft", "rl", "mtp")  # repo: the completion lane's (repo.py)
+STAGES = ("repo", "tab", "pretrain", "sft", "rl", "mtp")  # repo, tab: the completion lane's
 
 
 @dataclass
@@ -178,7 +179,7 @@ class CycleConfig:
 
         path = (RECIPES / "quick" if self.quick else RECIPES) / f"{stage}.toml"
         try:
-            load = load_rl_recipe if stage == "rl" else load_recipe
+            load = load_rl_recipe if stage in ("rl", "tab") else load_recipe
             return load(path, {**fill, **self.stages.get(stage, {})})
         except RecipeError as exc:
             raise CycleError(str(exc)) from None

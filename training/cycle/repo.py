@@ -12,11 +12,18 @@ due       the workspace (`CycleConfig.workspace`) is read as `flywheel train rep
 train     the `repo` stage (training/repo_pretrain.py) with recipes/cycle/repo.toml, from the
           version that serves completions now (the completion lane's, else the promoted one),
           on the files' train split; the split is recorded in the cycle folder
+tab       completion RL (training/tab_rl.py) with recipes/cycle/tab.toml, from the repo stage's
+          model: the simulated user on the same train files, and every suggestion the telemetry
+          database logged with its code and outcome; it fits the model's confidence threshold
+          too. No update made (`--set tab.steps=0`, or no group with a learning signal): the
+          repo stage's model is the candidate
 benchmark candidate and parent on the split's held-out files (training/repo_eval.py: held-out
-          perplexity per file and exact single-line completion); the parent is scored only when
-          it has no result on the same task set
-gate      agent/gate.py for the completion lane: not worse on either metric, and a gain beyond
-          noise in held-out perplexity (`nll`); then promoted into the completion lane
+          perplexity per file, exact single-line completion, and the simulated user's tab
+          reward, under each version's own threshold); the parent is scored only when it has no
+          result on the same task set
+gate      agent/gate.py for the completion lane: not worse on any metric, and a gain beyond
+          noise in held-out perplexity (`nll`) or in the reward; then promoted into the
+          completion lane
 """
 
 from __future__ import annotations
@@ -61,6 +68,34 @@ def train_repo_stage(config, files, current: str, folder: Path) -> tuple[Path, d
     return model, recipe, data
 
 
+def train_tab_stage(config, init: Path, data: Path, folder: Path, log) -> tuple[Path | None, dict]:
+    """Completion RL from the repo stage's model `init` (see the module docstring); returns
+    (the trained model, or None when no update was made; the stage's summary and recipe)."""
+    from training.cycle import CycleError
+    from training.simulated_user import UserConfig
+    from training.tab_rl import TabError, train_tab
+
+    recipe = config.recipe(
+        "tab",
+        name=f"{folder.name}-tab",
+        init=str(init),
+        out=str(folder / "tab"),
+        device=config.device,
+    )
+    # RL samples on shorter prompts than the evaluation's, as `flywheel train tab` does
+    seq_len = min(config.recipe("repo").seq_len, 512)
+    user = UserConfig(seq_len=seq_len, max_new_tokens=recipe.max_tokens, seed=recipe.seed)
+    log(f"training tab (completion RL, {recipe.steps} step(s)) from the repo stage's model ...")
+    try:
+        summary = train_tab(
+            recipe, data=str(data), telemetry_db=config.telemetry_db, user=user, log=log
+        )
+    except TabError as exc:
+        raise CycleError(f"the tab stage: {exc}") from None
+    model = Path(summary["model"]) if summary.get("model") else None
+    return model, {**summary, "recipe": recipe.to_dict()}
+
+
 def benchmark_repo(
     config, registry, candidate: str, parent: str, data: Path, log: Callable[[str], None]
 ) -> dict[str, Any]:
@@ -92,7 +127,8 @@ def benchmark_repo(
 def completion_lane(
     config, registry, folder: Path, repo: tuple, log: Callable[[str], None]
 ) -> dict[str, Any]:
-    """Train, register, score and gate a completion candidate (the module docstring); returns
+    """Train (repo, then tab), register, score and gate a completion candidate (the module
+    docstring); returns
     its part of the cycle's summary."""
     from agent.gate import GateError, gate_promotion
 
@@ -100,15 +136,23 @@ def completion_lane(
     parent = registry.serving(LANE)
     log(f"training repo from {parent} (serves completions) ...")
     model, recipe, data = train_repo_stage(config, files, str(registry.verify(parent)), folder)
+    recipes, reward = {"repo": recipe}, None
+    tab_model, tab = train_tab_stage(config, model, data, folder, log)
+    if tab_model is not None:
+        model, recipes["tab"] = tab_model, tab.pop("recipe")
+        reward = ", ".join(f"{k} x {w:g}" for k, w in recipes["tab"]["rewards"].items())
     split = {"changed_chars": changed, "split": str(data / "split.json")}
+    tab_data = {k: tab.get(k) for k in ("source", "outcomes", "updates", "show_threshold")}
     candidate = registry.add(
         model,
         parent=parent,
-        data={"repo": split},
-        recipe={"repo": recipe},
+        data={"repo": split, **({"tab": tab_data} if tab_model else {})},
+        recipe=recipes,
+        reward=reward,
         note=f"trained by {folder.name} for inline completions",
     )
-    out: dict[str, Any] = {"candidate": candidate, "parent": parent, "stages": ["repo"]}
+    out: dict[str, Any] = {"candidate": candidate, "parent": parent, "stages": list(recipes)}
+    out["tab"] = tab_data
     log(f"completion candidate {candidate}; scoring on the repository's held-out files ...")
     out["repo_benchmark"] = benchmark_repo(config, registry, candidate, parent, data, log)
     try:  # the lane's gate asks for a gain in held-out perplexity (agent/gate.py LANE_GAIN)
