@@ -171,6 +171,35 @@ def logged_batch(policy, spec, batch: list, step: int) -> list:
     return rows
 
 
+def _simulated_source(data: str, user: UserConfig) -> tuple[str, list, list]:
+    """(repository name, train files, the cursors the simulated user asks at) of `data`; empty
+    without it."""
+    from training.repo_pretrain import read_repo_data
+
+    if not data:
+        return "", [], []
+    repo, train, _ = read_repo_data(data)
+    cursors = requests(train, dataclasses.replace(user, max_requests=100_000))
+    if not cursors:
+        raise TabError(f"the train files of {data} offer no cursor to complete")
+    return repo, train, cursors
+
+
+def _logged_source(telemetry_db: str, tokenizer, user: UserConfig, simulated: bool, log) -> list:
+    """The logged samples of `telemetry_db` (none without it); a database without any is an
+    error unless the simulated user trains beside it."""
+    logged = logged_samples(telemetry_db, tokenizer, user) if telemetry_db else []
+    if telemetry_db and not logged:
+        none = (
+            f"{telemetry_db} holds no inline suggestion with code and an outcome (shown, then "
+            "accepted or rejected, under consent 'code')"
+        )
+        if not simulated:
+            raise TabError(f"{none}: use Flywheel in the editor, or train from --data")
+        log(f"{none}: the simulated user alone")
+    return logged
+
+
 def train_tab(
     recipe: RLRecipe,
     *,
@@ -183,7 +212,6 @@ def train_tab(
 ) -> dict:
     """Run `recipe.steps` updates (see the module docstring); returns the run's summary.
     `parent`: the registry version `recipe.init` is, recorded as the candidate's lineage."""
-    from training.repo_pretrain import read_repo_data
     from training.rl.policy import Policy
 
     if not data and not telemetry_db:
@@ -193,21 +221,8 @@ def train_tab(
     user = user or UserConfig(seq_len=1024, max_new_tokens=recipe.max_tokens)
     spec = RewardSpec(recipe.rewards, recipe.effort_penalty, recipe.reward_version)
     policy = Policy.load(recipe.init, recipe)
-    cursors, repo, train = [], "", []
-    if data:
-        repo, train, _ = read_repo_data(data)
-        cursors = requests(train, dataclasses.replace(user, max_requests=100_000))
-        if not cursors:
-            raise TabError(f"the train files of {data} offer no cursor to complete")
-    logged = logged_samples(telemetry_db, policy.tokenizer, user) if telemetry_db else []
-    if telemetry_db and not logged:
-        none = (
-            f"{telemetry_db} holds no inline suggestion with code and an outcome (shown, then "
-            "accepted or rejected, under consent 'code')"
-        )
-        if not cursors:
-            raise TabError(f"{none}: use Flywheel in the editor, or train from --data")
-        log(f"{none}: the simulated user alone")
+    repo, train, cursors = _simulated_source(data, user)
+    logged = _logged_source(telemetry_db, policy.tokenizer, user, bool(cursors), log)
     rng = random.Random(recipe.seed)
     generator = torch.Generator().manual_seed(recipe.seed)
     out = Path(recipe.out)
