@@ -9,11 +9,10 @@
    with that line emptied after its indentation, and an inline completion is asked there. A
    line counts when the suggestion's first line is the author's line (trailing blanks ignored).
 3. `flywheel cycle --workspace SRC`: only the completion lane is due (the agent stages'
-   thresholds are out of reach): the repository stage, then completion RL on the simulated user
-   (`--set tab.steps=0` leaves it out). Its candidate is for the registry's completion lane:
-   the gate compares it with its parent on the held-out files (perplexity per file, exact
-   lines, the simulated user's reward) and asks for a gain in perplexity or reward; the agent
-   keeps the promoted version.
+   thresholds are out of reach): the repository stage, then completion RL on the simulated
+   user. Its candidate is for the registry's completion lane: the gate compares it with its
+   parent on the held-out files (perplexity per file, exact lines, the simulated user's
+   reward) and asks for a gain in perplexity or reward; the agent keeps the promoted version.
 4. When it promotes, the editor waits for the server's `flywheel/status` naming the new version
    as `completionModelVersion`, then asks at the same lines again: every answer must come from
    the new version.

@@ -255,10 +255,6 @@ def repo_result(
     version: str, split: dict, ppl: dict, lines: list[dict], config, outcomes: list | None = None
 ) -> dict:
     """The gate-readable result: per held-out file `nll` and `exact`, and a summary."""
-    task_key = json.dumps(
-        [split.get("fingerprint"), [(r["path"], r["offset"]) for r in lines], asdict(config)],
-        sort_keys=True,
-    )
     from telemetry.acceptance import score, signals
     from telemetry.rewards import get as reward_function
 
@@ -266,6 +262,17 @@ def repo_result(
     rewards: dict[str, list[float]] = {}  # held-out path -> the tab reward of each request there
     for o in outcomes or []:
         rewards.setdefault(o.request_id.rpartition(":")[0], []).append(tab.fn(signals(o)) or 0.0)
+    # the reward's version is part of the task set: a result scored under another one (or before
+    # rewards were scored) is not paired with this one
+    task_key = json.dumps(
+        [
+            split.get("fingerprint"),
+            [(r["path"], r["offset"]) for r in lines],
+            asdict(config),
+            f"{tab.name}@{tab.version}" if rewards else None,
+        ],
+        sort_keys=True,
+    )
     tasks = []
     for path in split["heldout"]:
         mine = [r["exact"] for r in lines if r["path"] == path]

@@ -72,11 +72,10 @@ class TabError(ValueError):
     """The tab stage cannot run; the message says what to give it."""
 
 
-def logged_samples(
-    db_path: str, tokenizer, user: UserConfig
-) -> list[tuple[list[int], list[int], Outcome]]:
-    """(prompt ids, output ids, outcome) for each logged inline suggestion with an outcome."""
-    from agent.chat_format import heal, render_repo_fim
+def logged_outcomes(db_path: str, since: float = 0.0) -> list[tuple[Outcome, dict]]:
+    """(outcome, its stored context) for each inline suggestion logged after `since` that can be
+    learnt from: shown, with an outcome, and its code kept (consent `code`; metrics-only consent
+    stores no context)."""
     from telemetry import open_db
     from telemetry.acceptance import outcomes_from_db
 
@@ -84,18 +83,29 @@ def logged_samples(
         raise TabError(f"no telemetry database at {db_path}: pass --telemetry-db or use --data")
     db = open_db(db_path, create=False)
     try:
-        outcomes = outcomes_from_db(db.conn)
+        outcomes = outcomes_from_db(db.conn, since=since)
     finally:
         db.conn.close()
     out = []
-    room = user.seq_len - user.max_new_tokens
     for o in outcomes:
         try:
             context = json.loads(o.extra.get("context") or "{}")
         except json.JSONDecodeError:
             continue
-        if not (o.shown and isinstance(context, dict) and "prefix" in context):
-            continue  # metrics-only consent stores no context: nothing to learn from
+        if o.shown and isinstance(context, dict) and "prefix" in context:
+            out.append((o, context))
+    return out
+
+
+def logged_samples(
+    db_path: str, tokenizer, user: UserConfig
+) -> list[tuple[list[int], list[int], Outcome]]:
+    """(prompt ids, output ids, outcome) for each logged inline suggestion with an outcome."""
+    from agent.chat_format import heal, render_repo_fim
+
+    out = []
+    room = user.seq_len - user.max_new_tokens
+    for o, context in logged_outcomes(db_path):
         uri = context.get("path") or o.extra.get("document_uri") or "file.py"
         path = str(uri).rsplit("/", 1)[-1]
         prefix, healed = heal(str(context["prefix"]))  # as the server asked; it stored the rest

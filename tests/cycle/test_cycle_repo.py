@@ -87,6 +87,55 @@ def test_logged_suggestions_train_the_candidate_by_completion_rl_after_the_repo_
     assert result["reward"] == "tab@2" and "reward" in result["metrics"]
 
 
+def test_enough_logged_suggestions_train_a_candidate_by_completion_rl_alone(
+    registry, tiny_checkpoint, tmp_path
+):
+    """The workspace did not change enough, but the editor logged enough suggestions: the tab
+    stage alone trains from the version serving completions; the suggestions are not counted
+    again by the next cycle."""
+    from tests.training.test_tab import logged_db
+
+    logged_db(tmp_path / "telemetry.db")  # 3 suggestions shown with their code and an outcome
+    ws = make_workspace(tmp_path / "ws")
+    v1 = registry.add(tiny_checkpoint)
+    registry.promote(v1, forced=True)
+    quiet = dict(min_repo_chars=10**9, min_tab_suggestions=3, min_sessions=10)
+    config = _config(registry, tmp_path, ws, stages={"tab": {"tasks_per_step": 6}}, **quiet)
+    lines: list[str] = []
+    lane = cycle.run_cycle(config, log=lines.append)["completion"]
+    assert "3 logged suggestion(s) to learn from" in lines[0]
+    assert lane["stages"] == ["tab"] and lane["tab"]["source"] == "simulated+telemetry"
+    entry = registry.get(lane["candidate"])
+    assert entry["parent"] == v1 and set(entry["recipe"]) == {"tab"}
+    assert entry["data"]["logged_suggestions"] == 3
+    again: list[str] = []
+    skipped = cycle.run_cycle(config, log=again.append)
+    assert skipped["status"] == "skipped" and "0 logged suggestion(s)" in again[0]
+
+
+def test_completion_rl_without_an_update_makes_no_candidate_and_uses_the_suggestions(
+    registry, tiny_checkpoint, tmp_path
+):
+    from tests.training.test_tab import logged_db
+
+    logged_db(tmp_path / "telemetry.db")
+    ws = make_workspace(tmp_path / "ws")
+    v1 = registry.add(tiny_checkpoint)
+    registry.promote(v1, forced=True)
+    quiet = dict(min_repo_chars=10**9, min_tab_suggestions=3, min_sessions=10)
+    # one logged sample a step is its own baseline, and the tiny model's two samples at a
+    # cursor are rejected alike: no learning signal
+    config = _config(registry, tmp_path, ws, stages={"tab": {"tasks_per_step": 1}}, **quiet)
+    summary = cycle.run_cycle(config, log=lambda line: None)
+    lane = summary["completion"]
+    assert lane["status"] == summary["status"] == "skipped" and "candidate" not in lane
+    assert "no update" in lane["reason"] and len(registry.versions()) == 1
+    assert cycle.load_state(tmp_path / "work")["tab_watermark"] > 0
+    again: list[str] = []
+    cycle.run_cycle(config, log=again.append)
+    assert "0 logged suggestion(s)" in again[0]
+
+
 def test_a_workspace_without_code_consent_is_refused_naming_the_setting(registry, tmp_path):
     import pytest
 
@@ -105,5 +154,10 @@ def test_a_watched_cycle_is_due_when_the_workspace_changed_enough(registry, tmp_
     state = cycle.load_state(tmp_path / "work")
     assert "characters of" in _workspace_due(_config(registry, tmp_path, ws), state)
     assert _workspace_due(_config(registry, tmp_path, ws, min_repo_chars=10**9), state) == ""
+    from tests.training.test_tab import logged_db
+
+    logged_db(tmp_path / "telemetry.db")  # 3 suggestions to learn from
+    few = _config(registry, tmp_path, ws, min_repo_chars=10**9, min_tab_suggestions=3)
+    assert _workspace_due(few, state) == "3 new suggestions logged with their outcome"
     gone = _config(registry, tmp_path, tmp_path / "missing")
     assert _workspace_due(gone, state) == "" and "does not exist" in capsys.readouterr().err

@@ -9,10 +9,10 @@ One cycle, in order:
                (`--workspace`) has at least `min_repo_chars` characters of new or changed code
     base       an empty registry first gets `base` (the starter model) as its promoted version
     export     telemetry.export of the whole store; the rows no earlier cycle used are new
-    repo       when the workspace changed enough: a candidate for the completion lane, trained
+    repo, tab  when the workspace changed enough: a candidate for the completion lane, trained
                on the workspace's own code, then by completion RL on the simulated user and the
-               logged suggestions (the tab stage), scored on its held-out files and gated on its
-               own (repo.py); the summary's `completion`
+               logged suggestions; when only enough suggestions were logged, by completion RL
+               alone; scored on its held-out files and gated on its own (repo.py)
     train      from the promoted version, the stages the new data calls for:
                  pretrain  on new code (file snapshots, task workspaces) when there are at least
                            `min_code_chars` characters of it
@@ -147,6 +147,7 @@ class CycleConfig:
     quick: bool = False  # tiny stages (a few steps each): tests and smoke runs
     workspace: str = ""  # a repository to learn (the repo stage, training/cycle/repo.py); "" = none
     min_repo_chars: int = 20_000  # characters of new or changed code in it for a repo stage
+    min_tab_suggestions: int = 200  # new logged suggestions to learn from for a tab stage alone
     repo_exclude: tuple[str, ...] = ()  # files of the workspace never read, beside the defaults
     repo_consent: str = "code"  # the workspace's telemetry consent; the repo stage needs "code"
     repo_lines: int = 100  # held-out completion lines the gate compares on
@@ -159,10 +160,10 @@ class CycleConfig:
 
     def __post_init__(self) -> None:
         least = (self.min_sessions, self.min_trajectories, self.min_code_chars, self.min_rl_tasks)
-        if min(*least, self.min_repo_chars) < 1:
+        if min(*least, self.min_repo_chars, self.min_tab_suggestions) < 1:
             raise CycleError(
-                "min_sessions, min_trajectories, min_code_chars, min_rl_tasks and "
-                "min_repo_chars must be >= 1"
+                "min_sessions, min_trajectories, min_code_chars, min_rl_tasks, min_repo_chars "
+                "and min_tab_suggestions must be >= 1"
             )
         if self.rl_synthetic < 0:
             raise CycleError("rl_synthetic must be >= 0")
@@ -226,6 +227,7 @@ NEW_STATE = {
     "used_rl": [],
     "last_at": 0.0,
     "repo_files": {},  # path -> sha256 of the workspace's files the last repo stage trained on
+    "tab_watermark": 0.0,  # the newest logged suggestion the completion lane has seen
 }
 
 
@@ -310,25 +312,21 @@ def run_cycle(config: CycleConfig, log: Callable[[str], None] = print) -> dict[s
         work.mkdir(parents=True, exist_ok=True)
         state = load_state(work)
         total, fresh, newest = new_sessions(config.telemetry_db, state["watermark"])
-        repo = None
+        lane = None  # the completion lane's work (repo.py), when it is due
         if config.workspace:
-            from training.cycle.repo import repo_change
+            from training.cycle.repo import completion_due
 
-            changed, snapshot, files = repo_change(config, state)
-            repo = (changed, snapshot, files) if changed >= config.min_repo_chars else None
-            log(
-                f"workspace {config.workspace}: {changed} characters new or changed since the "
-                f"last repository stage ({'enough' if repo else 'fewer than'} "
-                f"--min-repo-chars {config.min_repo_chars})"
-            )
-        if total == 0 and repo is None:
+            lane, why = completion_due(config, state)
+            lane = lane if lane.stages else None
+            log(why)
+        if total == 0 and lane is None:
             return _skip(
                 {},
                 log,
                 f"the telemetry database {config.telemetry_db} has no "
                 "sessions yet: use Flywheel in an editor first",
             )
-        if fresh < config.min_sessions and repo is None:
+        if fresh < config.min_sessions and lane is None:
             return _skip(
                 {},
                 log,
@@ -341,9 +339,10 @@ def run_cycle(config: CycleConfig, log: Callable[[str], None] = print) -> dict[s
         run = _TelemetryRun(config.telemetry_db, cycle_id)
         summary: dict[str, Any] = {"id": cycle_id, "new_sessions": fresh, "status": "failed"}
         try:
-            summary.update(_cycle(config, registry, state, folder, log, repo))
-            if summary.get("completion"):
-                state["repo_files"] = repo[1]
+            summary.update(_cycle(config, registry, state, folder, log, lane))
+            if summary.get("completion"):  # its code and suggestions are used, even if skipped
+                state.update(lane.state_after())
+                save_state(work, state)
             if summary["status"] != "skipped":
                 state.update(
                     watermark=newest,
@@ -369,7 +368,7 @@ def _cycle(
     state: dict,
     folder: Path,
     log: Callable[[str], None],
-    repo: tuple | None = None,
+    lane=None,
 ) -> dict[str, Any]:
     """The cycle's work under the lock: export, train what the new data calls for, re-distill
     the MTP heads, register, benchmark, gate. Returns the summary (`_used_*`: the state's next
@@ -378,10 +377,10 @@ def _cycle(
     new = _new_data(config, state, folder, log)
     out: dict[str, Any] = {"parent": parent, **{f"_{k}": v for k, v in new.used.items()}}
     out["data"] = new.summary
-    if repo is not None:
+    if lane is not None:
         from training.cycle.repo import completion_lane
 
-        out["completion"] = completion_lane(config, registry, folder, repo, log)
+        out["completion"] = completion_lane(config, registry, folder, lane, log)
     plan = _plan(config, new)
     if not plan:
         return _skip(

@@ -97,13 +97,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--workspace",
         default="",
-        help="a repository to learn: a repo stage runs when its code changed enough",
+        help="a repository to learn: the completion lane runs when its code changed enough, "
+        "or enough suggestions were logged",
     )
     p.add_argument(
         "--min-repo-chars",
         type=int,
         default=20_000,
         help="characters of new or changed code in --workspace for a repo stage",
+    )
+    p.add_argument(
+        "--min-tab-suggestions",
+        type=int,
+        default=200,
+        help="new suggestions logged with their code and outcome for completion RL alone",
     )
     p.add_argument(
         "--repo-exclude",
@@ -167,6 +174,7 @@ def main(argv: list[str]) -> int:
             quick=args.quick,
             workspace=args.workspace,
             min_repo_chars=args.min_repo_chars,
+            min_tab_suggestions=args.min_tab_suggestions,
             repo_exclude=tuple(args.repo_exclude),
             repo_lines=args.repo_lines,
             repo_requests=args.repo_requests,
@@ -188,17 +196,20 @@ def main(argv: list[str]) -> int:
 
 
 def _workspace_due(config: CycleConfig, state: dict) -> str:
-    """Why the workspace calls for a cycle now (enough changed code), or ""."""
-    from training.cycle.repo import repo_change
+    """Why the completion lane calls for a cycle now (enough changed code, or enough logged
+    suggestions), or ""."""
+    from training.cycle.repo import completion_due
 
     try:
-        changed, _, _ = repo_change(config, state)
+        work, _ = completion_due(config, state)
     except ValueError as exc:  # the workspace cannot be read now: say so, keep watching
         print(f"flywheel cycle: {exc}", file=sys.stderr, flush=True)
         return ""
-    if changed < config.min_repo_chars:
-        return ""
-    return f"{changed} characters of {config.workspace} new or changed"
+    if "repo" in work.stages:
+        return f"{work.changed} characters of {config.workspace} new or changed"
+    if work.stages:
+        return f"{work.suggestions} new suggestions logged with their outcome"
+    return ""
 
 
 def _watch(config: CycleConfig, period_s: float, poll_s: float) -> int:

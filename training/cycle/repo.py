@@ -6,17 +6,20 @@ registry's *completion* lane (agent/registry.py): the language server serves its
 next edits from it, and the agent keeps the promoted version.
 
 due       the workspace (`CycleConfig.workspace`) is read as `flywheel train repo` reads it
-          (training/repo_files.py: consent, exclusions, .gitignore, size limits, redaction); the
-          characters of files that are new or changed since the last cycle that trained on it
-          (a sha256 per file in WORK/state.json) must reach `min_repo_chars`
+          (training/repo_files.py: consent, exclusions, .gitignore, size limits, redaction).
+          When the characters of files new or changed since the last cycle that trained on it
+          (a sha256 per file in WORK/state.json) reach `min_repo_chars`, both stages run; else,
+          when the telemetry database logged `min_tab_suggestions` suggestions to learn from
+          (shown, with an outcome and their code) since the lane last ran, the tab stage alone
 train     the `repo` stage (training/repo_pretrain.py) with recipes/cycle/repo.toml, from the
           version that serves completions now (the completion lane's, else the promoted one),
           on the files' train split; the split is recorded in the cycle folder
 tab       completion RL (training/tab_rl.py) with recipes/cycle/tab.toml, from the repo stage's
-          model: the simulated user on the same train files, and every suggestion the telemetry
-          database logged with its code and outcome; it fits the model's confidence threshold
-          too. No update made (`--set tab.steps=0`, or no group with a learning signal): the
-          repo stage's model is the candidate
+          model (alone: from the version serving completions): the simulated user on the same
+          train files, and every suggestion the telemetry database logged with its code and
+          outcome; it fits the model's confidence threshold too. No update made (no group with
+          a learning signal): the repo stage's model is the candidate, and without a repo stage
+          there is none
 benchmark candidate and parent on the split's held-out files (training/repo_eval.py: held-out
           perplexity per file, exact single-line completion, and the simulated user's tab
           reward, under each version's own threshold); the parent is scored only when it has no
@@ -30,10 +33,63 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 LANE = "completion"
+
+
+@dataclass
+class CompletionWork:
+    """What the completion lane has to learn from now (see `completion_due`)."""
+
+    files: Any  # the workspace's RepoFiles (training/repo_files.py)
+    snapshot: dict[str, str]  # path -> sha256 of its files now
+    changed: int  # characters new or changed since the last repo stage
+    suggestions: int  # logged suggestions to learn from since the lane last ran
+    newest: float  # the newest logged suggestion's time: the lane's next watermark
+    stages: list[str] = field(default_factory=list)  # ["repo", "tab"], ["tab"], or [] (not due)
+
+    def state_after(self) -> dict[str, Any]:
+        """WORK/state.json's keys once the lane ran: its code only if the repo stage trained."""
+        done = {"tab_watermark": self.newest}
+        return done | ({"repo_files": self.snapshot} if "repo" in self.stages else {})
+
+
+def new_suggestions(db_path: str, since: float) -> tuple[int, float]:
+    """(logged inline suggestions to learn from after `since`, the newest one's time)."""
+    from telemetry import open_db
+    from training.tab_rl import logged_outcomes
+
+    if not Path(db_path).exists():
+        return 0, since
+    db = open_db(db_path, create=False)
+    try:
+        (newest,) = db.conn.execute(
+            "SELECT max(created_at) FROM suggestions WHERE kind = 'inline'"
+        ).fetchone()
+    finally:
+        db.conn.close()
+    return len(logged_outcomes(db_path, since)), max(since, newest or 0.0)
+
+
+def completion_due(config, state: dict[str, Any]) -> tuple[CompletionWork, str]:
+    """What the lane would train on now, and why (the module docstring's `due`)."""
+    changed, snapshot, files = repo_change(config, state)
+    count, newest = new_suggestions(config.telemetry_db, state["tab_watermark"])
+    work = CompletionWork(files, snapshot, changed, count, newest)
+    if changed >= config.min_repo_chars:
+        work.stages = ["repo", "tab"]
+    elif count >= config.min_tab_suggestions:
+        work.stages = ["tab"]
+    why = (
+        f"workspace {config.workspace}: {changed} characters new or changed since the last "
+        f"repository stage ({'enough' if 'repo' in work.stages else 'fewer than'} "
+        f"--min-repo-chars {config.min_repo_chars}); {count} logged suggestion(s) to learn from "
+        f"since the completion lane last ran (--min-tab-suggestions {config.min_tab_suggestions})"
+    )
+    return work, why
 
 
 def repo_change(config, state: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
@@ -57,20 +113,17 @@ def repo_change(config, state: dict[str, Any]) -> tuple[int, dict[str, str], Any
     return changed, now, files
 
 
-def train_repo_stage(config, files, current: str, folder: Path) -> tuple[Path, dict, Path]:
-    """The repo stage from `current`; returns (model folder, recipe, data folder)."""
+def train_repo_stage(config, data: Path, current: str, folder: Path) -> tuple[Path, dict]:
+    """The repo stage from `current` on the split in `data`; returns (model folder, recipe)."""
     from training.cycle import _train
-    from training.repo_pretrain import write_repo_data
 
-    data = folder / "repo_data"
-    write_repo_data(files, data)
-    model, recipe = _train("repo", current, folder / "repo", config, data=str(data))
-    return model, recipe, data
+    return _train("repo", current, folder / "repo", config, data=str(data))
 
 
 def train_tab_stage(config, init: Path, data: Path, folder: Path, log) -> tuple[Path | None, dict]:
-    """Completion RL from the repo stage's model `init` (see the module docstring); returns
-    (the trained model, or None when no update was made; the stage's summary and recipe)."""
+    """Completion RL from `init` (the repo stage's model, or the serving one; see the module
+    docstring); returns the trained model (None when no update was made) and the stage's
+    summary with its recipe."""
     from training.cycle import CycleError
     from training.simulated_user import UserConfig
     from training.tab_rl import TabError, train_tab
@@ -125,28 +178,45 @@ def benchmark_repo(
 
 
 def completion_lane(
-    config, registry, folder: Path, repo: tuple, log: Callable[[str], None]
+    config, registry, folder: Path, work: CompletionWork, log: Callable[[str], None]
 ) -> dict[str, Any]:
-    """Train (repo, then tab), register, score and gate a completion candidate (the module
-    docstring); returns
-    its part of the cycle's summary."""
+    """Train (repo, then tab; or tab alone), register, score and gate a completion candidate (the
+    module docstring); returns its part of the cycle's summary."""
     from agent.gate import GateError, gate_promotion
+    from training.repo_pretrain import write_repo_data
 
-    changed, _, files = repo
     parent = registry.serving(LANE)
-    log(f"training repo from {parent} (serves completions) ...")
-    model, recipe, data = train_repo_stage(config, files, str(registry.verify(parent)), folder)
-    recipes, reward = {"repo": recipe}, None
+    model = registry.verify(parent)
+    recipes: dict[str, Any] = {}
+    data = folder / "repo_data"  # the split every stage and the benchmark read
+    write_repo_data(work.files, data)
+    if "repo" in work.stages:
+        log(f"training repo from {parent} (serves completions) ...")
+        model, recipes["repo"] = train_repo_stage(config, data, str(model), folder)
     tab_model, tab = train_tab_stage(config, model, data, folder, log)
+    tab_data = {k: tab.get(k) for k in ("source", "outcomes", "updates", "show_threshold")}
+    reward = None
     if tab_model is not None:
         model, recipes["tab"] = tab_model, tab.pop("recipe")
         reward = ", ".join(f"{k} x {w:g}" for k, w in recipes["tab"]["rewards"].items())
-    split = {"changed_chars": changed, "split": str(data / "split.json")}
-    tab_data = {k: tab.get(k) for k in ("source", "outcomes", "updates", "show_threshold")}
+    if not recipes:
+        reason = "completion RL made no update (no group had a learning signal): no candidate"
+        log(f"cycle {folder.name}: {reason}")
+        return {
+            "parent": parent,
+            "stages": [],
+            "tab": tab_data,
+            "status": "skipped",
+            "reason": reason,
+        }
+    split = {"changed_chars": work.changed, "split": str(data / "split.json")}
     candidate = registry.add(
         model,
         parent=parent,
-        data={"repo": split, **({"tab": tab_data} if tab_model else {})},
+        data={
+            "repo": split,
+            **({"tab": tab_data, "logged_suggestions": work.suggestions} if tab_model else {}),
+        },
         recipe=recipes,
         reward=reward,
         note=f"trained by {folder.name} for inline completions",
@@ -155,7 +225,7 @@ def completion_lane(
     out["tab"] = tab_data
     log(f"completion candidate {candidate}; scoring on the repository's held-out files ...")
     out["repo_benchmark"] = benchmark_repo(config, registry, candidate, parent, data, log)
-    try:  # the lane's gate asks for a gain in held-out perplexity (agent/gate.py LANE_GAIN)
+    try:  # the lane's gate asks for a gain in perplexity or reward (agent/gate.py LANE_GAIN)
         decision = gate_promotion(registry, candidate, config.gate, lane=LANE)
     except GateError as exc:
         return {**out, "status": "rejected", "reasons": [f"the gate could not decide: {exc}"]}
