@@ -85,6 +85,24 @@ def test_quick_run_writes_every_stage_and_comparison(tmp_path, capsys):
     assert measured["paired"]["threshold_vs_cpt"]["requests"] == 6
     assert len(measured["requests"]) == 6 and measured["timings_s"]["fit"] > 0
     assert show.main(["--work", str(tmp_path / "none"), "--json", str(shown)]) == 2
+    # benchmarks/threshold_dtype.py: the same threshold decided on int8 log-probabilities
+    spec = importlib.util.spec_from_file_location(
+        "threshold_dtype", ROOT / "benchmarks" / "threshold_dtype.py"
+    )
+    dtype = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dtype)
+    folder = tmp_path / "work" / "flywheel"
+    meta_path = Path(dtype.final_model(folder)[0]) / "flywheel.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "show_min_confidence": -3.0}))  # a threshold to test
+    out = tmp_path / "dtype.json"
+    argv = ["--work", str(tmp_path / "work"), "--repo", "flywheel", "--requests", "4"]
+    assert dtype.main([*argv, "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["threshold"] == -3.0 and 1 <= result["requests"] == len(result["rows"]) <= 4
+    for row in result["rows"]:  # the same tokens scored twice: close, not necessarily equal
+        assert row["float32"] <= 0 and row["int8"] <= 0 and abs(row["int8"] - row["float32"]) < 1
+        assert row["shown_float32"] == (row["float32"] >= -3.0)
 
 
 def test_unknown_repository_is_one_line(capsys):

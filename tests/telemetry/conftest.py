@@ -50,6 +50,20 @@ def record_session(
         git_head="3f786850e387550fdab836ed7e6dc881de23001b",
     )
     assert sid
+    sug = _record_suggestion(rec, sid, marker, code)
+    task, edit = _record_task(rec, sid, marker, code, tests_after)
+    rec.record(
+        "file",
+        session_id=sid,
+        document_uri="file:///work/app/main.py",
+        language="python",
+        text=code,
+    )
+    return {"session": sid, "suggestion": sug, "task": task, "edit": edit}
+
+
+def _record_suggestion(rec: Recorder, sid: str, marker: str, code: str) -> str:
+    """An inline suggestion, shown, half accepted, and its survival checks."""
     sug = rec.record(
         "suggestion",
         session_id=sid,
@@ -85,6 +99,14 @@ def record_session(
             accepted_chars=100,
             surviving_chars=int(100 * share),
         )
+    return sug
+
+
+def _record_task(
+    rec: Recorder, sid: str, marker: str, code: str, tests_after: tuple[int, int]
+) -> tuple[str, str]:
+    """An agent task with its steps, an edit and its hunk outcome, the outcome, its end and
+    feedback; returns (task id, edit id)."""
     task = rec.record(
         "task_start",
         session_id=sid,
@@ -162,14 +184,7 @@ def record_session(
         ),
     )
     rec.record("feedback", session_id=sid, task_id=task, rating=1, comment=f"{marker} thanks")
-    rec.record(
-        "file",
-        session_id=sid,
-        document_uri="file:///work/app/main.py",
-        language="python",
-        text=code,
-    )
-    return {"session": sid, "suggestion": sug, "task": task, "edit": edit}
+    return task, edit
 
 
 def all_text(db_path: Path) -> str:

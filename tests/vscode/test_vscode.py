@@ -166,24 +166,7 @@ def code_server(tmp_path, request):
     ws = home / "ws"
     (ws / "calc.py").write_text(BASE)
     db = tmp_path / "telemetry.db"
-    turns = tmp_path / "turns.json"
-    turns.write_text(
-        json.dumps([call("edit_file", path="calc.py", hunks=[FIX, TYPED]), "Fixed add."])
-    )
-    wrapper = tmp_path / "flywheel-lsp"
-    pidfile = tmp_path / "lsp.pid"
-    if model:
-        flywheel = Path(sys.executable).with_name("flywheel")
-        server = f'{flywheel} lsp --model {shlex.quote(model)} --db {db} "$@"'
-    else:
-        server = (
-            f"{sys.executable} -m tests.lsp.replay_server --model replay --db {db} "
-            f"--turns {turns} --completion {shlex.quote(MODEL_TEXT)} "
-            f"--requests-log {tmp_path / 'requests.jsonl'} "
-            f'--next-edit {shlex.quote(rule)} "$@"'
-        )
-    wrapper.write_text(f"#!/bin/sh\necho $$ > {pidfile}\ncd {REPO} && exec {server}\n")
-    wrapper.chmod(0o755)
+    wrapper, pidfile = _server_wrapper(tmp_path, db, model, rule)
     settings = {
         "flywheel.server.command": [str(wrapper)],
         "workbench.startupEditor": "none",
@@ -234,6 +217,30 @@ def code_server(tmp_path, request):
         os.killpg(proc.pid, signal.SIGKILL)  # code-server, its extension hosts, the LSP server
         proc.wait()
         log.close()
+
+
+def _server_wrapper(tmp_path: Path, db: Path, model: str | None, rule: str) -> tuple[Path, Path]:
+    """The script the extension starts as its language server, and the file it writes its pid
+    to: the real `flywheel lsp --model MODEL`, or the replay server with the scripted turns."""
+    turns = tmp_path / "turns.json"
+    turns.write_text(
+        json.dumps([call("edit_file", path="calc.py", hunks=[FIX, TYPED]), "Fixed add."])
+    )
+    wrapper = tmp_path / "flywheel-lsp"
+    pidfile = tmp_path / "lsp.pid"
+    if model:
+        flywheel = Path(sys.executable).with_name("flywheel")
+        server = f'{flywheel} lsp --model {shlex.quote(model)} --db {db} "$@"'
+    else:
+        server = (
+            f"{sys.executable} -m tests.lsp.replay_server --model replay --db {db} "
+            f"--turns {turns} --completion {shlex.quote(MODEL_TEXT)} "
+            f"--requests-log {tmp_path / 'requests.jsonl'} "
+            f'--next-edit {shlex.quote(rule)} "$@"'
+        )
+    wrapper.write_text(f"#!/bin/sh\necho $$ > {pidfile}\ncd {REPO} && exec {server}\n")
+    wrapper.chmod(0o755)
+    return wrapper, pidfile
 
 
 def _stop_language_server(pid: int) -> None:
