@@ -272,40 +272,19 @@ def test_train_tab_fits_the_trained_models_threshold_and_the_evaluation_applies_
 
 
 def test_train_tab_refuses_missing_sources_in_one_line(tmp_path, tiny_checkpoint, capsys):
+    from telemetry import open_db
     from training import cli
 
-    code = cli.main(["tab", "--model", str(tiny_checkpoint), "--out", str(tmp_path / "t")])
-    err = capsys.readouterr().err
-    assert code == 1 and err.count("\n") == 1 and "give --data" in err
-    code = cli.main(
-        [
-            "tab",
-            "--model",
-            str(tiny_checkpoint),
-            "--telemetry-db",
-            str(tmp_path / "none.db"),
-            "--out",
-            str(tmp_path / "t"),
-        ]
-    )
-    err = capsys.readouterr().err
-    assert code == 1 and err.count("\n") == 1 and "no telemetry database at" in err
-    from telemetry import open_db
-
     open_db(str(tmp_path / "empty.db")).conn.close()  # a database, without a suggestion
-    code = cli.main(
-        [
-            "tab",
-            "--model",
-            str(tiny_checkpoint),
-            "--telemetry-db",
-            str(tmp_path / "empty.db"),
-            "--out",
-            str(tmp_path / "t"),
-        ]
-    )
-    err = capsys.readouterr().err
-    assert code == 1 and err.count("\n") == 1 and "holds no inline suggestion" in err
+    for source, said in (
+        ([], "give --data"),
+        (["--telemetry-db", str(tmp_path / "none.db")], "no telemetry database at"),
+        (["--telemetry-db", str(tmp_path / "empty.db")], "holds no inline suggestion"),
+    ):
+        argv = ["tab", "--model", str(tiny_checkpoint), *source, "--out", str(tmp_path / "t")]
+        code = cli.main(argv)
+        err = capsys.readouterr().err
+        assert code == 1 and err.count("\n") == 1 and said in err, (source, err)
 
 
 def test_train_tab_from_a_registry_version_records_it_as_the_parent(
