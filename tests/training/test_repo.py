@@ -318,7 +318,7 @@ def test_started_from_a_registry_version_the_result_can_be_gated_against_it(
     (after,) = registry.benchmarks(v2["id"])
     assert before["task_set"] == after["task_set"] and before["model_version"] == v1
     decision = gate_promotion(registry, v2["id"])
-    assert {c.metric for c in decision.comparisons} == {"nll", "exact"}
+    assert {c.metric for c in decision.comparisons} == {"nll", "exact", "reward"}
     missing = _run_cli(tmp_path, "registry:v9", tmp_path / "ws")
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1
     assert missing.stderr.startswith("flywheel train repo: --model registry:v9:")
@@ -360,7 +360,11 @@ def test_repo_eval_command_scores_a_model_on_a_split(tmp_path, tiny_checkpoint, 
     assert "held-out ppl" in capsys.readouterr().out
     result = json.loads(out.read_text())
     assert result["summary"]["lines"]["mean"] == 3 and len(result["requests"]) == 4
-    assert all(set(t["scores"]) <= {"nll", "exact"} for t in result["tasks"])
+    assert all(set(t["scores"]) <= {"nll", "exact", "reward"} for t in result["tasks"])
+    # each request's tab reward, averaged per held-out file: the task the request was asked in
+    asked = {r["id"].rpartition(":")[0] for r in result["requests"]}
+    assert {t["id"] for t in result["tasks"] if "reward" in t["scores"]} == asked
+    assert result["reward"] == "tab@2" and "reward" in result["metrics"]
     assert repo_eval.main([*argv, "--data", str(tmp_path / "nothing")]) == 1
     assert capsys.readouterr().err.startswith("repo eval: ")
 
