@@ -69,14 +69,12 @@ def measure(folder: Path, requests: int, dtype: str, threads: int) -> dict:
     repo, train, heldout = read_repo_data(folder / "repo" / "data")
     full = LoadedModel.load(model, dtype="float32")
     low = LoadedModel.load(model, dtype=dtype)
-    tokenizer = full.tokenizer
+    tokenizer, trunk = full.tokenizer, full.trunk.eval()
     rows = []
     t0 = time.monotonic()
     for cursor in cursors_of(heldout, dataclasses.replace(user, max_requests=requests)):
         ids = prompt_for(tokenizer, repo, train, cursor, user)
-        done = complete(
-            full.trunk.eval(), tokenizer, ids, user.max_new_tokens, healed=cursor.healed
-        )
+        done = complete(trunk, tokenizer, ids, user.max_new_tokens, healed=cursor.healed)
         if not done.ids:
             continue
         x = torch.tensor([ids + done.ids])
