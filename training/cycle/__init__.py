@@ -5,8 +5,8 @@ One cycle, in order:
     lock       one cycle per registry at a time (fcntl lock on REGISTRY/cycle.lock; a second
                cycle is refused with the first one's pid)
     sessions   count sessions logged since the last cycle (the watermark in WORK/state.json);
-               fewer than `min_sessions` -> skipped, nothing trained, unless the workspace
-               (`--workspace`) has at least `min_repo_chars` characters of new or changed code
+               fewer than `min_sessions` -> skipped, nothing trained, unless the completion
+               lane is due (`--workspace` changed enough, or enough suggestions were logged)
     base       an empty registry first gets `base` (the starter model) as its promoted version
     export     telemetry.export of the whole store; the rows no earlier cycle used are new
     repo, tab  when the workspace changed enough: a candidate for the completion lane, trained
