@@ -432,8 +432,12 @@ class CompletionService:
             engine = await self.host.get(model)
         except EngineError:
             return None  # the host has logged it and sent the status once
-        if me.cancel.is_set():  # superseded while the model loaded
+        sid = uuid.uuid4().hex
+        if me.cancel.is_set():  # superseded while the model loaded: still one row per request
+            self._record_cancelled(sid=sid, **row)
             return None
+        me.suggestion_id = sid
+        me.row = {"sid": sid, **row}
         prefix, suffix = row["prefix"], row["suffix"]
         max_prompt = engine.context_length - settings.max_tokens - 8
         prompt = build_prompt(
@@ -446,9 +450,6 @@ class CompletionService:
             uri=row["uri"],
             place=place,
         )
-        sid = uuid.uuid4().hex
-        me.suggestion_id = sid
-        me.row = {"sid": sid, **row}
         stop = stop_strings(prefix, settings)
         # ahead of a running agent turn's next step
         show_min = self.host.show_min
