@@ -7,7 +7,7 @@
     flywheel train eval --model runs/starter/model --tasks runs/starter/tasks --json eval.json
     flywheel train rl --recipe training/recipes/rl.toml [--set steps=10] [--no-resume]
     flywheel train repo --workspace ~/src/project [--model default] [--out runs/repo]
-    flywheel train tab --workspace ~/src/project --model registry:v3 [--telemetry-db DB]
+    flywheel train tab --data runs/repo/data --model registry:v3 [--telemetry-db DB --workspace ~/src/project]
 
 STAGE is one of data, tasks, pretrain, long_context, sft, mtp, starter (the whole chain, see
 training/starter.py), eval (held-out tasks through the real harness, training/evaluate.py),
@@ -386,6 +386,11 @@ def _tab_parser(sub) -> None:
     )
     p.add_argument("--data", default="", help="RUN/data of `flywheel train repo`: simulated user")
     p.add_argument("--telemetry-db", default="", help="train on logged suggestion outcomes")
+    p.add_argument(
+        "--workspace",
+        default="",
+        help="with --telemetry-db: only the suggestions made in files under this folder",
+    )
     add_model_argument(
         p,
         default="",
@@ -442,6 +447,7 @@ def _tab(args: argparse.Namespace) -> int:
             recipe,
             data=args.data,
             telemetry_db=args.telemetry_db,
+            workspace=args.workspace,
             user=user,
             registry_root=registry,
             parent=parent,

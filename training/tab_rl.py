@@ -72,10 +72,13 @@ class TabError(ValueError):
     """The tab stage cannot run; the message says what to give it."""
 
 
-def logged_outcomes(db_path: str, since: float = 0.0) -> list[tuple[Outcome, dict]]:
+def logged_outcomes(
+    db_path: str, since: float = 0.0, workspace: str = ""
+) -> list[tuple[Outcome, dict]]:
     """(outcome, its stored context) for each inline suggestion logged after `since` that can be
     learnt from: shown, with an outcome, and its code kept (consent `code`; metrics-only consent
-    stores no context)."""
+    stores no context). With `workspace`, only those made in a file under that folder: one
+    database holds every workspace the editor opened, and a repository learns its own."""
     from telemetry import open_db
     from telemetry.acceptance import outcomes_from_db
 
@@ -86,26 +89,42 @@ def logged_outcomes(db_path: str, since: float = 0.0) -> list[tuple[Outcome, dic
         outcomes = outcomes_from_db(db.conn, since=since)
     finally:
         db.conn.close()
+    inside = _under(workspace) if workspace else None
     out = []
     for o in outcomes:
         try:
             context = json.loads(o.extra.get("context") or "{}")
         except json.JSONDecodeError:
             continue
+        if inside is not None and not inside(o.extra.get("document_uri") or ""):
+            continue
         if o.shown and isinstance(context, dict) and "prefix" in context:
             out.append((o, context))
     return out
 
 
+def _under(folder: str) -> Callable[[str], bool]:
+    """Whether a document URI (or path) names a file inside `folder`."""
+    from telemetry.privacy import uri_path
+
+    root = Path(folder).expanduser().resolve()
+
+    def inside(uri: str) -> bool:
+        return bool(uri) and Path(uri_path(uri)).resolve().is_relative_to(root)
+
+    return inside
+
+
 def logged_samples(
-    db_path: str, tokenizer, user: UserConfig
+    db_path: str, tokenizer, user: UserConfig, workspace: str = ""
 ) -> list[tuple[list[int], list[int], Outcome]]:
-    """(prompt ids, output ids, outcome) for each logged inline suggestion with an outcome."""
+    """(prompt ids, output ids, outcome) for each logged inline suggestion with an outcome (under
+    `workspace`, if given)."""
     from agent.chat_format import heal, render_repo_fim
 
     out = []
     room = user.seq_len - user.max_new_tokens
-    for o, context in logged_outcomes(db_path):
+    for o, context in logged_outcomes(db_path, workspace=workspace):
         uri = context.get("path") or o.extra.get("document_uri") or "file.py"
         path = str(uri).rsplit("/", 1)[-1]
         prefix, healed = heal(str(context["prefix"]))  # as the server asked; it stored the rest
@@ -195,14 +214,17 @@ def _simulated_source(data: str, user: UserConfig) -> tuple[str, list, list]:
     return repo, train, cursors
 
 
-def _logged_source(telemetry_db: str, tokenizer, user: UserConfig, simulated: bool, log) -> list:
-    """The logged samples of `telemetry_db` (none without it); a database without any is an
-    error unless the simulated user trains beside it."""
-    logged = logged_samples(telemetry_db, tokenizer, user) if telemetry_db else []
+def _logged_source(
+    telemetry_db: str, workspace: str, tokenizer, user: UserConfig, simulated: bool, log
+) -> list:
+    """The logged samples of `telemetry_db` (none without it), under `workspace` if given; a
+    database without any is an error unless the simulated user trains beside it."""
+    logged = logged_samples(telemetry_db, tokenizer, user, workspace) if telemetry_db else []
     if telemetry_db and not logged:
+        where = f" made under {workspace}" if workspace else ""
         none = (
-            f"{telemetry_db} holds no inline suggestion with code and an outcome (shown, then "
-            "accepted or rejected, under consent 'code')"
+            f"{telemetry_db} holds no inline suggestion{where} with code and an outcome (shown, "
+            "then accepted or rejected, under consent 'code')"
         )
         if not simulated:
             raise TabError(f"{none}: use Flywheel in the editor, or train from --data")
@@ -215,13 +237,15 @@ def train_tab(
     *,
     data: str = "",
     telemetry_db: str = "",
+    workspace: str = "",
     user: UserConfig | None = None,
     registry_root: str | Path | None = None,
     parent: str | None = None,
     log: Callable[[str], None] = print,
 ) -> dict:
     """Run `recipe.steps` updates (see the module docstring); returns the run's summary.
-    `parent`: the registry version `recipe.init` is, recorded as the candidate's lineage."""
+    `parent`: the registry version `recipe.init` is, recorded as the candidate's lineage;
+    `workspace`: learn only from the suggestions logged in files under it."""
     from training.rl.policy import Policy
 
     if not data and not telemetry_db:
@@ -232,7 +256,7 @@ def train_tab(
     spec = RewardSpec(recipe.rewards, recipe.effort_penalty, recipe.reward_version)
     policy = Policy.load(recipe.init, recipe)
     repo, train, cursors = _simulated_source(data, user)
-    logged = _logged_source(telemetry_db, policy.tokenizer, user, bool(cursors), log)
+    logged = _logged_source(telemetry_db, workspace, policy.tokenizer, user, bool(cursors), log)
     rng = random.Random(recipe.seed)
     generator = torch.Generator().manual_seed(recipe.seed)
     out = Path(recipe.out)
@@ -279,6 +303,7 @@ def train_tab(
         "source": "+".join(
             n for n, used in (("simulated", cursors), ("telemetry", logged)) if used
         ),
+        "workspace": workspace or None,  # the logged suggestions' folder (None: all of them)
         "model": None,
     }
     if not updates:
@@ -337,7 +362,12 @@ def _finish(policy, recipe, summary, out: Path, registry_root, parent, data, tel
         summary["version"] = Registry(registry_root).add(
             summary["model"],
             parent=parent,
-            data={"source": summary["source"], "data": data, "telemetry_db": telemetry_db},
+            data={
+                "source": summary["source"],
+                "data": data,
+                "telemetry_db": telemetry_db,
+                "workspace": summary["workspace"],
+            },
             recipe=recipe.to_dict(),
             reward=", ".join(f"{k} x {w:g}" for k, w in recipe.rewards.items()),
             note="completion RL from suggestion outcomes",

@@ -72,8 +72,8 @@ def test_logged_suggestions_train_the_candidate_by_completion_rl_after_the_repo_
     and rejected), beside the simulated user; its model, with its lineage, is the candidate."""
     from tests.training.test_tab import logged_db
 
-    logged_db(tmp_path / "telemetry.db")
     ws = make_workspace(tmp_path / "ws")
+    logged_db(tmp_path / "telemetry.db", ws)
     v1 = registry.add(tiny_checkpoint)
     registry.promote(v1, forced=True)
     config = _config(registry, tmp_path, ws, stages={"tab": {"tasks_per_step": 6}})
@@ -95,8 +95,9 @@ def test_enough_logged_suggestions_train_a_candidate_by_completion_rl_alone(
     again by the next cycle."""
     from tests.training.test_tab import logged_db
 
-    logged_db(tmp_path / "telemetry.db")  # 3 suggestions shown with their code and an outcome
     ws = make_workspace(tmp_path / "ws")
+    logged_db(tmp_path / "telemetry.db", ws)  # 3 suggestions shown with their code and an outcome
+    logged_db(tmp_path / "telemetry.db", tmp_path / "other")  # 3 more, in another workspace
     v1 = registry.add(tiny_checkpoint)
     registry.promote(v1, forced=True)
     quiet = dict(min_repo_chars=10**9, min_tab_suggestions=3, min_sessions=10)
@@ -118,8 +119,8 @@ def test_completion_rl_without_an_update_makes_no_candidate_and_uses_the_suggest
 ):
     from tests.training.test_tab import logged_db
 
-    logged_db(tmp_path / "telemetry.db")
     ws = make_workspace(tmp_path / "ws")
+    logged_db(tmp_path / "telemetry.db", ws)
     v1 = registry.add(tiny_checkpoint)
     registry.promote(v1, forced=True)
     quiet = dict(min_repo_chars=10**9, min_tab_suggestions=3, min_sessions=10)
@@ -156,7 +157,7 @@ def test_a_watched_cycle_is_due_when_the_workspace_changed_enough(registry, tmp_
     assert _workspace_due(_config(registry, tmp_path, ws, min_repo_chars=10**9), state) == ""
     from tests.training.test_tab import logged_db
 
-    logged_db(tmp_path / "telemetry.db")  # 3 suggestions to learn from
+    logged_db(tmp_path / "telemetry.db", ws)  # 3 suggestions to learn from
     few = _config(registry, tmp_path, ws, min_repo_chars=10**9, min_tab_suggestions=3)
     assert _workspace_due(few, state) == "3 new suggestions logged with their outcome"
     gone = _config(registry, tmp_path, tmp_path / "missing")

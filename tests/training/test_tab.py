@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -72,11 +73,14 @@ def test_tab_reward_pays_acceptance_charges_rejection_and_ignores_silence():
     assert advantages[2] > 0 and all(a < 0 for i, a in enumerate(advantages) if i != 2)
 
 
-def _log(rec: Recorder, sid: str, output: str, events: list[tuple[str, int | None]], kept=None):
+def _log(
+    rec: Recorder, sid: str, output: str, events: list[tuple[str, int | None]], kept=None, uri=None
+):
     sug = rec.record(
         "suggestion",
         session_id=sid,
         kind="inline",
+        document_uri=uri,
         context={"prefix": "def price(x):\n    ", "suffix": "\n", "path": "shop/price.py"},
         output=output,
     )
@@ -96,17 +100,38 @@ def _log(rec: Recorder, sid: str, output: str, events: list[tuple[str, int | Non
     return sug
 
 
-def logged_db(path: Path) -> Path:
+def logged_db(path: Path, workspace: Path | None = None) -> Path:
+    """Six inline suggestions (three to learn from), made in `workspace`'s shop/price.py (no
+    document URI without it); appended when `path` exists."""
+    uri = (workspace / "shop" / "price.py").as_uri() if workspace else None
     rec = Recorder(path, PrivacyPolicy(consent="code"))
     sid = rec.record("session_start", editor="nvim")
-    _log(rec, sid, "return x * 2", [("shown", None), ("accepted", None)], kept=1.0)
-    _log(rec, sid, "return None", [("superseded", None)])  # typed over: rejected
-    _log(rec, sid, "return x + 1 if x else 0", [("shown", None), ("partially_accepted", 6)])
-    _log(rec, sid, "", [])  # declined: the model proposed nothing
-    _log(rec, sid, "return 0", [("cancelled", None)])  # never on screen: not scored
-    _log(rec, sid, "return -1", [("withheld", None)])  # under the threshold: a quiet request
+    log = functools.partial(_log, rec, sid, uri=uri)
+    log("return x * 2", [("shown", None), ("accepted", None)], kept=1.0)
+    log("return None", [("superseded", None)])  # typed over: rejected
+    log("return x + 1 if x else 0", [("shown", None), ("partially_accepted", 6)])
+    log("", [])  # declined: the model proposed nothing
+    log("return 0", [("cancelled", None)])  # never on screen: not scored
+    log("return -1", [("withheld", None)])  # under the threshold: a quiet request
     rec.close()
     return path
+
+
+def test_logged_suggestions_are_learnt_in_the_workspace_they_were_made_in(tmp_path):
+    from training.tab_rl import logged_outcomes
+
+    db = tmp_path / "t.db"
+    for folder in ("shop", "shop2", "shop/vendored"):  # a sibling sharing a prefix is outside
+        logged_db(db, tmp_path / folder)
+    logged_db(db)  # no document URI: in no workspace
+    assert len(logged_outcomes(str(db))) == 12
+    mine = logged_outcomes(str(db), workspace=str(tmp_path / "shop"))
+    assert len(mine) == 6  # its own and its subfolder's
+    uris = {o.extra["document_uri"] for o, _ in mine}
+    assert uris == {
+        (tmp_path / "shop" / "shop" / "price.py").as_uri(),
+        (tmp_path / "shop" / "vendored" / "shop" / "price.py").as_uri(),
+    }
 
 
 def test_real_and_simulated_outcomes_are_scored_by_the_same_code(tmp_path):

@@ -10,15 +10,17 @@ due       the workspace (`CycleConfig.workspace`) is read as `flywheel train rep
           When the characters of files new or changed since the last cycle that trained on it
           (a sha256 per file in WORK/state.json) reach `min_repo_chars`, both stages run; else,
           when the telemetry database logged `min_tab_suggestions` suggestions to learn from
-          (shown, with an outcome and their code) since the lane last ran, the tab stage alone
+          (shown, with an outcome and their code, in the workspace's files) since the lane last
+          ran, the tab stage alone
 train     the `repo` stage (training/repo_pretrain.py) with recipes/cycle/repo.toml, from the
           version that serves completions now (the completion lane's, else the promoted one),
           on the files' train split; the split is recorded in the cycle folder
 tab       completion RL (training/tab_rl.py) with recipes/cycle/tab.toml, from the repo stage's
           model (alone: from the version serving completions): the simulated user on the same
           train files, and every suggestion the telemetry database logged with its code and
-          outcome; it fits the model's confidence threshold too. No update made (no group with
-          a learning signal): the repo stage's model is the candidate, and without a repo stage
+          outcome in the workspace's files; it fits the model's confidence threshold too. No
+          update made (no group with a learning signal): the repo stage's model is the
+          candidate, and without a repo stage
           there is none
 benchmark candidate and parent on the split's held-out files (training/repo_eval.py: held-out
           perplexity per file, exact single-line completion, and the simulated user's tab
@@ -57,8 +59,9 @@ class CompletionWork:
         return done | ({"repo_files": self.snapshot} if "repo" in self.stages else {})
 
 
-def new_suggestions(db_path: str, since: float) -> tuple[int, float]:
-    """(logged inline suggestions to learn from after `since`, the newest one's time)."""
+def new_suggestions(db_path: str, since: float, workspace: str = "") -> tuple[int, float]:
+    """(logged inline suggestions to learn from after `since`, made under `workspace` if given;
+    the newest logged suggestion's time, in any workspace)."""
     from telemetry import open_db
     from training.tab_rl import logged_outcomes
 
@@ -71,13 +74,13 @@ def new_suggestions(db_path: str, since: float) -> tuple[int, float]:
         ).fetchone()
     finally:
         db.conn.close()
-    return len(logged_outcomes(db_path, since)), max(since, newest or 0.0)
+    return len(logged_outcomes(db_path, since, workspace)), max(since, newest or 0.0)
 
 
 def completion_due(config, state: dict[str, Any]) -> tuple[CompletionWork, str]:
     """What the lane would train on now, and why (the module docstring's `due`)."""
     changed, snapshot, files = repo_change(config, state)
-    count, newest = new_suggestions(config.telemetry_db, state["tab_watermark"])
+    count, newest = new_suggestions(config.telemetry_db, state["tab_watermark"], config.workspace)
     work = CompletionWork(files, snapshot, changed, count, newest)
     if changed >= config.min_repo_chars:
         work.stages = ["repo", "tab"]
@@ -141,7 +144,12 @@ def train_tab_stage(config, init: Path, data: Path, folder: Path, log) -> tuple[
     log(f"training tab (completion RL, {recipe.steps} step(s)) from the repo stage's model ...")
     try:
         summary = train_tab(
-            recipe, data=str(data), telemetry_db=config.telemetry_db, user=user, log=log
+            recipe,
+            data=str(data),
+            telemetry_db=config.telemetry_db,
+            workspace=config.workspace,
+            user=user,
+            log=log,
         )
     except TabError as exc:
         raise CycleError(f"the tab stage: {exc}") from None
