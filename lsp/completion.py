@@ -153,6 +153,34 @@ class Neighbour:
     name: str = ""  # its path as the prompt names it (see `build_prompt`); "" = its file name
 
 
+@dataclass(frozen=True)
+class Ask:
+    """A cursor a completion (or a warm-up) is asked at, and what it is asked with."""
+
+    uri: str
+    version: int
+    text: str
+    offset: int  # cursor offset (code points) in `text`
+    language: str
+    neighbours: list[Neighbour]  # other open documents of its language
+    settings: CompletionSettings
+    model: ModelSettings
+    place: tuple[str, str] = ("", "")  # the names the prompt gives the document (`build_prompt`)
+
+    def prompt(self, max_chars: int) -> str:
+        """The prompt a completion here sends, `max_chars` at most (see `build_prompt`)."""
+        return build_prompt(
+            self.text[: self.offset],
+            self.text[self.offset :],
+            self.language,
+            self.neighbours,
+            self.settings,
+            max_chars,
+            uri=self.uri,
+            place=self.place,
+        )
+
+
 PREFIX_STEP = 512  # characters: where a long prefix starts moves in steps of this size
 
 
@@ -301,22 +329,10 @@ class CompletionService:
     _warmed: dict[str, tuple[int, int]] = field(default_factory=dict)  # uri -> (version, offset)
     _last: dict[str, str] = field(default_factory=dict)  # uri -> latest suggestion id
 
-    async def complete(
-        self,
-        *,
-        uri: str,
-        version: int,
-        text: str,
-        offset: int,
-        language: str,
-        trigger: str,
-        neighbours: list[Neighbour],
-        settings: CompletionSettings,
-        model: ModelSettings,
-        place: tuple[str, str] = ("", ""),
-    ) -> Suggestion | None:
-        """One suggestion at `offset` of `text`, or None (superseded, empty, or engine error);
-        `place` names the document in the prompt (`build_prompt`)."""
+    async def complete(self, ask: Ask, trigger: str) -> Suggestion | None:
+        """One suggestion at `ask`'s cursor, or None (superseded, empty, or engine error)."""
+        uri, version, text, offset = ask.uri, ask.version, ask.text, ask.offset
+        settings = ask.settings
         if self.cache is None or self.cache.size != settings.cache_size:
             self.cache = Cache(settings.cache_size, settings.cache_ttl_s, self.clock)
         warming = self._warming.pop(uri, None)
@@ -351,65 +367,36 @@ class CompletionService:
             row = {
                 "uri": uri,
                 "version": version,
-                "language": language,
+                "language": ask.language,
                 "trigger": trigger,
                 "prefix": prefix,
                 "suffix": suffix,
             }
-            output = await self._generate(me, row, neighbours, settings, model, place)
+            output = await self._generate(me, row, ask)
             if output is None:
                 return None
             self.cache.put(key, output)
             return self._remember(uri, version, offset, prefix, output, me.suggestion_id, key)
 
-    async def warm(
-        self,
-        *,
-        uri: str,
-        version: int,
-        text: str,
-        offset: int,
-        language: str,
-        neighbours: list[Neighbour],
-        settings: CompletionSettings,
-        model: ModelSettings,
-        place: tuple[str, str] = ("", ""),
-    ) -> bool:
-        """Prefill the prompt a completion at `offset` would send, in the prefetch lane, and
+    async def warm(self, ask: Ask) -> bool:
+        """Prefill the prompt a completion at `ask`'s cursor would send, in the prefetch lane, and
         nothing more: the engine's prefix cache then holds it, and the user's first request
         there computes only what was typed since (and the text after the cursor). Nothing is
         suggested or recorded. Skipped while a completion for `uri` runs, or when this place was
         warmed last; a completion for `uri` cancels a warm-up still running (the engine stores a
         prompt only once it is complete, so the completion's own prefill must go first).
         Returns whether the prompt was prefilled."""
-        if (
-            uri in self._inflight
-            or uri in self._warming
-            or self._warmed.get(uri)
-            == (
-                version,
-                offset,
-            )
-        ):
+        uri, here = ask.uri, (ask.version, ask.offset)
+        if uri in self._inflight or uri in self._warming or self._warmed.get(uri) == here:
             return False
         cancel = threading.Event()
         self._warming[uri] = cancel
         try:
-            engine = await self.host.get(model)
+            engine = await self.host.get(ask.model)
             if cancel.is_set():
                 return False
-            prompt = build_prompt(
-                text[:offset],
-                text[offset:],
-                language,
-                neighbours,
-                settings,
-                engine.context_length - settings.max_tokens - 8,
-                uri=uri,
-                place=place,
-            )
             request = Request(
-                prompt=prompt,
+                prompt=ask.prompt(engine.context_length - ask.settings.max_tokens - 8),
                 params=SamplingParams(max_tokens=1, temperature=0.0, logprobs=False),
                 cancel=cancel,
                 priority="prefetch",
@@ -425,23 +412,15 @@ class CompletionService:
         if done:
             if len(self._warmed) >= 256:  # documents warmed long ago: forget them
                 self._warmed.clear()
-            self._warmed[uri] = (version, offset)
+            self._warmed[uri] = here
         return done
 
-    async def _generate(
-        self,
-        me: Inflight,
-        row: dict[str, Any],
-        neighbours: list[Neighbour],
-        settings: CompletionSettings,
-        model: ModelSettings,
-        place: tuple[str, str],
-    ) -> str | None:
+    async def _generate(self, me: Inflight, row: dict[str, Any], ask: Ask) -> str | None:
         """The model's text for the place `row` describes, recorded as a `suggestion` row; None
         when there is nothing to offer: the model failed, wrote nothing usable (recorded
         `ignored`), or a newer request superseded this one (recorded `cancelled`)."""
         try:
-            engine = await self.host.get(model)
+            engine = await self.host.get(ask.model)
         except EngineError:
             return None  # the host has logged it and sent the status once
         sid = uuid.uuid4().hex
@@ -450,18 +429,8 @@ class CompletionService:
             return None
         me.suggestion_id = sid
         me.row = {"sid": sid, **row}
-        prefix, suffix = row["prefix"], row["suffix"]
-        max_prompt = engine.context_length - settings.max_tokens - 8
-        prompt = build_prompt(
-            prefix,
-            suffix,
-            row["language"],
-            neighbours,
-            settings,
-            max_prompt,
-            uri=row["uri"],
-            place=place,
-        )
+        prefix, suffix, settings = row["prefix"], row["suffix"], ask.settings
+        prompt = ask.prompt(engine.context_length - settings.max_tokens - 8)
         stop = stop_strings(prefix, settings)
         # ahead of a running agent turn's next step
         show_min = self.host.show_min
@@ -489,7 +458,7 @@ class CompletionService:
         m = result.metrics
         self.record(
             "suggestion",
-            **self._suggestion_fields(**me.row, neighbours=neighbours),
+            **self._suggestion_fields(**me.row, neighbours=ask.neighbours),
             output=output,
             latency_ms=latency_ms,
             ttft_ms=m.ttft_s * 1000,

@@ -38,7 +38,7 @@ from pygls.lsp.server import LanguageServer
 
 from agent.engine import EngineError
 from lsp.agent_tasks import TaskRunner, prompt_place, task_actions
-from lsp.completion import CompletionService, Neighbour
+from lsp.completion import Ask, CompletionService, Neighbour
 from lsp.configuration import apply_settings, pull_configuration
 from lsp.documents import MAX_DOCUMENT_CHARS, looks_binary, offset_at, suggestible
 from lsp.feedback import SurvivalTracker
@@ -337,17 +337,18 @@ def did_close(ls: FlywheelServer, params: types.DidCloseTextDocumentParams) -> N
 # --- completions -------------------------------------------------------------------------------
 
 
-def _at(ls: FlywheelServer, uri: str, doc: Any, position: types.Position) -> dict[str, Any]:
-    """What a completion (or a warm-up) at `position` of the open `doc` is asked with: the text,
-    the other open documents of its language, the settings, and the names the prompt gives it."""
+def _ask(ls: FlywheelServer, uri: str, doc: Any, position: types.Position) -> Ask:
+    """A completion (or a warm-up) at `position` of the open `doc`: its text and version, the
+    other open documents of its language, the settings, and the names the prompt gives it."""
     text, language = doc.source, doc.language_id or ""
     neighbours = [
         Neighbour(other, d.source[:4000], prompt_place(ls.workspace, other)[1])
         for other, d in ls.workspace.text_documents.items()
         if other != uri and d.language_id == language and not looks_binary(d.source)
     ][:3]
-    return dict(
+    return Ask(
         uri=uri,
+        version=doc.version or 0,
         text=text,
         offset=offset_at(text, position),
         language=language,
@@ -368,8 +369,7 @@ async def _suggest(ls: FlywheelServer, uri: str, position: types.Position, trigg
     text, version = doc.source, doc.version or 0
     if not suggestible(text):
         return None, None
-    at = _at(ls, uri, doc, position)
-    suggestion = await ls.completions.complete(version=version, trigger=trigger, **at)
+    suggestion = await ls.completions.complete(_ask(ls, uri, doc, position), trigger)
     now = ls.document(uri)  # pygls changes the document object in place
     if suggestion is not None and (now is None or (now.version or 0) != version):
         # The user typed on while the model ran. Some clients (Neovim's) draw an answer to an
@@ -475,7 +475,7 @@ async def cursor_idle(ls: FlywheelServer, params: CursorIdleParams) -> None:
     if not ls.settings.completion.enabled or doc is None or (doc.version or 0) != version:
         return  # the document moved on: the next rest will say where the cursor is now
     if suggestible(doc.source):
-        await ls.completions.warm(version=version, **_at(ls, uri, doc, params.position))
+        await ls.completions.warm(_ask(ls, uri, doc, params.position))
 
 
 # --- next edit ---------------------------------------------------------------------------------

@@ -25,6 +25,11 @@ NOISE_PRINT = "noise: a library printed this to stdout"
 NOISE_FD = "noise: a C extension wrote this to file descriptor 1"
 
 
+def arguments(checkpoint: Path, db: Path) -> list[str]:
+    """This launcher's module and arguments, after `python -m`: the base on a first start."""
+    return ["tests.lsp.first_start_server", str(checkpoint), "--model", "base", "--db", str(db)]
+
+
 def install_stand_in(checkpoint: Path, site: Path) -> None:
     import agent.base as base
 

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from agent.confidence import KEY, confidence, fit_threshold, threshold, worth_showing
-from lsp.completion import CompletionService
+from lsp.completion import Ask, CompletionService
 from lsp.model_host import ModelHost
 from lsp.settings import CompletionSettings, ModelSettings
 
@@ -71,17 +71,17 @@ def _complete(folder, rows: list) -> str | None:
 
     async def go():
         try:
-            return await service.complete(
+            ask = Ask(
                 uri="file:///w/shop/app.py",
                 version=1,
                 text=text,
                 offset=len(text),
                 language="python",
-                trigger="invoked",
                 neighbours=[],
                 settings=CompletionSettings(debounce_ms=0, max_tokens=6, temperature=1.0, seed=0),
                 model=ModelSettings(name=str(folder), speculative="none", dtype="float32"),
             )
+            return await service.complete(ask, "invoked")
         finally:
             host.close()
 

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from agent.engine import Completion, RequestMetrics, Result
-from lsp.completion import CompletionService
+from lsp.completion import Ask, CompletionService
 from lsp.settings import CompletionSettings, ModelSettings
 from tests.lsp.conftest import inline_params
 
@@ -67,8 +67,8 @@ def _service(engine: Engine) -> tuple[CompletionService, list]:
     return CompletionService(Host(engine), lambda what, **f: rows.append(what) or "id"), rows
 
 
-def _place(**extra) -> dict:
-    return dict(
+def _place() -> Ask:
+    return Ask(
         uri=URI,
         version=1,
         text=TEXT,
@@ -78,7 +78,6 @@ def _place(**extra) -> dict:
         settings=SETTINGS,
         model=ModelSettings(),
         place=("shop", "app.py"),
-        **extra,
     )
 
 
@@ -87,9 +86,9 @@ def test_a_resting_cursor_prefills_the_completions_prompt_once_and_records_nothi
     svc, rows = _service(engine)
 
     async def go():
-        assert await svc.warm(**_place())
-        assert not await svc.warm(**_place())  # the same place again: nothing to do
-        await svc.complete(**_place(trigger="invoked"))
+        assert await svc.warm(_place())
+        assert not await svc.warm(_place())  # the same place again: nothing to do
+        await svc.complete(_place(), "invoked")
 
     asyncio.run(go())
     warm, asked = engine.requests
@@ -104,9 +103,9 @@ def test_the_users_request_cancels_a_warm_up_still_running():
     svc, _ = _service(engine)
 
     async def go():
-        warming = asyncio.ensure_future(svc.warm(**_place()))
+        warming = asyncio.ensure_future(svc.warm(_place()))
         await asyncio.to_thread(engine.started.wait, 10)
-        asked = asyncio.ensure_future(svc.complete(**_place(trigger="invoked")))
+        asked = asyncio.ensure_future(svc.complete(_place(), "invoked"))
         await asyncio.sleep(0)  # the request starts: it cancels the warm-up
         engine.release.set()
         return await warming, await asked

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.lsp import first_start_server
 from tests.lsp.first_start_server import NOISE_FD, NOISE_PRINT
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
@@ -119,12 +120,7 @@ async def test_first_start_shows_conversion_progress_and_stdout_is_only_lsp(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "tests.lsp.first_start_server",
-        str(tiny_checkpoint),
-        "--model",
-        "base",
-        "--db",
-        str(tmp_path / "t.db"),
+        *first_start_server.arguments(tiny_checkpoint, tmp_path / "t.db"),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

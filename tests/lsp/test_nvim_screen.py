@@ -19,6 +19,7 @@ import uuid
 import pytest
 
 from tests.harness.replay import call
+from tests.lsp import first_start_server
 from tests.lsp.conftest import replay_command
 from tests.lsp.test_nvim import NVIM, SCRIPTS, nvim_env, run_nvim, workspace
 
@@ -81,15 +82,7 @@ def test_first_start_shows_the_preparation_in_the_statusline(
     tmp_path, tiny_checkpoint, monkeypatch
 ):
     root = workspace(tmp_path, "main.py", "x = 1\n")
-    cmd = [
-        *replay_command()[:2],
-        "tests.lsp.first_start_server",
-        str(tiny_checkpoint),
-        "--model",
-        "base",
-        "--db",
-        str(tmp_path / "t.db"),
-    ]
+    cmd = [*replay_command()[:2], *first_start_server.arguments(tiny_checkpoint, tmp_path / "t.db")]
     cache = tmp_path / "cache"
     monkeypatch.setenv("FLYWHEEL_CACHE", str(cache))  # empty: the server converts its base
     results = run_nvim(tmp_path, "first_start.lua", root, "main.py", cmd)

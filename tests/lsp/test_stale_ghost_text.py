@@ -13,7 +13,7 @@ import pytest
 from lsprotocol import types
 
 from agent.engine import Completion, RequestMetrics, Result
-from lsp.completion import CompletionService
+from lsp.completion import Ask, CompletionService
 from lsp.settings import CompletionSettings, ModelSettings
 from tests.lsp.conftest import inline_params
 
@@ -72,15 +72,17 @@ def service(*answers: str) -> tuple[CompletionService, ScriptedEngine, list]:
 def complete(svc: CompletionService, text: str, offset: int, version: int = 1):
     return asyncio.run(
         svc.complete(
-            uri=URI,
-            version=version,
-            text=text,
-            offset=offset,
-            language="python",
-            trigger="invoked",
-            neighbours=[],
-            settings=SETTINGS,
-            model=ModelSettings(),
+            Ask(
+                uri=URI,
+                version=version,
+                text=text,
+                offset=offset,
+                language="python",
+                neighbours=[],
+                settings=SETTINGS,
+                model=ModelSettings(),
+            ),
+            "invoked",
         )
     )
 

@@ -92,20 +92,23 @@ def test_stale_proposal_is_refused():
         raise AssertionError("a changed document must be refused")
 
 
+def _prompt_for_tot(neighbours: list, **where) -> str:
+    """The default settings' prompt at the end of `x = tot` (a line of its own), `where` naming
+    the document."""
+    from lsp.completion import build_prompt
+    from lsp.settings import CompletionSettings
+
+    return build_prompt(
+        "x = tot", "\n", "python", neighbours, CompletionSettings(), 10_000, **where
+    )
+
+
 def test_other_open_files_are_repository_context_in_qwens_format_within_the_budget():
     from lsp.completion import Neighbour, build_prompt
     from lsp.settings import CompletionSettings
 
     neighbours = [Neighbour("file:///w/shop/cart.py", "def total(items):\n    return 0\n")]
-    prompt = build_prompt(
-        "x = tot",
-        "\n",
-        "python",
-        neighbours,
-        CompletionSettings(),
-        10_000,
-        uri="file:///w/shop/app.py",
-    )
+    prompt = _prompt_for_tot(neighbours, uri="file:///w/shop/app.py")
     assert prompt == (
         "<|repo_name|>shop\n<|file_sep|>cart.py\ndef total(items):\n    return 0\n"
         "<|file_sep|>app.py\n<|fim_prefix|>x = tot<|fim_suffix|>\n<|fim_middle|>"
@@ -122,8 +125,7 @@ def test_the_prompt_names_files_by_workspace_and_path_as_repository_training_doe
     from pygls.workspace import Workspace
 
     from lsp.agent_tasks import prompt_place
-    from lsp.completion import Neighbour, build_prompt
-    from lsp.settings import CompletionSettings
+    from lsp.completion import Neighbour
 
     shop = tmp_path / "shop"
     (shop / "billing").mkdir(parents=True)
@@ -140,16 +142,7 @@ def test_the_prompt_names_files_by_workspace_and_path_as_repository_training_doe
     assert prompt_place(workspace, outside.as_uri()) == ("notes", "scratch.py")
 
     neighbours = [Neighbour(cart, "def total(items):\n    return 0\n", "billing/cart.py")]
-    prompt = build_prompt(
-        "x = tot",
-        "\n",
-        "python",
-        neighbours,
-        CompletionSettings(),
-        10_000,
-        uri=(shop / "app.py").as_uri(),
-        place=("shop", "app.py"),
-    )
+    prompt = _prompt_for_tot(neighbours, uri=(shop / "app.py").as_uri(), place=("shop", "app.py"))
     assert prompt.startswith("<|repo_name|>shop\n<|file_sep|>billing/cart.py\ndef total(")
 
 

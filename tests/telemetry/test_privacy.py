@@ -3,6 +3,7 @@ no code anywhere, excluded files keep no code, and `forget` leaves no bytes behi
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import uuid
 import zlib
@@ -92,6 +93,16 @@ SECRETS: list[tuple[str, str, str]] = [
     ),
     ("basic_auth_header", "headers = {{'X-Api-Key': '{s}'}}", "f7Kp2Qz9Lm4Xw8Rt6Yv3Bn1"),
 ]
+
+
+def _step(recorder: Recorder, sid: str, tid: str, idx: int, role: str, **fields) -> str:
+    """One step of task `tid` in session `sid`."""
+    return recorder.record("step", session_id=sid, task_id=tid, idx=idx, role=role, **fields)
+
+
+def _read(call_id: str, path: str) -> dict:
+    """A `read_file` tool call of `path`."""
+    return {"id": call_id, "name": "read_file", "arguments": {"path": path}}
 
 
 def _texts() -> list[tuple[str, str, str]]:
@@ -294,34 +305,13 @@ def test_excluded_files_keep_no_code(recorder: Recorder, db_path: Path):
         instruction="read the config",
         workspace_files={".env.local": secret_text, "app.py": "print(1)"},
     )
-    recorder.record(
-        "step",
-        session_id=sid,
-        task_id=tid,
-        idx=0,
-        role="assistant",
-        tool_calls=[{"id": "c", "name": "read_file", "arguments": {"path": "config/.env"}}],
-    )
+    step = functools.partial(_step, recorder, sid, tid)
+    step(0, "assistant", tool_calls=[_read("c", "config/.env")])
     # the tool result of that read: excluded by its call id, and by position without one
-    recorder.record(
-        "step",
-        session_id=sid,
-        task_id=tid,
-        idx=1,
-        role="tool",
-        tool_call_id="c",
-        result=secret_text,
-    )
-    recorder.record(
-        "step",
-        session_id=sid,
-        task_id=tid,
-        idx=2,
-        role="assistant",
-        tool_calls=[{"id": "d", "name": "read_file", "arguments": {"path": "deploy/prod.pem"}}],
-    )
-    recorder.record("step", session_id=sid, task_id=tid, idx=3, role="tool", result=secret_text)
-    recorder.record("step", session_id=sid, task_id=tid, idx=4, role="assistant", content="ok")
+    step(1, "tool", tool_call_id="c", result=secret_text)
+    step(2, "assistant", tool_calls=[_read("d", "deploy/prod.pem")])
+    step(3, "tool", result=secret_text)
+    step(4, "assistant", content="ok")
     recorder.record(
         "edit",
         session_id=sid,
@@ -464,17 +454,11 @@ def test_json_values_under_secret_names_are_redacted_but_file_names_are_not(
         instruction="log in",
         workspace_files={"auth/tokenizer.py": "def tokenize(text):\n    return text.split()\n"},
     )
-    recorder.record(
-        "step",
-        session_id=sid,
-        task_id=tid,
-        idx=0,
-        role="assistant",
-        tool_calls=[
-            {"id": "c", "name": "login", "arguments": {"user": "ann", "password": "plainpw"}},
-            {"id": "d", "name": "login", "arguments": {"api_token": "${TOKEN}"}},
-        ],
-    )
+    calls = [
+        {"id": "c", "name": "login", "arguments": {"user": "ann", "password": "plainpw"}},
+        {"id": "d", "name": "login", "arguments": {"api_token": "${TOKEN}"}},
+    ]
+    _step(recorder, sid, tid, 0, "assistant", tool_calls=calls)
     assert recorder.flush()
     text = all_text(db_path)
     assert "plainpw" not in text and '"password": "[REDACTED:password_assignment]"' in text
