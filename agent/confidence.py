@@ -9,7 +9,8 @@ model's own greedy suggestions with the stage's reward (`fit_threshold`): below 
 earned more than showing. The policy gradient alone does not learn to keep quiet: it would have to
 make end-of-text the most likely first token, and the model almost never samples it. The
 language server (lsp/completion.py) and the simulated user (training/simulated_user.py) apply the
-same rule (`worth_showing`).
+same rule (`worth_showing`). A model served over HTTP carries its threshold with it: `flywheel
+serve` reports it in /v1/models under the same key, and the openai backend reads it from there.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ def threshold(folder: str | Path | None) -> float | None:
         value = json.loads((Path(folder) / "flywheel.json").read_text()).get(KEY)
     except (OSError, ValueError, AttributeError):
         return None
+    return as_threshold(value)
+
+
+def as_threshold(value: object) -> float | None:
+    """`value` (read from a file or a server) as a threshold: a finite number, else None."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return float(value)

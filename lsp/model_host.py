@@ -52,7 +52,6 @@ class ModelHost:
         self.engine: Engine | None = None
         self.settings: ModelSettings | None = None
         self.error: str | None = None
-        self.show_min: float | None = None  # the model's confidence threshold (agent/confidence.py)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flywheel-engine")
         self._loading: asyncio.Future[Engine] | None = None
         self._opening = False
@@ -63,6 +62,12 @@ class ModelHost:
     @property
     def version(self) -> str:
         return self.engine.model_version if self.engine is not None else ""
+
+    @property
+    def show_min(self) -> float | None:
+        """The serving model's confidence threshold (agent/confidence.py): its folder's, or the
+        one its server reports; None shows every suggestion."""
+        return self.engine.show_min_confidence if self.engine is not None else None
 
     def status(self) -> dict[str, Any]:
         if self.error:
@@ -124,7 +129,6 @@ class ModelHost:
             self.error_once(self.error)
             self._report()
             raise EngineError(self.error) from exc
-        self.show_min = await loop.run_in_executor(self._pool, _show_min, settings.name)
         self.engine, self._opening = engine, False
         self._report()
         return engine
@@ -246,20 +250,6 @@ def _prepare(settings: ModelSettings, progress: Callable[[float, str], None]) ->
                 progress(1.0, "the model could not be prepared")
             raise
     return engine_config(settings)
-
-
-def _show_min(model: str) -> float | None:
-    """The confidence below which the model's inline suggestions are not shown
-    (agent/confidence.py); None for a server URL or a folder without one."""
-    from agent.confidence import threshold
-    from agent.model import is_server_url, resolve_model
-
-    if is_server_url(model):
-        return None
-    try:
-        return threshold(resolve_model(model))
-    except (EngineError, OSError):
-        return None
 
 
 def _kind(config: EngineConfig) -> tuple:

@@ -96,6 +96,12 @@ class Engine(Protocol):
         """Longest prompt + output the model accepts, in tokens."""
         ...
 
+    @property
+    def show_min_confidence(self) -> float | None:
+        """The served model's confidence threshold for inline suggestions (agent/confidence.py);
+        None: show every suggestion."""
+        ...
+
     def generate(self, request: Request) -> Result:
         """Run a request to the end (all n samples) and return every sample with metrics."""
         ...

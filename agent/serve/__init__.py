@@ -13,7 +13,9 @@ original file of an apply request), `apply` (chat: true for a fast-apply convers
 model's fast-apply adapter decodes where its folder has one), `top_k`, `stop_token_ids` and
 `return_token_ids` (vLLM's name: adds `token_ids` to each choice). Responses add `metrics` (the
 engine's `RequestMetrics`) beside `usage`, `system_fingerprint` is the version of the weights that
-wrote the answer, and `/v1/models` entries carry `max_model_len` and `version`. Logprob tokens
+wrote the answer, and `/v1/models` entries carry `max_model_len`, `version` and, for a model
+completion RL fitted one, `show_min_confidence` (agent/confidence.py): a language server using
+this server as its model withholds inline suggestions under it, as with the folder. Logprob tokens
 are named `token_id:N` (vLLM's `return_tokens_as_token_ids` convention) because the engine
 interface speaks token ids, not token strings.
 

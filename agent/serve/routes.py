@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 
+from agent.confidence import KEY as CONFIDENCE_KEY
 from agent.engine import BadRequest, Cancelled, Delta, Engine, EngineError, Request, Result
 from agent.serve.app import ServerConfig, StreamJob, next_delta
 from agent.serve.metrics import ServerMetrics
@@ -122,6 +123,9 @@ async def models(http: HTTPRequest):
         "max_model_len": served.engine.context_length,
         "version": served.engine.model_version,
     }
+    show_min = served.engine.show_min_confidence
+    if show_min is not None:  # the model's own rule for inline suggestions travels with it
+        card[CONFIDENCE_KEY] = show_min
     return {"object": "list", "data": [card]}
 
 

@@ -48,6 +48,10 @@ class ReplayEngine:
     def context_length(self) -> int:
         return self._context_length
 
+    @property
+    def show_min_confidence(self) -> float | None:
+        return None  # recorded turns: every suggestion is shown
+
     def generate(self, request: Request) -> Result:
         with self._lock:
             self.requests.append(request)

@@ -108,3 +108,28 @@ def test_the_server_withholds_a_suggestion_under_the_models_threshold(tmp_path, 
     assert events == ["withheld"]
     written = [f["output"] for what, f in quiet_rows if what == "suggestion"]
     assert written == [text]  # the same seeded answer, recorded, not offered
+
+
+def test_a_model_served_over_http_brings_its_threshold_to_the_language_server(
+    tmp_path, tiny_checkpoint
+):
+    """`flywheel serve` reports the threshold in /v1/models; the language server, given the
+    server's URL as its model, withholds by it as it would with the folder."""
+    import httpx
+
+    from tests.flywheel_server import running_server
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_checkpoint, folder)
+    meta = folder / "flywheel.json"
+    base = json.loads(meta.read_text()) if meta.exists() else {}
+    meta.write_text(json.dumps({**base, KEY: 0.0}))  # above any mean log-probability
+    with running_server(folder) as url:
+        (card,) = httpx.get(f"{url}/v1/models").json()["data"]
+        assert card[KEY] == 0.0
+        rows: list = []
+        assert _complete(f"{url}/v1", rows) is None, rows
+    events = [f.get("event") for what, f in rows if what == "suggestion_event"]
+    assert events == ["withheld"]
+    (written,) = [f["output"] for what, f in rows if what == "suggestion"]
+    assert written  # recorded, not offered

@@ -147,6 +147,10 @@ class RecordingEngine:
     def context_length(self) -> int:
         return self.engine.context_length
 
+    @property
+    def show_min_confidence(self) -> float | None:
+        return self.engine.show_min_confidence
+
     def prompt_ids(self, request: Request) -> list[int]:
         """The prompt as the local engine tokenizes it (chat template, no special tokens added)."""
         if request.messages is not None:

@@ -41,6 +41,8 @@ from typing import Any
 
 import httpx
 
+from agent.confidence import KEY as CONFIDENCE_KEY
+from agent.confidence import as_threshold
 from agent.engine import Stream
 from agent.engine.config import EngineConfig
 from agent.engine.request import (
@@ -126,6 +128,7 @@ class OpenAIEngine:
         )
         if context_length is not None and context_length < 16:
             raise BadRequest(f"the context length must be at least 16 tokens, got {context_length}")
+        self._card: dict[str, Any] = {}
         card = self._model_card()  # also proves the server is there, with a clear error if not
         self.model_name = config.served_model_name or card["id"]
         reported = next(
@@ -148,6 +151,13 @@ class OpenAIEngine:
         """The server's `version` for the model (flywheel serve), else the model id."""
         card = self._model_card()
         return str(card.get("version") or card["id"])
+
+    @property
+    def show_min_confidence(self) -> float | None:
+        """The threshold `flywheel serve` reports with the model (None from other servers), as of
+        the last time /v1/models was read: with `model_version`, which callers read to know the
+        weights a request will meet."""
+        return as_threshold(self._card.get(CONFIDENCE_KEY))
 
     def generate(self, request: Request) -> Result:
         return self.stream(request).finish()
@@ -189,10 +199,9 @@ class OpenAIEngine:
         if not cards:
             raise EngineError(f"the server at {self.url} serves no models (/v1/models is empty)")
         wanted = self.config.served_model_name
-        if wanted is None:
-            return cards[0]
         for card in cards:
-            if card.get("id") == wanted:
+            if wanted is None or card.get("id") == wanted:
+                self._card = card
                 return card
         served = ", ".join(repr(c.get("id")) for c in cards)
         raise EngineError(

@@ -136,6 +136,10 @@ class VLLMEngine:
     def context_length(self) -> int:
         return self._runner.context_length
 
+    @property
+    def show_min_confidence(self) -> float | None:
+        return self._runner.show_min
+
     def generate(self, request: Request) -> Result:
         return self.stream(request).finish()
 
@@ -191,6 +195,7 @@ class VLLMEngine:
         return {"method": "mtp"}  # the draft is exported per loaded model, in _start
 
     def _start(self, model: str) -> _Runner:
+        from agent.confidence import threshold
         from agent.engine.local.model_runner import decode_table
         from agent.model import checkpoint_folder, checkpoint_version, merged_folder
 
@@ -199,7 +204,8 @@ class VLLMEngine:
                 f"the vllm backend loads a local checkpoint folder, not {model!r}; "
                 "use the openai backend for a server URL"
             )
-        folder = merged_folder(checkpoint_folder(model))  # vLLM loads whole folders
+        source = checkpoint_folder(model)
+        folder = merged_folder(source)  # vLLM loads whole folders
         from transformers import AutoTokenizer
 
         try:
@@ -255,6 +261,7 @@ class VLLMEngine:
             context_length=int(engine.model_config.max_model_len),
             vocab_size=vocab,
             draft_dir=draft_dir,
+            show_min=threshold(source),  # an adapter's own, not the merged copy's
         )
 
     def _prepare(self, request: Request, runner: _Runner) -> _Job:
@@ -372,9 +379,18 @@ class _Runner:
     """
 
     def __init__(
-        self, llm, tokenizer, token_bytes, version, context_length, vocab_size, draft_dir=None
+        self,
+        llm,
+        tokenizer,
+        token_bytes,
+        version,
+        context_length,
+        vocab_size,
+        draft_dir=None,
+        show_min=None,
     ) -> None:
         self.llm = llm
+        self.show_min = show_min  # the model's confidence threshold (agent/confidence.py)
         self.tokenizer = tokenizer
         self.token_bytes = token_bytes  # [vocab] the exact bytes of each token id
         self.version = version

@@ -167,6 +167,10 @@ class LocalEngine:
     def context_length(self) -> int:
         return self._model.context_length
 
+    @property
+    def show_min_confidence(self) -> float | None:
+        return self._model.show_min_confidence
+
     def generate(self, request: Request) -> Result:
         return self.stream(request).finish()
 

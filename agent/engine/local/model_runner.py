@@ -21,6 +21,7 @@ Not thread-safe by itself: the engine holds its lock around every call.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import threading
@@ -29,6 +30,7 @@ from typing import Any
 
 import torch
 
+from agent.confidence import threshold
 from agent.engine.config import LOWBIT_DTYPES
 from agent.engine.local.batched import Part, forward_parts, rows_alone, supports_ragged
 from agent.engine.local.few_rows import use_few_rows_linear
@@ -70,6 +72,11 @@ class LoadedModel:
     @property
     def context_length(self) -> int:
         return int(self.trunk.config.max_position_embeddings)
+
+    @functools.cached_property
+    def show_min_confidence(self) -> float | None:
+        """The threshold in the checkpoint folder's flywheel.json (agent/confidence.py)."""
+        return threshold(self.checkpoint.path)
 
     @property
     def device(self) -> torch.device:
