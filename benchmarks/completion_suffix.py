@@ -65,7 +65,13 @@ def cursors(files: int, per_file: int, seed: int) -> list[tuple[str, str, str]]:
 def main() -> None:
     from agent.engine import open_engine
     from agent.model import add_model_argument
-    from lsp.completion import build_prompt, clean_output, stop_strings, suggestion_request
+    from lsp.completion import (
+        build_prompt,
+        clean_output,
+        heal,
+        stop_strings,
+        suggestion_request,
+    )
     from lsp.model_host import engine_config
     from lsp.settings import CompletionSettings, ModelSettings
 
@@ -88,7 +94,13 @@ def main() -> None:
             )
             stop = stop_strings(prefix, settings)
             request = suggestion_request(
-                prompt, settings, stop, threading.Event(), "b", "interactive"
+                prompt,
+                settings,
+                stop,
+                threading.Event(),
+                "b",
+                "interactive",
+                stop_after=len(heal(prefix)[1]),  # as the server asks
             )
             started = time.perf_counter()
             result = engine.generate(request)

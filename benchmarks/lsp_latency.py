@@ -157,7 +157,7 @@ class Direct:
 
     def __call__(self, text: str, offset: int) -> float:
         from agent.engine import Request, SamplingParams
-        from lsp.completion import build_prompt, stop_strings
+        from lsp.completion import build_prompt, heal, stop_strings
 
         settings = self.settings
         before, after = text[:offset], text[offset:]
@@ -169,6 +169,7 @@ class Direct:
                 temperature=self.args.temperature,
                 seed=self.args.seed,
                 stop=stop_strings(before, settings),
+                stop_after=len(heal(before)[1]),  # as the server asks
                 logprobs=False,
             ),
         )

@@ -28,8 +28,8 @@ documents as files of the repository, then the current file's text before and af
 documents each introduced by a comment naming them, then the text before the cursor
 (`flywheel bench infill` measures both). Its
 UTF-8 length is kept under the engine's context length minus the output budget: a byte-level
-BPE never makes more tokens than bytes. A suggestion typed into the middle of a line ends with
-that line (`stop_strings`, setting `multiline`).
+BPE never makes more tokens than bytes. A suggestion spans lines only where a block starts;
+elsewhere it ends with its line (`stop_strings`, setting `multiline`).
 
 A model whose folder holds a confidence threshold (agent/confidence.py; completion RL fits it)
 shows only suggestions at or above it: the others are recorded, marked `withheld`, and not
@@ -69,15 +69,27 @@ BLOCK_WORDS = {"do", "then", "else"}  # so does a line whose last word is one of
 
 def stop_strings(prefix: str, settings: CompletionSettings) -> list[str]:
     """Where a suggestion at the end of `prefix` ends. With `multiline = "auto"`, as editors'
-    inline completion does: typed into the middle of a line (text before the cursor on its line
-    that opens no block) it ends with that line, which is what the user is writing and costs a
-    few tokens instead of the whole budget; on an empty line or after a block opener it may
-    span lines, up to a blank gap."""
-    words = prefix[prefix.rfind("\n") + 1 :].split()
-    if settings.multiline == "always" or not words:
+    inline completion does, it spans lines (up to a blank gap) only where a block starts: after
+    a block opener on the cursor's line, or on an empty line whose last non-empty line above
+    opens one (the body to write), or in an empty file. Anywhere else (the middle of a line,
+    an empty line among statements) it ends with the line: that is what the user is writing
+    next, and it costs a few tokens instead of the whole budget."""
+    if settings.multiline == "always" or _opens_block(prefix):
         return list(STOP)
-    opens = words[-1].endswith(BLOCK_OPENERS) or words[-1] in BLOCK_WORDS
-    return list(STOP) if opens else ["\n", *STOP]
+    return ["\n", *STOP]
+
+
+def _opens_block(prefix: str) -> bool:
+    """Whether the text before the cursor opens a block at the cursor (see `stop_strings`)."""
+    lines = prefix.split("\n")
+    if lines[-1].strip():  # the cursor's line has text: it must end with the opener
+        words = lines[-1].split()
+    else:
+        above = [line for line in lines[:-1] if line.strip()]
+        if not above:
+            return True  # an empty file: whatever comes first
+        words = above[-1].split()
+    return words[-1].endswith(BLOCK_OPENERS) or words[-1] in BLOCK_WORDS
 
 
 def suggestion_request(
@@ -88,10 +100,12 @@ def suggestion_request(
     sid: str,
     priority: str,
     logprobs: bool = False,
+    stop_after: int = 0,
 ) -> Request:
     """The engine request of a suggestion (inline or next edit): the settings' token budget,
     temperature and seed (negative: none), the suggestion's id as its request id; `logprobs` for
-    a suggestion the model's confidence threshold judges (agent/confidence.py)."""
+    a suggestion the model's confidence threshold judges (agent/confidence.py); `stop_after`:
+    the length of the healed text its output starts with, where no stop string counts."""
     return Request(
         prompt=prompt,
         params=SamplingParams(
@@ -99,6 +113,7 @@ def suggestion_request(
             temperature=settings.temperature,
             seed=settings.seed if settings.seed >= 0 else None,
             stop=stop,
+            stop_after=stop_after,
             logprobs=logprobs,
         ),
         cancel=cancel,
@@ -423,7 +438,14 @@ class CompletionService:
         # ahead of a running agent turn's next step
         show_min = self.host.show_min
         request = suggestion_request(
-            prompt, settings, stop, me.cancel, sid, "interactive", show_min is not None
+            prompt,
+            settings,
+            stop,
+            me.cancel,
+            sid,
+            "interactive",
+            show_min is not None,
+            stop_after=len(heal(prefix)[1]),  # a line break the prompt left out is not the end
         )
         started = time.perf_counter()
         try:

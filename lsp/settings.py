@@ -57,8 +57,9 @@ class CompletionSettings:
     # cursor (any causal model)
     cache_size: int = 64  # suggestions kept for repeated or typed-through contexts
     cache_ttl_s: float = 60.0  # how long a cached suggestion stays usable
-    multiline: str = "auto"  # "auto": a suggestion in the middle of a line ends with that line,
-    # one on an empty line or after a block opener may span lines; "always": lines never end it
+    multiline: str = "auto"  # "auto": a suggestion spans lines only where a block starts (after
+    # a block opener, or on an empty line below one), else it ends with its line; "always":
+    # lines never end it
 
     def __post_init__(self) -> None:
         if self.multiline not in ("auto", "always"):

@@ -209,6 +209,32 @@ def test_openai_engine_reads_tool_calls_from_the_server(server):
         engine.close()
 
 
+def test_stop_strings_skip_the_start_of_the_output_over_http_as_locally(server, tool_checkpoint):
+    """`stop_after` (a token-healed prompt's output starts with text that may hold a stop
+    string): the openai backend cuts where the local engine does."""
+    from agent.engine.backends.openai import OpenAIEngine
+    from agent.engine.local.engine import LocalEngine
+
+    local = LocalEngine(EngineConfig(model=str(tool_checkpoint)))
+    remote = OpenAIEngine(EngineConfig(model=server))
+    try:
+
+        def text(engine, **stop) -> str:
+            params = SamplingParams(temperature=0, max_tokens=16, **stop)
+            return engine.generate(Request(prompt=PROMPT, params=params)).completions[0].text
+
+        whole = text(local)
+        first = whole[0]  # a stop string that the output begins with
+        cut = whole.find(first, 1)
+        expected = whole[:cut] if cut > 0 else whole
+        for engine in (local, remote):
+            assert text(engine, stop=[first]) == ""
+            assert text(engine, stop=[first], stop_after=1) == expected
+    finally:
+        local.close()
+        remote.close()
+
+
 def test_openai_engine_names_an_unreachable_server():
     from agent.engine.backends.openai import OpenAIEngine
 

@@ -51,6 +51,9 @@ class SamplingParams:
     top_k: int = 0  # keep the k most likely tokens; 0 keeps all
     seed: int | None = None  # same seed + same request -> same samples
     stop: list[str] = field(default_factory=list)  # stop strings (not included in the output)
+    # stop strings count only where they begin at this character of the output or later: a
+    # token-healed prompt's output starts with text the prompt left out, which may hold one
+    stop_after: int = 0
     stop_token_ids: list[int] = field(default_factory=list)  # besides the model's own EOS
     n: int = 1  # samples per prompt, decoded together in one batch
     logprobs: bool = True  # report the log-probability of every sampled token
@@ -70,6 +73,8 @@ class SamplingParams:
             self.stop = [self.stop]
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise BadRequest("stop strings must be non-empty strings")
+        if not isinstance(self.stop_after, int) or self.stop_after < 0:
+            raise BadRequest(f"stop_after must be an integer >= 0, got {self.stop_after!r}")
 
     @property
     def greedy(self) -> bool:

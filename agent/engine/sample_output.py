@@ -6,7 +6,7 @@ so a character split over several byte tokens appears once it is complete. Stop 
 - a stop token id (EOS, `<|im_end|>` for chat, the request's own): the token is kept in `token_ids`
   and `logprobs` (it was sampled) but contributes no text;
 - a stop string: the text is cut where the first stop string begins (it may span several
-  tokens); the token that completed it is the last one kept;
+  tokens), at or after character `stop_after`; the token that completed it is the last one kept;
 - `max_tokens` reached: finish reason "length".
 
 Streaming (`delta`) never emits text that could still turn out to be the start of a stop string:
@@ -29,8 +29,10 @@ class SampleOutput:
         stop_strings: list[str],
         max_tokens: int,
         logprobs: bool,
+        stop_after: int = 0,
     ) -> None:
         self.index = index
+        self.stop_after = stop_after
         self.token_bytes = token_bytes
         self.stop_ids = stop_ids
         self.stop_strings = stop_strings
@@ -63,7 +65,7 @@ class SampleOutput:
         piece = self.token_bytes[token] if 0 <= token < len(self.token_bytes) else b""
         self.text += self._decoder.decode(piece)
         if self.stop_strings and len(self.text) > before:
-            start = max(0, before - self._longest_stop + 1)
+            start = max(self.stop_after, before - self._longest_stop + 1)
             cuts = [i for s in self.stop_strings if (i := self.text.find(s, start)) >= 0]
             if cuts:
                 self.text = self.text[: min(cuts)]

@@ -196,6 +196,13 @@ def test_stream_holds_back_a_possible_stop_string():
     assert out.text == "abc€"
 
 
+def test_a_stop_string_counts_only_from_stop_after_on():
+    table = [b"\n", b"  x", b"\n", b"y"]
+    out = SampleOutput(0, table, set(), ["\n"], max_tokens=10, logprobs=False, stop_after=1)
+    assert not out.add(0, None) and not out.add(1, None)  # the line break at 0 is not the end
+    assert out.add(2, None) and out.text == "\n  x" and out.finish_reason == "stop"
+
+
 def test_a_tokenizer_that_does_not_fit_the_model_is_refused(tmp_path, tokenizer):
     from agent.model import build_trunk, save_checkpoint
 

@@ -26,11 +26,16 @@ class ScriptedEngine:
     model_version = "scripted-1"
 
     def __init__(self, answers: list[str]) -> None:
-        self.answers, self.calls = list(answers), 0
+        self.answers, self.calls, self.requests = list(answers), 0, []
 
     def generate(self, request) -> Result:
+        """The next answer, cut at the request's first stop string (from `stop_after` on)."""
         self.calls += 1
+        self.requests.append(request)
         text = self.answers.pop(0) if self.answers else ""
+        p = request.params
+        cuts = [i for s in p.stop if (i := text.find(s, p.stop_after)) >= 0]
+        text = text[: min(cuts)] if cuts else text
         done = Completion(
             text=text,
             token_ids=[1],
@@ -156,3 +161,13 @@ async def test_an_answer_for_text_the_user_has_typed_past_is_not_offered(replay_
     assert await asking is None
     again = await ed.client.text_document_inline_completion_async(inline_params(uri, 1, 12))
     assert again is not None and again.items[0].insert_text == "idth * height"
+
+
+def test_a_suggestion_on_an_empty_line_among_statements_is_the_next_line():
+    """The cursor at a line start is token-healed: the model writes the line break and the
+    indentation the prompt left out before the line, so the line's own end is the stop."""
+    svc, engine, _ = service("\n    return total\n\nprint(total)")
+    text = "def f(items):\n    total = sum(items)\n    "
+    assert complete(svc, text, len(text)).text == "return total"
+    (request,) = engine.requests
+    assert request.params.stop[0] == "\n" and request.params.stop_after == len("\n    ")

@@ -200,16 +200,21 @@ def test_model_settings_choose_the_engine_and_when_a_swap_is_enough(tmp_path, ti
     assert s.model.speculative == "auto" and warnings  # not a choice: skipped and named
 
 
-def test_a_suggestion_in_the_middle_of_a_line_ends_with_the_line():
+def test_a_suggestion_spans_lines_only_where_a_block_starts():
     from lsp.completion import STOP, stop_strings
     from lsp.settings import CompletionSettings
 
     auto = CompletionSettings()
-    assert stop_strings("x = 1\ntotal = sum(", auto) == ["\n", *STOP]  # mid-line: this line
-    assert stop_strings("def handle(request, ", auto) == ["\n", *STOP]
-    for block in ("def f():\n    ", "def f():\n", "def f():", "if (x) {", "for x in y; do", ""):
-        assert stop_strings(block, auto) == STOP, block  # an empty line or a block: many lines
-    assert stop_strings("x = undo", auto) == ["\n", *STOP]  # a word ending in "do" opens nothing
+    line = ["\n", *STOP]
+    assert stop_strings("x = 1\ntotal = sum(", auto) == line  # mid-line: this line
+    assert stop_strings("def handle(request, ", auto) == line
+    blocks = ("def f():\n    ", "def f():\n", "def f():", "if (x) {", "for x in y; do", "")
+    blocks += ("class A:\n    \n    ", "   \n  ")  # blank lines below the opener; a blank file
+    for block in blocks:
+        assert stop_strings(block, auto) == STOP, block  # a body to write: many lines
+    for statement in ("def f():\n    x = 1\n    ", "x = 1\n", "import os\n\n"):
+        assert stop_strings(statement, auto) == line, statement  # the next statement: one line
+    assert stop_strings("x = undo", auto) == line  # a word ending in "do" opens nothing
     assert stop_strings("total = sum(", CompletionSettings(multiline="always")) == STOP
     with pytest.raises(ValueError, match="multiline must be 'auto' or 'always'"):
         CompletionSettings(multiline="never")

@@ -54,6 +54,7 @@ from agent.engine.request import (
     Request,
     RequestMetrics,
     Result,
+    SamplingParams,
     ToolCall,
 )
 
@@ -93,6 +94,7 @@ class _Sample:
     calls: dict[int, dict[str, str]] = field(default_factory=dict)  # tool-call index -> pieces
     call_errors: list[str] = field(default_factory=list)
     finish_reason: FinishReason | None = None
+    cut: bool = False  # ended here at a stop string (`stop_after`), not by the server
 
     def tool_calls(self) -> tuple[list[ToolCall], list[str]]:
         calls, errors = [], list(self.call_errors)
@@ -270,7 +272,7 @@ class OpenAIEngine:
             body["top_k"] = p.top_k
         if p.seed is not None:
             body["seed"] = p.seed
-        if p.stop:
+        if p.stop and not p.stop_after:  # with stop_after, `_delta` cuts: OpenAI's API cannot
             body["stop"] = p.stop
         if p.stop_token_ids:
             body["stop_token_ids"] = p.stop_token_ids
@@ -317,11 +319,15 @@ class OpenAIEngine:
                     metrics.drafts_accepted = int(server.get("drafts_accepted", 0))
                     metrics.verify_steps = int(server.get("verify_steps", 0))
                 for choice in event.get("choices") or []:
-                    delta = _delta(samples, choice, request.params.logprobs)
+                    delta = _delta(samples, choice, request.params)
                     if delta is not None:
                         if not metrics.ttft_s and (delta.text or delta.token_ids):
                             metrics.ttft_s = time.perf_counter() - started
                         yield delta
+                if any(s.cut for s in samples.values()) and all(
+                    s.finish_reason for s in samples.values()
+                ):
+                    break  # closing the stream stops the server (its usage is not waited for)
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from exc
         finally:
@@ -398,11 +404,14 @@ def _as_chunk(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _delta(
-    samples: dict[int, _Sample], choice: dict[str, Any], want_logprobs: bool
+    samples: dict[int, _Sample], choice: dict[str, Any], params: SamplingParams
 ) -> Delta | None:
-    """Fold one streamed choice into its sample; the Delta to yield, or None if nothing new."""
+    """Fold one streamed choice into its sample; the Delta to yield, or None if nothing new.
+    With `params.stop_after`, the stop strings (not sent to the server) are looked for here."""
     index = choice.get("index", 0)
     sample = samples.setdefault(index, _Sample(index))
+    if sample.finish_reason is not None:
+        return None  # cut at a stop string here: the rest of the stream is not the answer
     if "delta" in choice:  # chat
         piece = choice["delta"] or {}
         text = piece.get("content") or ""
@@ -423,11 +432,31 @@ def _delta(
     finish = FINISH.get(finish, "stop") if finish else None
     if not (text or token_ids or finish):
         return None
+    if params.stop_after and params.stop:
+        text, finish = _cut(sample, text, params, finish)
     sample.text.append(text)
     sample.token_ids += token_ids
     sample.logprobs += logprobs
     sample.finish_reason = finish or sample.finish_reason
-    return Delta(index, text, token_ids, logprobs if want_logprobs else None, finish)
+    return Delta(index, text, token_ids, logprobs if params.logprobs else None, finish)
+
+
+def _cut(
+    sample: _Sample, text: str, params: SamplingParams, finish: FinishReason | None
+) -> tuple[str, FinishReason | None]:
+    """`text` (new for `sample`) up to the first stop string that begins at character
+    `params.stop_after` of the output or later, and "stop" if there was one."""
+    before = sum(len(t) for t in sample.text)
+    whole = "".join(sample.text) + text
+    start = max(params.stop_after, before - max(len(s) for s in params.stop) + 1)
+    cuts = [i for s in params.stop if (i := whole.find(s, start)) >= 0]
+    if not cuts:
+        return text, finish
+    cut, sample.cut = min(cuts), True
+    if cut < before:  # it began in text already streamed (held back by the local engine)
+        sample.text[:] = [whole[:cut]]
+        return "", "stop"
+    return whole[before:cut], "stop"
 
 
 def _tokens(logprobs: dict[str, Any] | None) -> tuple[list[int], list[float]]:

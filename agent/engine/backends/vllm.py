@@ -279,7 +279,7 @@ class VLLMEngine:
             top_k=p.top_k,  # 0 keeps all, in both
             seed=p.seed,
             max_tokens=p.max_tokens,
-            stop=list(p.stop) or None,
+            stop=(list(p.stop) or None) if not p.stop_after else None,  # then ours alone
             stop_token_ids=sorted(job.stop_ids),
             ignore_eos=True,
             logprobs=0 if p.logprobs else None,  # 0: the sampled token's logprob only
@@ -295,7 +295,13 @@ class VLLMEngine:
         metrics = RequestMetrics(prompt_tokens=len(job.prompt_ids))
         outputs = [
             SampleOutput(
-                i, runner.token_bytes, job.stop_ids, params.stop, params.max_tokens, params.logprobs
+                i,
+                runner.token_bytes,
+                job.stop_ids,
+                params.stop,
+                params.max_tokens,
+                params.logprobs,
+                params.stop_after,
             )
             for i in range(params.n)
         ]

@@ -309,7 +309,13 @@ class LocalEngine:
         metrics = RequestMetrics(prompt_tokens=len(job.prompt_ids))
         outputs = [
             SampleOutput(
-                i, model.token_bytes, job.stop_ids, params.stop, params.max_tokens, params.logprobs
+                i,
+                model.token_bytes,
+                job.stop_ids,
+                params.stop,
+                params.max_tokens,
+                params.logprobs,
+                params.stop_after,
             )
             for i in range(params.n)
         ]
