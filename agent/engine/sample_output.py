@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import codecs
 
-from agent.engine.request import Completion, Delta, FinishReason
+from agent.engine.request import Completion, Delta, FinishReason, SamplingParams
 
 
 class SampleOutput:
@@ -46,6 +46,21 @@ class SampleOutput:
         self._sent_text = 0  # characters of `text` already streamed
         self._sent_tokens = 0  # tokens already streamed
         self._sent_final = False  # the delta carrying finish_reason has gone out
+
+    @classmethod
+    def for_request(
+        cls, index: int, token_bytes: list[bytes], stop_ids: set[int], params: SamplingParams
+    ) -> SampleOutput:
+        """Sample `index` of a request with `params` (its stop strings, budget and logprobs)."""
+        return cls(
+            index,
+            token_bytes,
+            stop_ids,
+            params.stop,
+            params.max_tokens,
+            params.logprobs,
+            params.stop_after,
+        )
 
     @property
     def finished(self) -> bool:

@@ -294,15 +294,7 @@ class VLLMEngine:
         params, runner = job.params, job.runner
         metrics = RequestMetrics(prompt_tokens=len(job.prompt_ids))
         outputs = [
-            SampleOutput(
-                i,
-                runner.token_bytes,
-                job.stop_ids,
-                params.stop,
-                params.max_tokens,
-                params.logprobs,
-                params.stop_after,
-            )
+            SampleOutput.for_request(i, runner.token_bytes, job.stop_ids, params)
             for i in range(params.n)
         ]
         request_id = job.request.request_id or f"flywheel-{next(_ids)}"

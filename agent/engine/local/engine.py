@@ -308,15 +308,7 @@ class LocalEngine:
         params, model = job.params, job.model
         metrics = RequestMetrics(prompt_tokens=len(job.prompt_ids))
         outputs = [
-            SampleOutput(
-                i,
-                model.token_bytes,
-                job.stop_ids,
-                params.stop,
-                params.max_tokens,
-                params.logprobs,
-                params.stop_after,
-            )
+            SampleOutput.for_request(i, model.token_bytes, job.stop_ids, params)
             for i in range(params.n)
         ]
         started = time.perf_counter()
