@@ -20,6 +20,12 @@ import codecs
 from agent.engine.request import Completion, Delta, FinishReason, SamplingParams
 
 
+def first_stop(text: str, stop_strings: list[str], start: int) -> int | None:
+    """Where the first stop string found at or after `start` of `text` begins (None: none)."""
+    cuts = [i for s in stop_strings if (i := text.find(s, start)) >= 0]
+    return min(cuts) if cuts else None
+
+
 class SampleOutput:
     def __init__(
         self,
@@ -81,9 +87,9 @@ class SampleOutput:
         self.text += self._decoder.decode(piece)
         if self.stop_strings and len(self.text) > before:
             start = max(self.stop_after, before - self._longest_stop + 1)
-            cuts = [i for s in self.stop_strings if (i := self.text.find(s, start)) >= 0]
-            if cuts:
-                self.text = self.text[: min(cuts)]
+            cut = first_stop(self.text, self.stop_strings, start)
+            if cut is not None:
+                self.text = self.text[:cut]
                 self.finish_reason = "stop"
                 return True
         if len(self.token_ids) >= self.max_tokens:

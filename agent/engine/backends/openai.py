@@ -57,6 +57,7 @@ from agent.engine.request import (
     SamplingParams,
     ToolCall,
 )
+from agent.engine.sample_output import first_stop
 
 log = logging.getLogger("flywheel.engine")
 
@@ -449,11 +450,11 @@ def _cut(
     before = sum(len(t) for t in sample.text)
     whole = "".join(sample.text) + text
     start = max(params.stop_after, before - max(len(s) for s in params.stop) + 1)
-    cuts = [i for s in params.stop if (i := whole.find(s, start)) >= 0]
-    if not cuts:
+    cut = first_stop(whole, params.stop, start)
+    if cut is None:
         return text, finish
-    cut, sample.cut = min(cuts), True
-    if cut < before:  # it began in text already streamed (held back by the local engine)
+    sample.cut = True
+    if cut < before:  # it began in text already yielded: the answer drops that part too
         sample.text[:] = [whole[:cut]]
         return "", "stop"
     return whole[before:cut], "stop"
