@@ -29,11 +29,14 @@ TARGETS = {  # figure -> (target in the result's "targets", field)
     "agent's next turn, TTFT warm / cold": ("agent_turn", "ratio"),
     "RL group of 8 / one by one": ("rl_group", "ratio"),
     "4 concurrent / one alone, p50": ("concurrent_completions", "ratio"),
+    "cold completion / llama.cpp's, time": ("cold_completion", "ratio"),
 }
 ROWS = {  # figure -> ((workload, method), (workload, method)): the first's tokens/s over the second's
     "apply, ngram / our plain": (("apply", "ngram"), ("apply", "plain")),
     "apply, vLLM ngram / vLLM plain": (("apply", "vllm-ngram"), ("apply", "vllm")),
     "apply, ngram / llama.cpp plain": (("apply", "ngram"), ("apply", "llamacpp")),
+    "free text, plain / llama.cpp plain": (("free", "plain"), ("free", "llamacpp")),
+    "free text, ngram / llama.cpp plain": (("free", "ngram"), ("free", "llamacpp")),
     "free text, MTP / llama.cpp plain": (("free", "mtp"), ("free", "llamacpp")),
 }
 

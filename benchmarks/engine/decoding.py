@@ -3,7 +3,7 @@
     flywheel bench engine                       # builds a random-weight 10m model (see below)
     flywheel bench engine --model runs/ckpt --draft-model runs/small --json
     flywheel bench engine --max-tokens 64 --repeats 1 --json /tmp/engine.json   # a quick look
-    flywheel bench engine --model default --dtype int8   # int8 weights for decoding (lossy)
+    flywheel bench engine --model default --dtype float32   # float32 weights, not the product's
 
 Workloads (workloads.py; greedy, same prompts and weights for every method):
 - *apply*: rewrite a ~150-line Python file from the standard library with a one-line change; the
@@ -14,6 +14,9 @@ Workloads (workloads.py; greedy, same prompts and weights for every method):
   decode it under the engine's copy bias (agent/engine/local/copy_bias.py, `--apply-copy-bias`;
   0 turns it off); the peers decode as they do stock, so with the bias on their apply output may
   differ;
+- *completion*: one inline completion as `flywheel lsp` asks for it in a file of about 1,500
+  tokens, `--completion-max-tokens` long, cold: with llama.cpp among the peers, target (h) is its
+  time against llama.cpp's for the same request (<= COLD_VS_LLAMACPP);
 - *free*: continue code prompts.
 
 Methods: `plain`, `ngram`, `mtp` and `ngram+mtp` (when the checkpoint has heads), `draft` (with a
@@ -66,7 +69,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from agent.engine.config import APPLY_COPY_BIAS, DRAFT_ALTERNATIVES, DTYPES, LOWBIT_DTYPES
+from agent.engine.config import (
+    APPLY_COPY_BIAS,
+    DRAFT_ALTERNATIVES,
+    DTYPES,
+    LOWBIT_DTYPES,
+    default_dtype,
+)
 from benchmarks.engine.peers import (
     EXTERNAL,
     PEER_CHOICES,
@@ -81,6 +90,7 @@ from benchmarks.engine.workloads import build_default_models, workloads
 from benchmarks.record import torch_machine, write_json
 
 PLAIN_VS_HF = 1.5  # plain decoding's tokens/s over Hugging Face's greedy `generate`
+COLD_VS_LLAMACPP = 0.8  # a cold completion's time over llama.cpp's for the same request
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-draft", type=int, default=4, help="draft tokens per verify step")
     parser.add_argument(
         "--apply-max-tokens", type=int, default=512, help="tokens per generation, apply workload"
+    )
+    parser.add_argument(
+        "--completion-max-tokens",
+        type=int,
+        default=16,
+        help="tokens per generation, completion workload (about one line)",
     )
     parser.add_argument(
         "--apply-max-draft",
@@ -131,7 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--group-size", type=int, default=8, help="samples of the RL group")
     parser.add_argument("--concurrent", type=int, default=4, help="completions sent at once")
     parser.add_argument(
-        "--dtype", default="float32", choices=DTYPES, help="weights (default: %(default)s)"
+        "--dtype",
+        choices=DTYPES,
+        help="weights (default: what the engine would load for this model here: int8 on a CPU, "
+        "as `flywheel lsp` and `flywheel serve` do)",
     )
     peers = parser.add_argument_group(
         "peers",
@@ -200,6 +219,7 @@ def run(args, tmp: Path) -> dict:
     if args.model is None:
         model_path, built_draft = build_default_models(tmp)
         draft_path = draft_path or built_draft
+    args.dtype = args.dtype or default_dtype(str(model_path))
     target = LoadedModel.load(model_path, dtype=args.dtype, exact=args.exact)
     draft = LoadedModel.load(draft_path, dtype=args.dtype, exact=args.exact) if draft_path else None
     engines = open_engines(args, model_path, draft_path, target, draft)
@@ -207,9 +227,9 @@ def run(args, tmp: Path) -> dict:
     peers = ["hf-greedy", "hf-prompt-lookup"] + (["hf-assisted"] if draft is not None else [])
     peers = peers if "hf" in args.peers else []
     items = workloads(target.tokenizer)
+    limits = dict(apply=args.apply_max_tokens, completion=args.completion_max_tokens)
     for item in items:
-        apply = item["workload"] == "apply"
-        item["max_tokens"] = args.apply_max_tokens if apply else args.max_tokens
+        item["max_tokens"] = limits.get(item["workload"], args.max_tokens)
     every = [(m, functools.partial(run_engine, engines)) for m in methods]
     every += [(p, functools.partial(run_peer, target, draft, args)) for p in peers]
     outputs, times = time_methods(every, items, args.repeats)
@@ -386,6 +406,29 @@ def targets(args, rows: list[dict], engines: dict, target, draft, model_path, it
         verify4_vs_decode_step=verify_target(decode_ms, verify_ms, len(step_ids), args),
         **heads,
         **serving,
+        **cold_completion(rows, items),
+    )
+
+
+def cold_completion(rows: list[dict], items: list[dict]) -> dict:
+    """{cold_completion}: the completion workload's request, cold, by our plain decoding against
+    llama.cpp's plain (when it ran): seconds each, the ratio (target <= COLD_VS_LLAMACPP)."""
+    times = {r["method"]: r for r in rows if r["workload"] == "completion"}
+    if "plain" not in times or "llamacpp" not in times:
+        return {}
+    ours, theirs = times["plain"]["seconds"], times["llamacpp"]["seconds"]
+    item = next(item for item in items if item["workload"] == "completion")
+    return dict(
+        cold_completion=dict(
+            prompt_tokens=len(item["prompt_ids"]),
+            max_tokens=item["max_tokens"],
+            plain_ms=ours * 1000,
+            llamacpp_ms=theirs * 1000,
+            tokens=[times["plain"]["tokens"], times["llamacpp"]["tokens"]],
+            ratio=ours / theirs,
+            target=f"<= {COLD_VS_LLAMACPP}",
+            passed=ours / theirs <= COLD_VS_LLAMACPP,
+        )
     )
 
 
@@ -409,8 +452,8 @@ def describe_model(args, target, draft, draft_path: str | None) -> dict:
     )
 
 
-SETTINGS = ("max_tokens", "apply_max_tokens", "num_draft", "apply_max_draft", "apply_copy_bias",
-            "draft_alternatives", "repeats", "group_size", "concurrent", "dtype", "exact", "peers")  # fmt: skip
+SETTINGS = ("max_tokens", "apply_max_tokens", "completion_max_tokens", "num_draft",
+            "apply_max_draft", "apply_copy_bias", "draft_alternatives", "repeats", "group_size", "concurrent", "dtype", "exact", "peers")  # fmt: skip
 
 
 def describe_settings(args) -> dict:

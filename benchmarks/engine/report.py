@@ -20,6 +20,9 @@ PEER_OF = {
     "draft": "hf-assisted",
 }
 
+WORKLOADS = ("apply", "completion", "free")
+DECODING = ("apply", "free")  # the workloads whose tokens/s measure decoding, not a prefill
+
 
 def summarize(
     weights: dict[str, str], items: list[dict], outputs: dict, times: dict, tokenizer
@@ -28,8 +31,10 @@ def summarize(
     decoded with), from its outputs[(method, prompt)] = (token ids, metrics) and
     times[(method, prompt)] = seconds of each repeat (the best counts)."""
     rows = []
-    for workload in ("apply", "free"):
+    for workload in WORKLOADS:
         indices = [i for i, item in enumerate(items) if item["workload"] == workload]
+        if not indices:
+            continue
         stats = {}
         for name, weight in weights.items():
             tokens = sum(len(outputs[(name, i)][0]) for i in indices)
@@ -78,8 +83,8 @@ def similarity(output: str, expected: str) -> float:
 
 
 def overall(rows: list[dict], method: str) -> float:
-    """Tokens per second of `method` over every workload."""
-    mine = [r for r in rows if r["method"] == method]
+    """Tokens per second of `method` over the decoding workloads."""
+    mine = [r for r in rows if r["method"] == method and r["workload"] in DECODING]
     return sum(r["tokens"] for r in mine) / sum(r["seconds"] for r in mine)
 
 
@@ -177,6 +182,13 @@ def print_targets(console, targets: dict) -> None:
                 f"{t['ratio']:.2f}× {_verdict(t)}"
                 + ("" if same is None else f"; greedy outputs identical: {'yes' if same else 'NO'}")
             )
+    cold = targets.get("cold_completion")
+    if cold:
+        console.print(
+            f"(h) a cold completion ({cold['prompt_tokens']} prompt tokens, "
+            f"{cold['max_tokens']} new) vs llama.cpp's: {cold['plain_ms']:.0f} vs "
+            f"{cold['llamacpp_ms']:.0f} ms = {cold['ratio']:.2f}× {_verdict(cold)}"
+        )
 
 
 def print_notes(console, report: dict) -> None:

@@ -6,6 +6,12 @@ standard library's files that agent/bench_prompts.py names (training leaves them
   request's `speculation` (the "fast apply" trick). With a chat model the prompt is the engine's
   own fast-apply conversation (agent/chat_format.py `apply_messages`: the file, an edit sketch,
   "reply with the whole updated file"), and `expected` is what a correct apply writes;
+- *completion*: one inline completion, cold, as `flywheel lsp` asks for it in a file of about
+  1,500 tokens: the prompt `lsp/completion.py build_prompt` makes at an indented line three
+  quarters of the way down (the author's line removed; the completion settings' defaults: 4,000
+  characters before the cursor, 300 after), in the held-out module that
+  benchmarks/typing_latency.py types into. Its time is what a user waits for a suggestion when
+  nothing is cached;
 - *free*: continue code prompts.
 
 Without `--model`, a 10m-size trunk (`SIZES["10m"]`) with 2 random MTP heads, a 3m random draft
@@ -72,7 +78,8 @@ def workloads(tokenizer) -> list[dict]:
             prompt=apply_prompt,
             speculation=original,
             expected=expected,
-        )
+        ),
+        completion_item(),
     ]
     for name, lines in FREE_PROMPTS:
         text = "".join((STDLIB / name).read_text().splitlines(keepends=True)[:lines])
@@ -80,3 +87,24 @@ def workloads(tokenizer) -> list[dict]:
     for item in items:
         item["prompt_ids"] = tokenizer.encode(item["prompt"], add_special_tokens=False)
     return items
+
+
+COMPLETION_FILE_CHARS = 7000  # about 1,500 tokens of Python
+
+
+def completion_item() -> dict:
+    """The *completion* workload's request: the cursor at the start of the last indented line in
+    the first three quarters of the held-out module's first COMPLETION_FILE_CHARS characters,
+    that line removed."""
+    from benchmarks.typing_latency import typing_text
+    from lsp.completion import build_prompt
+    from lsp.settings import CompletionSettings
+
+    path, text = typing_text(COMPLETION_FILE_CHARS)
+    lines = text.splitlines(keepends=True)
+    k = max(i for i, line in enumerate(lines[: len(lines) * 3 // 4]) if line[:1] in (" ", "\t"))
+    indent = lines[k][: len(lines[k]) - len(lines[k].lstrip())]
+    before, after = "".join(lines[:k]) + indent, "".join(lines[k + 1 :])
+    settings, uri = CompletionSettings(), f"file:///workspace/{path}"
+    prompt = build_prompt(before, after, "python", [], settings, 1 << 20, uri=uri)
+    return dict(workload="completion", name=path, prompt=prompt, speculation=None)

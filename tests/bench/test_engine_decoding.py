@@ -24,8 +24,9 @@ def test_bench_engine_writes_rows_for_both_workloads(tmp_path, tiny_checkpoint, 
     assert main(args) == 0
     report = json.loads(out.read_text())
     assert report["settings"]["apply_max_tokens"] == 24
+    assert report["settings"]["dtype"] == "int8"  # what the engine loads on a CPU
     methods = {(r["workload"], r["method"]) for r in report["rows"]}
-    for workload in ("apply", "free"):
+    for workload in ("apply", "completion", "free"):
         for method in ("plain", "ngram", "mtp", "ngram+mtp", "hf-greedy", "hf-prompt-lookup"):
             assert (workload, method) in methods
         assert {(workload, "vllm"), (workload, "vllm-ngram")} <= methods
@@ -71,3 +72,25 @@ def test_apply_expects_the_file_with_its_definition_renamed(tokenizer):
     assert "_checked(" in apply["expected"] and "_checked(" not in apply["speculation"]
     assert similarity(apply["expected"][:500], apply["expected"]) == 1.0
     assert similarity("of of of of of of", apply["expected"]) < 0.3
+
+
+def test_the_completion_workload_is_the_servers_request_and_is_timed_against_llamacpp(tokenizer):
+    from benchmarks.engine.decoding import cold_completion
+    from benchmarks.engine.workloads import workloads
+
+    items = workloads(tokenizer)
+    completion = next(item for item in items if item["workload"] == "completion")
+    assert completion["prompt"].endswith("<|fim_middle|>")  # a fill-in-the-middle prompt
+    assert f"<|file_sep|>{completion['name']}" in completion["prompt"]
+    assert items[-1]["workload"] == "free"  # the step figures still time the last free prompt
+
+    completion["max_tokens"] = 16
+    rows = [
+        dict(workload="completion", method="plain", seconds=0.6, tokens=16),
+        dict(workload="completion", method="llamacpp", seconds=1.0, tokens=16),
+        dict(workload="free", method="llamacpp", seconds=0.1, tokens=96),
+    ]
+    cold = cold_completion(rows, items)["cold_completion"]
+    assert cold["ratio"] == 0.6 and cold["passed"] and cold["plain_ms"] == 600
+    assert cold["prompt_tokens"] == len(completion["prompt_ids"])
+    assert not cold_completion(rows[:1], items)  # without llama.cpp there is nothing to compare

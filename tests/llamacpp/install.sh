@@ -4,9 +4,10 @@
 #
 # llama-cpp-python compiles llama.cpp from its source distribution (several minutes on 2 cores).
 # The default native build (-march=native) crashed in decode on one of this project's machines
-# (AVX-512, AMX), so it is built without -march=native and without AMX: AVX2, plus AVX-512 where
-# this CPU has it. An AVX-512 build dies with SIGILL on import on a CPU without it (this project's
-# machines differ), so the check below imports it and rebuilds when that fails.
+# (AVX-512, AMX), so it is built without -march=native and without AMX: AVX2, plus AVX-512 and
+# its VNNI, BF16 and VBMI extensions (and AVX-VNNI) where this CPU has them. A build for another
+# CPU dies with SIGILL on import (this project's machines differ), so the check below imports it
+# and rebuilds when that fails, or when it was built with other flags than this CPU gets.
 #
 # The environment also keeps llama.cpp's `convert_hf_to_gguf.py` (with its `conversion/` package
 # and `gguf-py`) from the same source, under VENV/share/llama.cpp, to export merged checkpoints to
@@ -28,9 +29,17 @@ PIN="llama-cpp-python==0.3.36"
 SDIST="llama_cpp_python-0.3.36"
 SHARE="$VENV/share/llama.cpp"
 CONVERTER_DEPS=(torch==2.13.0 "transformers>=5,<6" "sentencepiece>=0.1.98,<0.3")
-AVX512=OFF
-grep -qw avx512f /proc/cpuinfo 2>/dev/null && AVX512=ON
-FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=$AVX512"
+# Every other extension this CPU has that ggml's CPU kernels use is switched on: without VNNI
+# its 4-bit dot products take the slower AVX2/AVX-512 path, and the peer would be handicapped.
+FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+for flag in avx512f:AVX512 avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16 \
+    avx512vbmi:AVX512_VBMI avx_vnni:AVX_VNNI; do
+    if grep -qw "${flag%%:*}" /proc/cpuinfo 2>/dev/null; then
+        FLAGS+=" -DGGML_${flag#*:}=ON"
+    else
+        FLAGS+=" -DGGML_${flag#*:}=OFF"
+    fi
+done
 FLAGS+=" -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_BF16=OFF -DLLAVA_BUILD=OFF"
 export CMAKE_ARGS="${CMAKE_ARGS:-$FLAGS}"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
@@ -42,7 +51,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/../install_common.sh"
 # In a subshell whose stderr is dropped: a build for another CPU dies of SIGILL, and the shell's
 # own "Illegal instruction" report would otherwise read like a failure of this script.
 llamacpp_works() {
-    [ -x "$PY" ] && [ -f "$SHARE/convert_hf_to_gguf.py" ] && (
+    [ -x "$PY" ] && [ -f "$SHARE/convert_hf_to_gguf.py" ] &&
+        [ "$(cat "$VENV/cmake-args" 2>/dev/null)" = "$CMAKE_ARGS" ] && (
         "$PY" - <<'EOF'
 import llama_cpp
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding  # noqa: F401
@@ -60,7 +70,7 @@ converter_works() {
 
 build() {
     if [ -d "$VENV" ]; then
-        say "environment $VENV is missing llama_cpp or broken: rebuilding it"
+        say "environment $VENV is missing llama_cpp, broken or built with other flags: rebuilding it"
         rm -rf "$VENV"
     fi
     say "creating $VENV with $("$PY_BOOT" --version 2>&1)"
@@ -85,6 +95,7 @@ build() {
         "$SDIST/vendor/llama.cpp/LICENSE" || fail "the source distribution has no converter"
     mkdir -p "$SHARE"
     cp -r "$work/$SDIST/vendor/llama.cpp/." "$SHARE/"
+    echo "$CMAKE_ARGS" >"$VENV/cmake-args"
     llamacpp_works || fail "the built environment cannot import llama_cpp"
 }
 
