@@ -415,16 +415,23 @@ APPLY_DIR = "apply"
 
 def load_apply_checkpoint(main: Checkpoint, device: str = "cpu", dtype: str = "float32"):
     """The fast-apply model of a loaded checkpoint: its folder's apply/ adapter merged into the
-    base, drafting with the main model's MTP heads (they only propose; the trunk decides). None
-    when the folder has no apply/ adapter. An adapter whose tokenizer differs from the main
-    model's raises EngineError: its requests are rendered with the main tokenizer."""
+    base, drafting with the main model's MTP heads (they only propose; the trunk decides).
+
+    An adapter folder without an apply/ adapter of its own applies with its base: an adapter
+    trained on the agent's conversations answers a rewrite request as the agent would (it reads
+    the file again, calls a tool), where the instruct base writes the updated file. None for a
+    full checkpoint without apply/: the model applies itself. A model whose tokenizer differs
+    from the main model's raises EngineError: its requests are rendered with the main
+    tokenizer."""
     import torch
 
     from agent.mtp import MTPHeads
 
     folder = Path(main.path) / APPLY_DIR
     if not is_adapter(folder):
-        return None
+        if not is_adapter(Path(main.path)):
+            return None
+        folder = adapter_base(Path(main.path))
     apply = load_checkpoint(folder, device=device, dtype=dtype)
     if apply.tokenizer.get_vocab() != main.tokenizer.get_vocab():
         raise EngineError(

@@ -183,3 +183,22 @@ def test_a_model_trained_from_one_with_an_apply_adapter_keeps_it(tmp_path, with_
     assert (child / APPLY_DIR / "adapter_model.safetensors").read_bytes() == (
         with_apply / APPLY_DIR / "adapter_model.safetensors"
     ).read_bytes()
+
+
+def test_an_adapter_without_an_apply_adapter_applies_with_its_base(tmp_path, lively_checkpoint):
+    base = tmp_path / "base"
+    shutil.copytree(lively_checkpoint, base)
+    agent = tmp_path / "agent"  # an adapter on `base` (the agent's), no apply/ of its own
+    shutil.move(add_apply_adapter(base), agent)
+    engine = LocalEngine(EngineConfig(model=str(agent), apply_copy_bias=0))
+    alone = LocalEngine(EngineConfig(model=str(base)))
+    try:
+        applied = engine.generate(request(apply=True)).completions[0]
+        plain = engine.generate(request(apply=False)).completions[0]
+        want = alone.generate(request(apply=False)).completions[0]
+        assert applied.token_ids == want.token_ids  # the base's tokens
+        assert applied.token_ids != plain.token_ids  # not the adapter's
+        assert applied.model_version == checkpoint_version(base)
+    finally:
+        engine.close()
+        alone.close()

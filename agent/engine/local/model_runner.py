@@ -123,9 +123,9 @@ class LoadedModel:
         return cls(checkpoint, token_bytes, cache_kw, ragged=ragged, lowbit=lowbit, exact=exact)
 
     def for_apply(self) -> LoadedModel:
-        """The model that decodes fast-apply requests: the checkpoint's apply/ adapter
-        (agent.model.load_apply_checkpoint), loaded on first use with the same precision, or
-        this model itself when it has none."""
+        """The model that decodes fast-apply requests (agent.model.load_apply_checkpoint): the
+        checkpoint's apply/ adapter, else an adapter's base, loaded on first use with the same
+        precision; this model itself when it is a full checkpoint without apply/."""
         with self._apply_lock:
             if not self._apply:
                 device, dtype = str(self.device), "float32" if self.lowbit else self.dtype
