@@ -65,13 +65,7 @@ def cursors(files: int, per_file: int, seed: int) -> list[tuple[str, str, str]]:
 def main() -> None:
     from agent.engine import open_engine
     from agent.model import add_model_argument
-    from lsp.completion import (
-        build_prompt,
-        clean_output,
-        heal,
-        stop_strings,
-        suggestion_request,
-    )
+    from lsp.completion import build_prompt, clean_output, completion_stops, suggestion_request
     from lsp.model_host import engine_config
     from lsp.settings import CompletionSettings, ModelSettings
 
@@ -92,15 +86,9 @@ def main() -> None:
             prompt = build_prompt(
                 prefix, suffix, "python", [], settings, 30_000, uri="file:///w/x.py"
             )
-            stop = stop_strings(prefix, settings)
+            stop, stop_after = completion_stops(prefix, settings)  # as the server asks
             request = suggestion_request(
-                prompt,
-                settings,
-                stop,
-                threading.Event(),
-                "b",
-                "interactive",
-                stop_after=len(heal(prefix)[1]),  # as the server asks
+                prompt, settings, stop, threading.Event(), "b", "interactive", stop_after=stop_after
             )
             started = time.perf_counter()
             result = engine.generate(request)

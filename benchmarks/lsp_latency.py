@@ -157,19 +157,20 @@ class Direct:
 
     def __call__(self, text: str, offset: int) -> float:
         from agent.engine import Request, SamplingParams
-        from lsp.completion import build_prompt, heal, stop_strings
+        from lsp.completion import build_prompt, completion_stops
 
         settings = self.settings
         before, after = text[:offset], text[offset:]
         prompt = build_prompt(before, after, "python", [], settings, self.max_prompt)
+        stop, stop_after = completion_stops(before, settings)  # as the server asks
         request = Request(
             prompt=prompt,
             params=SamplingParams(
                 max_tokens=settings.max_tokens,
                 temperature=self.args.temperature,
                 seed=self.args.seed,
-                stop=stop_strings(before, settings),
-                stop_after=len(heal(before)[1]),  # as the server asks
+                stop=stop,
+                stop_after=stop_after,
                 logprobs=False,
             ),
         )

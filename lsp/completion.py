@@ -79,6 +79,13 @@ def stop_strings(prefix: str, settings: CompletionSettings) -> list[str]:
     return ["\n", *STOP]
 
 
+def completion_stops(prefix: str, settings: CompletionSettings) -> tuple[list[str], int]:
+    """(stop strings, stop_after) of an inline completion at the end of `prefix`: where it ends
+    (`stop_strings`), counted only after the healed text its output starts with (`heal`), since a
+    line break the prompt left out is not the end."""
+    return stop_strings(prefix, settings), len(heal(prefix)[1])
+
+
 def _opens_block(prefix: str) -> bool:
     """Whether the text before the cursor opens a block at the cursor (see `stop_strings`)."""
     lines = prefix.split("\n")
@@ -434,7 +441,7 @@ class CompletionService:
         me.row = {"sid": sid, **row}
         prefix, suffix, settings = row["prefix"], row["suffix"], ask.settings
         prompt = ask.prompt(engine.context_length - settings.max_tokens - 8)
-        stop = stop_strings(prefix, settings)
+        stop, stop_after = completion_stops(prefix, settings)
         # ahead of a running agent turn's next step
         show_min = self.host.show_min
         request = suggestion_request(
@@ -445,7 +452,7 @@ class CompletionService:
             sid,
             "interactive",
             show_min is not None,
-            stop_after=len(heal(prefix)[1]),  # a line break the prompt left out is not the end
+            stop_after=stop_after,
         )
         started = time.perf_counter()
         try:

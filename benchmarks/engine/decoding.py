@@ -453,7 +453,8 @@ def describe_model(args, target, draft, draft_path: str | None) -> dict:
 
 
 SETTINGS = ("max_tokens", "apply_max_tokens", "completion_max_tokens", "num_draft",
-            "apply_max_draft", "apply_copy_bias", "draft_alternatives", "repeats", "group_size", "concurrent", "dtype", "exact", "peers")  # fmt: skip
+            "apply_max_draft", "apply_copy_bias", "draft_alternatives", "repeats", "group_size",
+            "concurrent", "dtype", "exact", "peers")  # fmt: skip
 
 
 def describe_settings(args) -> dict:
