@@ -338,6 +338,7 @@ class CompletionService:
     _warming: dict[str, threading.Event] = field(default_factory=dict)  # uri -> its cancel
     _warmed: dict[str, tuple[int, int]] = field(default_factory=dict)  # uri -> (version, offset)
     _last: dict[str, str] = field(default_factory=dict)  # uri -> latest suggestion id
+    continued: int = 0  # requests answered with the open suggestion (no row of their own)
 
     async def complete(self, ask: Ask, trigger: str) -> Suggestion | None:
         """One suggestion at `ask`'s cursor, or None (superseded, empty, or engine error)."""
@@ -351,6 +352,7 @@ class CompletionService:
         last = self.suggestions.get(self._last.get(uri, ""))
         same = last is not None and not last.resolved and last.model_version == self.host.version
         if same and (last.version, last.offset) == (version, offset):
+            self.continued += 1
             return last  # the editor asked again for the same place: still the one ghost text
         with self._claim(uri) as me:
             prefix, suffix = text[:offset], text[offset:]
@@ -551,6 +553,7 @@ class CompletionService:
         self, last: Suggestion, version: int, offset: int, prefix: str, typed: str
     ) -> Suggestion:
         """The rest of the open suggestion `last`, after the user typed `typed` of it."""
+        self.continued += 1
         s = replace(
             last,
             version=version,

@@ -184,8 +184,11 @@ class FlywheelServer(LanguageServer):
             self.protocol.notify(method, params)
 
     def status(self, status: dict[str, Any] | None = None) -> dict[str, Any]:
-        """`status` (the host's), with `completionModelVersion` when the lane serves completions."""
+        """`status` (the host's), with `completionModelVersion` when the lane serves completions,
+        and `continuedRequests`: completion requests answered with the open suggestion, which
+        telemetry logs under that suggestion's row, not one of their own."""
         status = self.host.status() if status is None else status
+        status = {**status, "continuedRequests": self.completions.continued}
         if self.completions.host is not self.host:
             status = {**status, "completionModelVersion": self.completions.host.version}
         return status
