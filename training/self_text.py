@@ -157,9 +157,10 @@ def corpus(
     out: Path,
     seed: int = 1,
     code_chars: int = CODE_CHARS,
+    conversations: int = CONVERSATIONS,
 ) -> Path:
     """The heads' corpus under `out`: the continuations, `code_chars` of stdlib modules and
-    CONVERSATIONS train trajectories (`training.data.distillation_corpus`)."""
+    `conversations` train trajectories (`training.data.distillation_corpus`)."""
     from training.data import distillation_corpus
 
     rng = random.Random(seed)
@@ -172,7 +173,7 @@ def corpus(
         out,
         tokenizer_dir,
         own + code,
-        train[:CONVERSATIONS],
+        train[:conversations],
         messages_alone=False,
         heldout_fraction=0.05,
     )
@@ -189,13 +190,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="folder: continuations.jsonl and corpus/")
     p.add_argument("--trajectories", default="runs/base/tasks/trajectories.jsonl")
     p.add_argument("--count", type=int, default=WINDOWS, help="windows continued")
+    p.add_argument(
+        "--code-chars", type=int, default=CODE_CHARS, help="stdlib code beside them (characters)"
+    )
+    p.add_argument(
+        "--conversations", type=int, default=CONVERSATIONS, help="train trajectories beside them"
+    )
     args = p.parse_args(argv)
     out = Path(args.out)
     texts = out / "continuations.jsonl"
     if not texts.exists():
         continuations(args.model, texts, args.count)
     tokenizer = tokenizer_folder(checkpoint_folder(args.model))
-    folder = corpus(texts, Path(args.trajectories), tokenizer, out / "text")
+    folder = corpus(
+        texts,
+        Path(args.trajectories),
+        tokenizer,
+        out / "text",
+        code_chars=args.code_chars,
+        conversations=args.conversations,
+    )
     print(f"corpus written to {folder}")
     return 0
 
