@@ -210,6 +210,16 @@ def prompt_prefix(prefix: str, max_chars: int) -> str:
     return prefix[line + 1 if line >= 0 else start :]
 
 
+def head_offset(text: str, max_prefix_chars: int) -> int:
+    """Where the warm-up of a newly opened document puts its cursor: the end of `text`, or, when
+    the text is longer than the prompt's prefix window, the start of the line that window ends
+    in. A completion anywhere before that point sends a prompt whose prefix starts where this
+    one's does (`prompt_prefix`), so the engine's prefix cache holds it up to that cursor."""
+    if len(text) <= max_prefix_chars:
+        return len(text)
+    return text.rfind("\n", 0, max_prefix_chars) + 1
+
+
 def build_prompt(
     prefix: str,
     suffix: str,
@@ -335,10 +345,12 @@ class CompletionService:
     cache: Cache | None = None
     suggestions: OrderedDict[str, Suggestion] = field(default_factory=OrderedDict)
     _inflight: dict[str, Inflight] = field(default_factory=dict)
-    _warming: dict[str, threading.Event] = field(default_factory=dict)  # uri -> its cancel
+    # uri -> (its cancel, (version, offset) warmed)
+    _warming: dict[str, tuple[threading.Event, tuple[int, int]]] = field(default_factory=dict)
     _warmed: dict[str, tuple[int, int]] = field(default_factory=dict)  # uri -> (version, offset)
     _last: dict[str, str] = field(default_factory=dict)  # uri -> latest suggestion id
     continued: int = 0  # requests answered with the open suggestion (no row of their own)
+    _opened: str | None = None  # the document an open warms last (`warm_opened`)
 
     async def complete(self, ask: Ask, trigger: str) -> Suggestion | None:
         """One suggestion at `ask`'s cursor, or None (superseded, empty, or engine error)."""
@@ -348,7 +360,7 @@ class CompletionService:
             self.cache = Cache(settings.cache_size, settings.cache_ttl_s, self.clock)
         warming = self._warming.pop(uri, None)
         if warming is not None:  # this request's own prefill goes first (see `warm`)
-            warming.set()
+            warming[0].set()
         last = self.suggestions.get(self._last.get(uri, ""))
         same = last is not None and not last.resolved and last.model_version == self.host.version
         if same and (last.version, last.offset) == (version, offset):
@@ -395,14 +407,18 @@ class CompletionService:
         nothing more: the engine's prefix cache then holds it, and the user's first request
         there computes only what was typed since (and the text after the cursor). Nothing is
         suggested or recorded. Skipped while a completion for `uri` runs, or when this place was
-        warmed last; a completion for `uri` cancels a warm-up still running (the engine stores a
-        prompt only once it is complete, so the completion's own prefill must go first).
-        Returns whether the prompt was prefilled."""
+        warmed last or is being warmed; a warm-up of another place in `uri` gives way to it (the
+        cursor moved), and a completion for `uri` cancels a warm-up still running (the engine
+        stores a prompt only once it is complete, so the completion's own prefill must go
+        first). Returns whether the prompt was prefilled."""
         uri, here = ask.uri, (ask.version, ask.offset)
-        if uri in self._inflight or uri in self._warming or self._warmed.get(uri) == here:
+        running = self._warming.get(uri)
+        if uri in self._inflight or here in (self._warmed.get(uri), running and running[1]):
             return False
+        if running is not None:
+            running[0].set()
         cancel = threading.Event()
-        self._warming[uri] = cancel
+        self._warming[uri] = (cancel, here)
         try:
             engine = await self.host.get(ask.model)
             if cancel.is_set():
@@ -418,7 +434,7 @@ class CompletionService:
             log.info("warming %s failed: %s", uri, exc)
             return False
         finally:
-            if self._warming.get(uri) is cancel:
+            if self._warming.get(uri, (None,))[0] is cancel:
                 del self._warming[uri]
         done = result.completions[0].finish_reason != "cancelled" and not cancel.is_set()
         if done:
@@ -426,6 +442,17 @@ class CompletionService:
                 self._warmed.clear()
             self._warmed[uri] = here
         return done
+
+    async def warm_opened(self, ask: Ask) -> bool:
+        """A document was opened: `warm` its head (`ask` at `head_offset`). One such warm-up at
+        a time: an open cancels the warm-up of the document opened before it, if still running
+        (an editor restoring a session opens many files at once; the last is the one in
+        front)."""
+        before = self._warming.get(self._opened or "")
+        if before is not None and self._opened != ask.uri:
+            before[0].set()
+        self._opened = ask.uri
+        return await self.warm(ask)
 
     async def _generate(self, me: Inflight, row: dict[str, Any], ask: Ask) -> str | None:
         """The model's text for the place `row` describes, recorded as a `suggestion` row; None

@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -38,7 +38,7 @@ from pygls.lsp.server import LanguageServer
 
 from agent.engine import EngineError
 from lsp.agent_tasks import TaskRunner, prompt_place, task_actions
-from lsp.completion import Ask, CompletionService, Neighbour
+from lsp.completion import Ask, CompletionService, Neighbour, head_offset
 from lsp.configuration import apply_settings, pull_configuration
 from lsp.documents import MAX_DOCUMENT_CHARS, looks_binary, offset_at, suggestible
 from lsp.feedback import SurvivalTracker
@@ -312,12 +312,20 @@ def shutdown(ls: FlywheelServer, params: Any) -> None:
 
 @SERVER.feature(types.TEXT_DOCUMENT_DID_OPEN)
 def did_open(ls: FlywheelServer, params: types.DidOpenTextDocumentParams) -> None:
-    text = params.text_document.text
+    """Tracks the document for next edits and, in the background, prefills the prompt of a
+    completion at its head (`CompletionService.warm_opened`), so that the first completion
+    typed in it finds the text before its cursor cached."""
+    uri, text = params.text_document.uri, params.text_document.text
     if looks_binary(text):
-        log.info("%s looks binary: no suggestions for it", params.text_document.uri)
+        log.info("%s looks binary: no suggestions for it", uri)
     elif len(text) <= MAX_DOCUMENT_CHARS:
-        ls.next_edits.history.open(params.text_document.uri, text)
-    ls.review.document_changed(params.text_document.uri)  # an accepted hunk opened the file
+        ls.next_edits.history.open(uri, text)
+    ls.review.document_changed(uri)  # an accepted hunk opened the file
+    doc = ls.document(uri)
+    if ls.settings.completion.enabled and doc is not None and suggestible(doc.source):
+        ask = _ask(ls, uri, doc, types.Position(line=0, character=0))
+        at = head_offset(ask.text, ask.settings.max_prefix_chars)
+        asyncio.ensure_future(ls.completions.warm_opened(replace(ask, offset=at)))
 
 
 @SERVER.feature(types.TEXT_DOCUMENT_DID_CHANGE)

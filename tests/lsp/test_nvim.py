@@ -286,8 +286,8 @@ def test_a_next_edit_for_text_that_moved_on_is_discarded_in_neovim(tmp_path):
 
 
 def test_a_resting_cursor_is_warmed_in_neovim(tmp_path):
-    """CursorHold: the plugin says where the cursor rests and the server prefills the prompt of a
-    completion there, in the prefetch lane."""
+    """Opening the buffer warms its head; then CursorHold: the plugin says where the cursor rests
+    and the server prefills the prompt of a completion there, in the prefetch lane."""
     root = workspace(tmp_path, "calc.py", sessions.BASE)
     cmd = replay_command("--model", "replay", "--db", str(tmp_path / "telemetry.db"))
     results = run_nvim(tmp_path, "cursor_idle.lua", root, "calc.py", cmd)
@@ -295,6 +295,8 @@ def test_a_resting_cursor_is_warmed_in_neovim(tmp_path):
     # the cursor is on the second line after its indentation: the prompt is healed to line 1
     first_line = sessions.BASE.split("\n")[0]
     assert f"<|file_sep|>calc.py\n<|fim_prefix|>{first_line}<|fim_suffix|>" in results["prompt"]
+    # before that, the open warmed the file's head: the prompt of a completion at its end
+    assert results["opened"].endswith("<|fim_suffix|><|fim_middle|>")
 
 
 @pytest.mark.base
