@@ -12,7 +12,7 @@ from pathlib import Path
 
 from agent.model import APPLY_DIR
 
-MAX_SHIPPED_MB = 25.0  # the package's budget for the starter's folder
+MAX_SHIPPED_MB = 40.0  # the package's budget for the starter's folder
 
 
 def folder_mb(folder: Path) -> float:
@@ -174,7 +174,7 @@ def model_card(model: Path) -> str:
     lines += [
         "",
         "What it cannot: large repositories, other languages than the Python it was tuned on,",
-        "anything needing more than a 135M model's world knowledge.",
+        "anything needing more than a 0.5B model's world knowledge.",
         "",
         "## Reproduce",
         "",
