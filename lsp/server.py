@@ -316,13 +316,15 @@ def did_open(ls: FlywheelServer, params: types.DidOpenTextDocumentParams) -> Non
     completion at its head (`CompletionService.warm_opened`), so that the first completion
     typed in it finds the text before its cursor cached."""
     uri, text = params.text_document.uri, params.text_document.text
-    if looks_binary(text):
+    binary = looks_binary(text)  # one scan: `suggestible` without scanning the text again
+    fits = not binary and len(text) <= MAX_DOCUMENT_CHARS
+    if binary:
         log.info("%s looks binary: no suggestions for it", uri)
-    elif len(text) <= MAX_DOCUMENT_CHARS:
+    elif fits:
         ls.next_edits.history.open(uri, text)
     ls.review.document_changed(uri)  # an accepted hunk opened the file
     doc = ls.document(uri)
-    if ls.settings.completion.enabled and doc is not None and suggestible(doc.source):
+    if ls.settings.completion.enabled and doc is not None and fits:
         ask = _ask(ls, uri, doc, types.Position(line=0, character=0))
         at = head_offset(ask.text, ask.settings.max_prefix_chars)
         asyncio.ensure_future(ls.completions.warm_opened(replace(ask, offset=at)))
