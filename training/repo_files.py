@@ -18,9 +18,11 @@ Consent: training reads code, so a workspace whose telemetry consent is not `cod
 with one line naming the setting (the same rule telemetry applies before it stores any code).
 
 Split: a file is held out when sha256(seed:path) falls below `heldout_fraction`
-(`training.data.is_heldout`): decided by its path alone, so an edit of a file never moves it
-between train and held-out, and a new file leaves the others where they were. At least one file
-is held out and one trained on. `RepoFiles.manifest()` is what a run records (`split.json`).
+(`training.data.is_heldout`): decided by its path, so an edit of a file does not move it between
+train and held-out, and a new file leaves the others where they were. At least one file is held
+out and one trained on, and the held-out files hold at least half of `heldout_fraction` of the
+characters: where the hash alone holds out less, the next files in hash order are added
+(`split_files`). `RepoFiles.manifest()` is what a run records (`split.json`).
 
 What it does not do: read files outside the root (symlinks out of it are skipped), follow
 nested `.gitignore` files, or decide what the model learns from a file (training/repo_pretrain.py).
@@ -165,16 +167,27 @@ def split_files(
     kept: list[RepoFile], fraction: float, seed: int
 ) -> tuple[list[RepoFile], list[RepoFile]]:
     """(train, held-out) by a seeded hash of each path; at least one file on each side when
-    there are two or more."""
+    there are two or more.
+
+    A file is held out when its hash falls below `fraction`. Where those files hold less than
+    half of `fraction` of the characters (a small repository whose few held-out files are
+    short), the files with the next smallest hashes are held out too until they do: a held-out
+    set of a few percent of the code measures little. Only then can an edit move a file
+    between the sides (files enter and leave the top-up as sizes change)."""
     from training.data import is_heldout
 
-    heldout = [f for f in kept if is_heldout(f.path, fraction, seed)]
-    if not heldout:  # few files: hold out the one whose hash is smallest
-        heldout = [min(kept, key=lambda f: heldout_key(seed, f.path))]
-    if len(heldout) == len(kept):
-        heldout = heldout[:-1]
-    held = {f.path for f in heldout}
-    return [f for f in kept if f.path not in held], heldout
+    held = {f.path for f in kept if is_heldout(f.path, fraction, seed)}
+    total = sum(len(f.text) for f in kept)
+    chars = sum(len(f.text) for f in kept if f.path in held)
+    for f in sorted(kept, key=lambda f: heldout_key(seed, f.path)):  # the hash order
+        if (held and chars >= fraction / 2 * total) or len(held) >= len(kept) - 1:
+            break
+        if f.path not in held:
+            held.add(f.path)
+            chars += len(f.text)
+    if len(held) == len(kept):
+        held.discard(max(kept, key=lambda f: heldout_key(seed, f.path)).path)
+    return [f for f in kept if f.path not in held], [f for f in kept if f.path in held]
 
 
 def _walk(root: Path):

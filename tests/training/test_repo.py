@@ -80,6 +80,28 @@ def test_split_is_by_path_deterministic_and_stable_under_edits(tmp_path):
     assert first.fingerprint() != second.fingerprint()
 
 
+def test_a_small_held_out_share_is_topped_up_in_hash_order():
+    from training.data import is_heldout
+    from training.repo_files import RepoFile, heldout_key, split_files
+
+    paths = [f"pkg/m{i:02d}.py" for i in range(30)]
+    by_hash = [p for p in paths if is_heldout(p, 0.2, 0)]
+    assert 0 < len(by_hash) < 10
+    # the files the hash holds out are one line each, the rest long: a few percent held out
+    files = [RepoFile(p, "x = 1\n" if p in by_hash else "y = 2\n" * 100) for p in paths]
+    train, held = split_files(files, 0.2, 0)
+    total = sum(len(f.text) for f in files)
+    assert sum(len(f.text) for f in held) >= 0.1 * total
+    assert set(by_hash) <= {f.path for f in held} and train
+    order = sorted(paths, key=lambda p: heldout_key(0, p))
+    assert [f.path for f in sorted(held, key=lambda f: heldout_key(0, f.path))] == order[
+        : len(held)
+    ]
+    # with even sizes the hash alone decides, as before
+    even = [RepoFile(p, "z = 3\n") for p in paths]
+    assert {f.path for f in split_files(even, 0.2, 0)[1]} == set(by_hash)
+
+
 def test_a_repository_without_python_and_one_without_consent_are_refused(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.md").write_text("# hello\n")
