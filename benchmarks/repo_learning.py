@@ -28,9 +28,9 @@ base model's training data: fastmcp (0.1.0's sdist files are dated 2024-11-30) a
 
 The full run is long on a 2-core CPU (about an hour and a half per repository: the times of each
 stage are in benchmarks/README.md); `--repos` runs some of them, and a rerun with the
-same `--work` takes every finished stage from it. `--quick` builds a ~0.6M-parameter model
-in-process and runs every stage for a few steps: it measures nothing, but every step runs
-(tests/bench/test_repo_learning.py).
+same `--work` takes every finished stage from it; `--no-tab` stops after continued pretraining.
+`--quick` builds a ~0.6M-parameter model in-process and runs every stage for a few steps: it
+measures nothing, but every step runs (tests/bench/test_repo_learning.py).
 
 What it does not do: measure latency (benchmarks/completion_wait.py does), or go through the
 language server.
@@ -266,9 +266,13 @@ def measure(repo: Repo, model: str, work: Path, args, log) -> dict:
     )
     # RL samples on shorter prompts than the evaluation's: sampling and updates are its cost
     user = UserConfig(seq_len=min(ev.seq_len, 512), max_new_tokens=tab_recipe.max_tokens)
-    tab = _cached(
-        folder / "tab.json",
-        lambda: train_tab(tab_recipe, data=str(run / "data"), user=user, log=log),
+    tab = (
+        {"model": None, "seconds": None}
+        if args.no_tab
+        else _cached(
+            folder / "tab.json",
+            lambda: train_tab(tab_recipe, data=str(run / "data"), user=user, log=log),
+        )
     )
     final = tab.get("model") or cpt["model"]
     before, after_cpt = cpt["before"], cpt["after"]  # train_repo scored both with `ev`
@@ -289,13 +293,19 @@ def measure(repo: Repo, model: str, work: Path, args, log) -> dict:
         "tab": {k: tab.get(k) for k in ("updates", "steps", "outcomes", "reward")},
         "models": {"before": model, "cpt": cpt["model"], "tab": tab.get("model")},
         "scores": {
-            name: _scores(r) for name, r in (("before", before), ("cpt", after_cpt), ("tab", after))
+            name: _scores(r)
+            for name, r in (("before", before), ("cpt", after_cpt), ("tab", after))
+            if name != "tab" or not args.no_tab
         },
-        "paired": {
-            "cpt_vs_before": paired_bootstrap(before["requests"], after_cpt["requests"]),
-            "tab_vs_before": paired_bootstrap(before["requests"], after["requests"]),
-            "tab_vs_cpt": paired_bootstrap(after_cpt["requests"], after["requests"]),
-        },
+        "paired": {"cpt_vs_before": paired_bootstrap(before["requests"], after_cpt["requests"])}
+        | (
+            {
+                "tab_vs_before": paired_bootstrap(before["requests"], after["requests"]),
+                "tab_vs_cpt": paired_bootstrap(after_cpt["requests"], after["requests"]),
+            }
+            if not args.no_tab
+            else {}
+        ),
         "timings_s": {  # as first computed (a resumed run keeps the earlier figure)
             "cpt_and_both_evaluations": cpt["seconds"],
             "tab": tab["seconds"],
@@ -385,6 +395,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--infill-limit", type=int, default=0, help="HumanEval problems (0: all 164; -1: skip)"
     )
+    p.add_argument(
+        "--no-tab", action="store_true", help="stop after continued pretraining (no completion RL)"
+    )
     p.add_argument("--quick", action="store_true", help="a tiny in-process model, a few steps")
     p.add_argument(
         "--set",
@@ -434,10 +447,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{s.get('accept_rate', 0):>7.3f} {s.get('shown_per_request', 0):>9.3f} "
                 f"{s.get('accepted_chars_per_request', 0):>9.2f}"
             )
-        d = r["paired"]["tab_vs_before"].get("accept_rate")
+        last = "tab" if "tab_vs_before" in r["paired"] else "cpt"
+        d = r["paired"][f"{last}_vs_before"].get("accept_rate")
         if d:
             print(
-                f"{'':<11} accept rate tab - before {d['difference']:+.3f} "
+                f"{'':<11} accept rate {last} - before {d['difference']:+.3f} "
                 f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"
             )
     report = {

@@ -72,6 +72,14 @@ def test_quick_run_writes_every_stage_and_comparison(tmp_path, capsys):
         == 0
     )
     assert json.loads(out.read_text())["repos"][0]["scores"] == repo["scores"]
+    # stopped after continued pretraining: no completion-RL scores or comparisons
+    args = ["--quick", "--repos", "flywheel", "--work", str(tmp_path / "cpt"), "--json", str(out)]
+    assert bench.main([*args, "--no-tab"]) == 0
+    (cpt_only,) = json.loads(out.read_text())["repos"]
+    assert set(cpt_only["scores"]) == {"before", "cpt"} and set(cpt_only["paired"]) == {
+        "cpt_vs_before"
+    }
+    assert not (tmp_path / "cpt" / "flywheel" / "tab.json").exists()
     # benchmarks/show_threshold.py on the finished run: the completion model's threshold
     spec = importlib.util.spec_from_file_location(
         "show_threshold", ROOT / "benchmarks" / "show_threshold.py"
