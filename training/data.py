@@ -406,7 +406,7 @@ class PackedTokens:
     """One split of a built corpus as one token stream (memory-mapped shards).
 
     `windows(starts, length)` cuts [len(starts), length] windows; `random_starts` and
-    `sequential_starts` say where.
+    `spread_starts` say where.
     """
 
     def __init__(self, folder: str | Path, split_name: str) -> None:
@@ -440,9 +440,14 @@ class PackedTokens:
         self.check_length(length)
         return rng.integers(0, len(self) - length + 1, size=count)
 
-    def sequential_starts(self, count: int, length: int) -> np.ndarray:
+    def spread_starts(self, count: int, length: int) -> np.ndarray:
+        """`count` windows that do not overlap, spread evenly over the whole stream (all that fit
+        when fewer do): an evaluation reads every part of a split, not its first documents."""
         self.check_length(length)
-        return np.arange(0, len(self) - length + 1, length)[:count]
+        grid = np.arange(0, len(self) - length + 1, length)  # every non-overlapping window
+        if count >= len(grid):
+            return grid
+        return grid[np.linspace(0, len(grid) - 1, count).round().astype(np.int64)]
 
     def windows(self, starts: np.ndarray, length: int):
         import torch

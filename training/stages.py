@@ -138,7 +138,7 @@ def heldout_loss(
     batch_size: int,
     device: torch.device,
 ) -> float:
-    starts = heldout.sequential_starts(batches * batch_size, seq_len + 1)
+    starts = heldout.spread_starts(batches * batch_size, seq_len + 1)
     was_training = trunk.training
     trunk.eval()
     losses = []
@@ -192,7 +192,7 @@ def copy_accuracy(trunk: nn.Module, heldout: PackedTokens, seq_len: int, rows: i
     the repeat right far more often than the first reading.
     """
     half = (seq_len + 1) // 2
-    window = heldout.windows(heldout.sequential_starts(rows, half), half).to(device)
+    window = heldout.windows(heldout.spread_starts(rows, half), half).to(device)
     ids = torch.cat([window, window], 1)  # [rows, 2 * half]
     was_training = trunk.training
     trunk.eval()
@@ -651,7 +651,7 @@ def _mtp(recipe: Recipe, device: torch.device, rank: int) -> Job:
         return mtp_distillation(trunk, heads, b["ids"])
 
     def evaluate() -> dict:
-        starts = heldout.sequential_starts(recipe.eval_batches * recipe.batch_size, recipe.seq_len)
+        starts = heldout.spread_starts(recipe.eval_batches * recipe.batch_size, recipe.seq_len)
         sums: dict[str, list[float]] = {}
         heads.eval()
         with torch.no_grad():

@@ -119,4 +119,9 @@ def test_packed_windows(corpus):
     batch = train.windows(train.random_starts(rng, 3, 33), 33)
     assert tuple(batch.shape) == (3, 33)
     with pytest.raises(CorpusError, match="fewer than one window"):
-        train.sequential_starts(1, len(train) + 1)
+        train.spread_starts(1, len(train) + 1)
+    grid = np.arange(0, len(train) - 7, 8)  # every window of 8 that fits
+    starts = train.spread_starts(3, 8)
+    assert starts[0] == 0 and starts[-1] == grid[-1] and len(set(starts.tolist())) == 3
+    assert np.all(np.diff(starts) >= 8)  # none overlap
+    assert train.spread_starts(len(grid) + 5, 8).tolist() == grid.tolist()
