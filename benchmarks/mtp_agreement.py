@@ -69,18 +69,25 @@ def agreement(checkpoint, text: str, max_tokens: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from agent.model import add_model_argument
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", required=True, help="a checkpoint folder with MTP heads (mtp/)")
+    add_model_argument(p, required=True, servers=False, role="a checkpoint with MTP heads (mtp/)")
     p.add_argument("--max-tokens", type=int, default=128, help="continuation per prompt")
     p.add_argument("--json", default="", help="result file")
     args = p.parse_args(argv)
     import torch
 
     from agent.bench_prompts import FREE_PROMPTS, STDLIB
-    from agent.model import load_checkpoint
+    from agent.engine.request import EngineError
+    from agent.model import load_checkpoint, resolve_model
 
     torch.set_num_threads(2)
-    checkpoint = load_checkpoint(args.model)
+    try:
+        checkpoint = load_checkpoint(resolve_model(args.model))
+    except EngineError as exc:
+        print(f"mtp_agreement: {exc}", file=sys.stderr)
+        return 2
     if checkpoint.heads is None:
         print(f"mtp_agreement: {args.model} has no MTP heads (mtp/)", file=sys.stderr)
         return 2
