@@ -1,14 +1,35 @@
 -- Driven by benchmarks/nvim_ghost_latency.py: Neovim 0.12 with the Flywheel plugin and the real
 -- `flywheel lsp`. For each trial line: empty it to `return `, enter insert mode at its end, type
 -- one character as the user would (nvim_feedkeys, typed), and time until Neovim draws the ghost
--- text (an extmark in its inline-completion namespace); then put the line back. Writes
--- {trials: [{line, ms, ghost, typed_line}], ...} as JSON and quits.
+-- text (an extmark in its inline-completion namespace), or until the server answered a request
+-- made after the keystroke and nothing was drawn (the model declined the place); then put the
+-- line back. Writes {trials: [{line, ms, ghost, typed_line, answered}], ...} as JSON and quits.
 vim.g.loaded_python3_provider = 0
 local cfg = vim.json.decode(table.concat(vim.fn.readfile(os.getenv("FLYWHEEL_BENCH_CONFIG")), "\n"))
 vim.opt.rtp:prepend(cfg.plugin)
 local ns = vim.api.nvim_create_namespace("nvim.lsp.inline_completion")
 local out = { trials = {} }
 local co
+local GRACE_NS = 300 * 1e6 -- after an answer, time for its ghost text to be drawn
+
+-- Inline-completion requests sent since the keystroke (a cancelled one is dropped), and when the
+-- first of them was answered.
+local asked, answered = {}, nil
+vim.api.nvim_create_autocmd("LspRequest", {
+  callback = function(ev)
+    local id, request = ev.data.request_id, ev.data.request
+    if request.method ~= "textDocument/inlineCompletion" then
+      return
+    end
+    if request.type == "pending" then
+      asked[id] = true
+    elseif request.type == "cancel" then
+      asked[id] = nil
+    elseif request.type == "complete" and asked[id] then
+      answered = answered or vim.uv.hrtime()
+    end
+  end,
+})
 
 local function resume()
   vim.schedule(function() assert(coroutine.resume(co)) end)
@@ -36,10 +57,14 @@ co = coroutine.create(function()
       -- typeahead is only read by the main loop (not inside vim.wait): yield to it, and go on
       -- once the typed character is in the buffer
       vim.api.nvim_create_autocmd("TextChangedI", { once = true, callback = resume })
+      asked, answered = {}, nil
       local t0 = vim.uv.hrtime()
       vim.api.nvim_feedkeys(cfg.typed, "t", false)
       coroutine.yield()
-      local shown = vim.wait(cfg.timeout_ms, function() return #ghost_marks() > 0 end, 1)
+      vim.wait(cfg.timeout_ms, function()
+        return #ghost_marks() > 0 or (answered ~= nil and vim.uv.hrtime() - answered > GRACE_NS)
+      end, 1)
+      local shown = #ghost_marks() > 0
       local ms = (vim.uv.hrtime() - t0) / 1e6
       local text = ""
       if shown then
@@ -52,6 +77,7 @@ co = coroutine.create(function()
         ms = shown and ms or vim.NIL,
         ghost = text,
         typed_line = vim.api.nvim_get_current_line(),
+        answered = answered ~= nil,
       })
       vim.api.nvim_create_autocmd("InsertLeave", { once = true, callback = resume })
       vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes("<Esc>", true, false, true), "t", false)

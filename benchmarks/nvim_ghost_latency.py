@@ -3,9 +3,10 @@
 Neovim 0.12 (`.venv/bin/nvim`, headless) runs the Flywheel plugin (lsp/clients/nvim) with the real
 `flywheel lsp --model MODEL`; benchmarks/nvim_ghost_latency.lua empties a finished function's
 `return` line to `return `, types one character there (a different function each time, so the
-server's cache never answers), times until Neovim draws the ghost text, and puts the line back. Beside it, the server's own latency for the
-same suggestions (the `suggestions.latency_ms` telemetry column: the model call, prompt to
-answer). The difference is what the editor adds: Neovim's own delay before it asks, the
+server's cache never answers), times until Neovim draws the ghost text (a trial ends without one
+when the server answered and nothing was drawn), and puts the line back. Beside it, the server's
+own latency for the same suggestions (the `suggestions.latency_ms` telemetry column: the model
+call, prompt to answer). The difference is what the editor adds: Neovim's own delay before it asks, the
 completion settings' debounce, LSP transport and drawing. Prints a table and writes JSON.
 
     .venv/bin/python benchmarks/nvim_ghost_latency.py --model base --trials 12 \\
@@ -162,9 +163,12 @@ def main() -> None:
         mean = statistics.fmean(values) if values else None
         cells = [f"{v:8.0f}" if v is not None else f"{'-':>8}" for v in (p50, p90, mean)]
         print(f"{name:34} {len(values):>3} {' '.join(cells)}")
-    missed = sum(t["ms"] is None for t in measured["trials"])
-    if missed:
-        print(f"{missed} trial(s) got no ghost text within {args.timeout_s} s")
+    missed = [t for t in measured["trials"] if t["ms"] is None]
+    declined = sum(bool(t.get("answered")) for t in missed)
+    if declined:
+        print(f"{declined} trial(s) got no ghost text: the server answered with none")
+    if len(missed) > declined:
+        print(f"{len(missed) - declined} trial(s) got no answer within {args.timeout_s} s")
     if args.json:
         report = {
             "benchmark": "nvim_ghost_latency",

@@ -138,6 +138,7 @@ def test_the_real_default_shows_ghost_text_in_neovim(tmp_path):
     report = json.loads(out.read_text())
     trials = report["trials"]
     assert all(t["typed_line"] == "    return w" for t in trials), trials  # the key was typed
+    assert all(t["answered"] for t in trials), trials  # a trial without ghost text was declined
     # a real model may rightly decline a place; it must show ghost text somewhere, and only
     # text the server answered for the line as typed (never a late answer for the line before)
     assert any(t["ms"] is not None and t["ghost"] for t in trials), trials

@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from training.tasks.projects import TEST_COMMAND, Project, verify_command
+from training.tasks.projects import PYTEST_COMMAND, TEST_COMMAND, Project, verify_command
 
 TEST_TIMEOUT_S = 60.0  # a loaded 2-core machine can take over 20 s just to start pytest
 
@@ -59,6 +59,10 @@ def _run(command: str, cwd: str, timeout: float) -> tuple[int, str]:
     ):
         argv[0] = sys.executable
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+    if command == PYTEST_COMMAND:
+        # a generated project needs no pytest plugin; loading this environment's (its test
+        # tools, langsmith's) costs seconds a run
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     try:
         proc = subprocess.run(
             argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
