@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import random
 from dataclasses import asdict
@@ -45,6 +46,7 @@ EDIT_FAMILIES = {
     "edit/add_parameter",
     "edit/add_import",
     "edit/remove_function",
+    "rewrite/body",
 }
 
 
@@ -76,6 +78,33 @@ def test_a_pytest_project_gives_tasks_that_pytest_verifies():
     for task in bugs:  # the failing test is read from pytest's summary line
         assert task.notes["failing"] and all(n.startswith("test_") for n in task.notes["failing"])
         assert run_tests(task.files, task.test_command)[0] != 0
+
+
+@pytest.mark.parametrize("template", ["tally", "totals"])  # with docstrings, without them
+def test_a_body_to_write_stands_in_for_a_function_the_tests_call(template):
+    project = make_project(template, 3)
+    (task,) = [t for t in edit_tasks(project, random.Random(0), 0.0) if t.family == "rewrite/body"]
+    mod_file, name = f"{project.module}.py", task.notes["function"]
+    assert task.solution == {mod_file: project.source}
+    stub = task.files[mod_file]
+    assert stub.count("raise NotImplementedError") == 1 and f"def {name}(" in stub
+    before, after = project.source.splitlines(keepends=True), stub.splitlines(keepends=True)
+    changes = [
+        (tag, after[j1:j2])
+        for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, before, after).get_opcodes()
+        if tag != "equal"
+    ]
+    assert changes == [("replace", ["    raise NotImplementedError\n"])]  # the body, only
+    verify(task)  # its tests fail on the stub and pass on the project
+    row = oracle_trajectory(task, random.Random(0))
+    reads = [
+        json.loads(call["function"]["arguments"]).get("path")
+        for m in row["messages"]
+        for call in m.get("tool_calls") or []
+        if call["function"]["name"] == "read_file"
+    ]
+    # written from the tests when there is no docstring to write it from: they are read first
+    assert (f"test_{mod_file}" in reads) or task.notes["documented"]
 
 
 def test_generation_takes_a_subset_of_templates():

@@ -4,7 +4,7 @@
     templates.py   the eight project templates
     projects.py    a template made concrete: module, helper module, passing test file
     task.py        the Task record, its split, verification by running its tests
-    edit.py        edit families (instruction-explicit changes)
+    edit.py        edit families (instruction-explicit changes) and bodies to write
     bugfix.py      bug-fix families (one-token mutations the tests catch)
     generation.py  projects -> verified tasks, in worker processes
     oracle.py      correct trajectories in the harness's chat format, and recovery ones
@@ -21,8 +21,9 @@ Vocabulary used throughout:
                if its verifying command FAILS on the workspace and PASSES on the solution, both
                checked by running it in a subprocess at generation time
     family     how a task was made: `edit/...` (instruction-explicit edits; the tests describe
-               the target) or `bugfix/...` (working code mutated; the tests are the original,
-               passing ones)
+               the target), `rewrite/body` (a function's body replaced by `raise
+               NotImplementedError`, to be written from its docstring or its tests) or
+               `bugfix/...` (working code mutated; the tests are the original, passing ones)
     oracle     writes a correct trajectory for a task in the harness's chat format (OpenAI-shaped
                messages: assistant `tool_calls`, tool results as role "tool"), running every
                tool call for real on a scratch copy of the workspace

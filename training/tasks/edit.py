@@ -1,7 +1,9 @@
 """Edit families: instruction-explicit changes whose updated tests describe the target.
 
-`edit/rename`, `edit/constant`, `edit/add_parameter`, `edit/add_import`, `edit/remove_function`.
-The workspace holds the project with its tests already rewritten for the change.
+`edit/rename`, `edit/constant`, `edit/add_parameter`, `edit/add_import`, `edit/remove_function`:
+the workspace holds the project with its tests already rewritten for the change.
+`rewrite/body`: a documented function's body is `raise NotImplementedError`, to be written from
+its docstring; the tests are the project's own.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import ast
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from training.tasks.names import function_name
@@ -28,13 +30,17 @@ def _sub_word(text: str, old: str, new: str) -> str:
 
 def edit_tasks(p: Project, rng: random.Random, heldout_fraction: float) -> list[Task]:
     """Instruction-explicit edits, one per family (add_parameter only where the function's
-    returns can be scaled). The workspace tests already describe the target."""
+    returns can be scaled). The workspace tests describe the target."""
     before = project_files(p)
     tasks = []
-    for make in (_rename, _change_constant, _add_parameter, _add_import, _remove_function):
-        edit = make(p, rng)
+    makers = (_rename, _change_constant, _add_parameter, _add_import, _remove_function)
+    edits = [make(p, rng) for make in makers]
+    # its own draws: the other families' tasks (and the bug fixes drawn after them) stay as
+    # they were before it existed
+    edits.append(_write_body(p, random.Random(f"body:{p.key}")))
+    for edit in edits:
         if edit is not None:
-            files = {**before, f"test_{p.module}.py": edit.tests}
+            files = {**before, **edit.workspace, f"test_{p.module}.py": edit.tests}
             tasks.append(
                 make_task(
                     edit.family,
@@ -59,6 +65,7 @@ class _Edit:
     tests: str  # the project's test file, rewritten for the change
     solution: dict[str, str]  # the files as the change leaves them
     notes: dict[str, Any]  # what the oracle's answer names (Task.notes)
+    workspace: dict[str, str] = field(default_factory=dict)  # other files that start changed
 
 
 def _rename(p: Project, rng: random.Random) -> _Edit:
@@ -198,6 +205,50 @@ def _remove_function(p: Project, rng: random.Random) -> _Edit:
     mod_file = f"{p.module}.py"
     instruction = phr.format(l=legacy, f=mod_file)
     return _Edit("edit/remove_function", instruction, tests, {mod_file: src}, {"function": legacy})
+
+
+def _write_body(p: Project, rng: random.Random) -> _Edit | None:
+    """Write a function's body: a function the tests call, with everything after its signature
+    (and docstring, if it has one) replaced by `raise NotImplementedError`. A documented one is
+    written from its docstring, another from what its tests expect."""
+    tree = ast.parse(p.source)
+    called = [
+        n
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef) and any(c.startswith(f"mod.{n.name}(") for c in p.calls)
+    ]
+    if not called:
+        return None
+    node = rng.choice(called)
+    documented = ast.get_docstring(node) is not None
+    if documented and len(node.body) == 1:
+        return None
+    lines = p.source.splitlines(keepends=True)
+    start = node.body[int(documented)].lineno - 1  # the body's first line after a docstring
+    indent = lines[start][: len(lines[start]) - len(lines[start].lstrip())]
+    stub = lines[:start] + [f"{indent}raise NotImplementedError\n"] + lines[node.end_lineno :]
+    mod_file, test_file = f"{p.module}.py", f"test_{p.module}.py"
+    phrasings = (
+        [
+            "Implement `{fn}` in {f} as its docstring describes.",
+            "`{fn}` in {f} only raises NotImplementedError. Write its body so the tests pass.",
+            "write the body of {fn} ({f}) from its docstring",
+        ]
+        if documented
+        else [
+            "Implement `{fn}` in {f}; {t} shows what it must return.",
+            "`{fn}` in {f} only raises NotImplementedError. Write its body so {t} passes.",
+            "write the body of {fn} ({f}), the tests say what it returns",
+        ]
+    )
+    return _Edit(
+        "rewrite/body",
+        rng.choice(phrasings).format(fn=node.name, f=mod_file, t=test_file),
+        project_files(p)[test_file],
+        {mod_file: p.source},
+        {"function": node.name, "documented": documented},
+        {mod_file: "".join(stub)},
+    )
 
 
 def _add_scale_parameter(source: str, func: str, param: str) -> str | None:

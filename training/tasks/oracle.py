@@ -259,7 +259,9 @@ def _explore(talk: _Conversation, task: Task, rng: random.Random, test_first: fl
         else:
             args = {"path": path}
         talk.step(rng.choice(_READ_INTROS).format(f=path), ("read_file", args))
-    if rng.random() < 0.25:
+    # a body written from the tests, not a docstring, needs them read first
+    from_tests = task.family == "rewrite/body" and not task.notes.get("documented", True)
+    if rng.random() < 0.25 or from_tests:
         test_file = next(p for p in task.files if p.startswith("test_"))
         talk.step(rng.choice(["", "And the tests."]), ("read_file", {"path": test_file}))
     return ran_tests
