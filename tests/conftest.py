@@ -15,6 +15,15 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 STDLIB = Path(sys.base_prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _projects_tested_without_this_environments_plugins():
+    """The projects the tests run pytest in need none of this environment's pytest plugins (its
+    test tools, langsmith's), which take seconds to load in every run; the sandbox passes the
+    switch on. Set in the process that runs the tests, after its own plugins loaded (a variable
+    set at import would reach xdist's workers before theirs)."""
+    os.environ.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+
+
 def rows(db: str | Path, sql: str, *args: object) -> list[dict]:
     """The rows `sql` selects from the SQLite file `db`, as dicts."""
     import sqlite3

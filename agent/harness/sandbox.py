@@ -21,7 +21,9 @@ With bubblewrap (`bwrap`) installed, a command runs in a file system built from 
                 workspace's siblings, /opt, /var, /srv, /run, /mnt, /media, /root, /sys.
 
 The environment is built from scratch (PATH, HOME, TMPDIR, LANG, TERM,
-PYTHONDONTWRITEBYTECODE): no variable of the user's (tokens, keys, proxies) reaches a command.
+PYTHONDONTWRITEBYTECODE): no variable of the user's (tokens, keys, proxies) reaches a command,
+except PYTEST_DISABLE_PLUGIN_AUTOLOAD: a switch, set where Flywheel runs, that keeps the pytest
+plugins of Flywheel's own environment out of a project tested with its interpreter.
 PATH keeps the user's entries that the sandbox shows, then this interpreter's bin folders.
 The root of that file system is read-only, so a command cannot write anywhere else either.
 
@@ -401,6 +403,8 @@ class Sandbox:
             "TERM": "dumb",
             "PYTHONDONTWRITEBYTECODE": "1",
         }
+        if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+            env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"]
         fds: tuple[int, ...] = ()
         if confined:
             fds = tuple(_data_fd(text) for text in _accounts(home))
