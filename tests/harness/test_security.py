@@ -108,6 +108,16 @@ def test_vanished_workspace_is_a_clear_error(tmp_path):
 
 
 @needs_bwrap
+def test_only_the_plugin_switch_of_the_environment_reaches_a_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLYWHEEL_TEST_SECRET", "s3cret")
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    res = Sandbox(tmp_path, SandboxConfig(timeout_s=20)).run("env")
+    assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1" in res.output
+    assert "s3cret" not in res.output
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD" not in Sandbox(tmp_path).run("env").output
+
+
 def test_command_cannot_write_outside(tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
