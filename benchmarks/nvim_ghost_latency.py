@@ -6,14 +6,16 @@ Neovim 0.12 (`.venv/bin/nvim`, headless) runs the Flywheel plugin (lsp/clients/n
 server's cache never answers), times until Neovim draws the ghost text (a trial ends without one
 when the server answered and nothing was drawn), and puts the line back. Beside it, the server's
 own latency for the same suggestions (the `suggestions.latency_ms` telemetry column: the model
-call, prompt to answer). The difference is what the editor adds: Neovim's own delay before it asks, the
-completion settings' debounce, LSP transport and drawing. Prints a table and writes JSON.
+call, prompt to answer). The difference is what the editor adds: Neovim's own delay before it
+asks, the completion settings' debounce, LSP transport and drawing. Prints a table and writes JSON.
 
     .venv/bin/python benchmarks/nvim_ghost_latency.py --model base --trials 12 \\
         --json benchmarks/results/nvim-ghost-latency-base.json
 
 The completion settings are the server's defaults (debounce included, greedy) unless
---debounce-ms or --temperature is given (a random tiny checkpoint's greedy text is empty: sample). The first trial after start-up also pays for warming caches; it is reported, not dropped.
+--debounce-ms or --temperature is given (a random tiny checkpoint's greedy text is empty:
+sample). The first trial after start-up also pays for warming caches; it is reported, not
+dropped.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 `edit/rename`, `edit/constant`, `edit/add_parameter`, `edit/add_import`, `edit/remove_function`:
 the workspace holds the project with its tests already rewritten for the change.
-`rewrite/body`: a documented function's body is `raise NotImplementedError`, to be written from
-its docstring; the tests are the project's own.
+`rewrite/body`: a function's body is `raise NotImplementedError`, to be written from its docstring
+or, where it has none, from its tests; the tests are the project's own.
 """
 
 from __future__ import annotations
